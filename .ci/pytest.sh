@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run pytest from the project venv; "no tests collected" (exit 5) is a failure, not a silent pass.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/python -m pytest -q "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: failing the run" >&2
+    exit 1
+fi
+exit "$rc"

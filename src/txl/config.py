@@ -1,0 +1,181 @@
+"""Model configuration: :class:`TXLConfig`, with the official ``MemTransformerLM`` constructor names.
+
+Field names are those of ``MemTransformerLM.__init__`` in the official PyTorch code
+(kimiyoung/transformer-xl, ``pytorch/mem_transformer.py``) plus:
+
+* ``untie_r``: separate global biases ``u`` (``r_w_bias``) and ``v`` (``r_r_bias``) per layer, an option
+  of the official TF code and of Hugging Face's port (the released WT103/lm1b checkpoints need it);
+* ``init``, ``init_range``, ``init_std``, ``proj_init_std``: the official ``train.py`` initialization
+  options, which belong with the model because they decide its initial weights.
+
+Lengths (``tgt_len``, ``ext_len``, ``mem_len``, ``clamp_len``, ``same_length``) may be changed after
+construction for evaluation (the paper evaluates with a much longer memory than it trains with), see
+:meth:`txl.model.TransformerXLLM.reset_length`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from txl.errors import ConfigError
+
+#: ``attn_type`` values of the official code (paper Table 6 ablations).
+ATTN_TYPES = {
+    0: "relative, sinusoid R with global biases u, v and W_kR (Transformer-XL, paper Sec. 3.3)",
+    1: "relative, learnable per-layer embeddings (Shaw et al., 2018)",
+    2: "absolute sinusoid added to the input (Vaswani et al., 2017)",
+    3: "absolute learnable embeddings added at every layer (Al-Rfou et al., 2018)",
+}
+
+
+@dataclass
+class TXLConfig:
+    """Hyper-parameters of a Transformer-XL language model (official ``MemTransformerLM`` names)."""
+
+    n_token: int
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    d_head: int = 32
+    d_inner: int = 512
+    dropout: float = 0.0
+    dropatt: float = 0.0
+    tie_weight: bool = True
+    d_embed: int | None = None
+    div_val: int = 1
+    tie_projs: list[bool] = field(default_factory=lambda: [False])
+    pre_lnorm: bool = False
+    tgt_len: int = 128
+    ext_len: int = 0
+    mem_len: int = 128
+    cutoffs: list[int] = field(default_factory=list)
+    same_length: bool = False
+    attn_type: int = 0
+    clamp_len: int = -1
+    sample_softmax: int = -1
+    untie_r: bool = False
+    init: str = "normal"
+    init_range: float = 0.1
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.d_embed is None:
+            self.d_embed = self.d_model
+        self.cutoffs = [int(c) for c in self.cutoffs]
+        self.tie_projs = [bool(t) for t in self.tie_projs]
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` (one line, naming the field) for an impossible configuration."""
+        for name in ("n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "d_embed", "tgt_len",
+                     "div_val"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("ext_len", "mem_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+        for name in ("dropout", "dropatt"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if self.attn_type not in ATTN_TYPES:
+            raise ConfigError(f"attn_type must be one of {sorted(ATTN_TYPES)}, got {self.attn_type!r}")
+        if self.attn_type in (0, 2) and self.d_model % 2:
+            raise ConfigError(f"attn_type {self.attn_type} uses a sinusoid of size d_model, which must be even "
+                              f"(got d_model={self.d_model})")
+        if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
+            raise ConfigError("attn_type 3 adds per-layer embeddings of size n_head*d_head to the hidden "
+                              f"states, so n_head*d_head ({self.n_head * self.d_head}) must equal d_model "
+                              f"({self.d_model})")
+        if self.attn_type in (1, 3) and self.max_klen < 1:
+            raise ConfigError("attn_type 1 and 3 learn tgt_len+ext_len+mem_len position embeddings, "
+                              "which must be >= 1")
+        if self.untie_r and self.attn_type != 0:
+            raise ConfigError("untie_r applies to attn_type 0 only (attn_type 1 always has per-layer biases)")
+        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
+            raise ConfigError(f"clamp_len must be an integer (<= 0 disables it), got {self.clamp_len!r}")
+        if self.same_length and self.mem_len == 0:
+            raise ConfigError("same_length=True needs mem_len > 0 (with mem_len 0 every query of the official "
+                              "same-length mask would see no key)")
+        cut = self.cutoffs
+        if any(b <= a for a, b in pairwise(cut)):
+            raise ConfigError(f"cutoffs must be strictly increasing, got {cut}")
+        if cut and (cut[0] <= 0 or cut[-1] >= self.n_token):
+            raise ConfigError(f"cutoffs must lie strictly between 0 and n_token={self.n_token}, got {cut}")
+        if len(self.tie_projs) > len(cut) + 1:
+            raise ConfigError(f"tie_projs has {len(self.tie_projs)} entries but there are only "
+                              f"{len(cut) + 1} clusters (cutoffs {cut})")
+        if self.div_val > 1:
+            smallest = self.d_embed // self.div_val ** len(cut)
+            if smallest < 1:
+                raise ConfigError(f"div_val={self.div_val} leaves the last cluster an embedding size of "
+                                  f"{self.d_embed}//{self.div_val}**{len(cut)} = 0; lower div_val or raise d_embed")
+        if self.sample_softmax > 0:
+            if self.div_val != 1 or self.d_embed != self.d_model:
+                raise ConfigError("sample_softmax > 0 uses one output matrix of size n_token x d_model: it needs "
+                                  "div_val == 1 and d_embed == d_model")
+            if self.sample_softmax >= self.n_token:
+                raise ConfigError(f"sample_softmax ({self.sample_softmax}) must be smaller than n_token "
+                                  f"({self.n_token})")
+        if self.init not in ("normal", "uniform"):
+            raise ConfigError(f"init must be 'normal' or 'uniform', got {self.init!r}")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def max_klen(self) -> int:
+        """Number of learned positions for attn_type 1/3: ``tgt_len + ext_len + mem_len`` (official)."""
+        return self.tgt_len + self.ext_len + self.mem_len
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TXLConfig:
+        """Build from a dict, rejecting unknown keys by name (with the closest known name)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown model config key {key!r}{hint}")
+        if "n_token" not in data:
+            raise ConfigError("model config lacks the required key 'n_token'")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # e.g. a list where an int belongs
+            raise ConfigError(f"bad model config: {exc}") from exc
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_json(cls, path_or_text: str | Path) -> TXLConfig:
+        """Read a config from a JSON file path or a JSON string."""
+        text = str(path_or_text)
+        if not text.lstrip().startswith("{"):
+            path = Path(path_or_text)
+            if not path.is_file():
+                raise ConfigError(f"config file not found: {path}")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError("config JSON must be an object")
+        return cls.from_dict(data)
