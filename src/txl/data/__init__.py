@@ -1,0 +1,38 @@
+"""Datasets for Transformer-XL: the paper's benchmarks and the user's own text.
+
+Public API::
+
+    from txl.data import load_corpus, LMOrderedIterator
+    corpus = load_corpus("wt2")                      # data dir, then the embedded copy
+    it = LMOrderedIterator(corpus.splits["train"], batch_size=16, tgt_len=128)
+    for input_ids, targets, seq_len in it: ...
+"""
+
+from txl.data.batching import (
+    Batch,
+    LMMultiFileIterator,
+    LMOrderedIterator,
+    LMShuffledIterator,
+    LMVarLenIterator,
+)
+from txl.data.corpora import known_datasets
+from txl.data.corpus import Corpus, load_corpus
+from txl.data.fetch import download, fetch
+from txl.data.paths import resolve_cache_dir, resolve_data_dir
+from txl.data.vocab import Vocab
+
+__all__ = [
+    "Batch",
+    "Corpus",
+    "LMMultiFileIterator",
+    "LMOrderedIterator",
+    "LMShuffledIterator",
+    "LMVarLenIterator",
+    "Vocab",
+    "download",
+    "fetch",
+    "known_datasets",
+    "load_corpus",
+    "resolve_cache_dir",
+    "resolve_data_dir",
+]
