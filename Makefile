@@ -18,6 +18,7 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
 
 test: lint
 	bash .ci/pytest.sh -m "not slow"
