@@ -110,3 +110,11 @@ def test_official_kwargs_with_none_lengths() -> None:
     kwargs.update(ext_len=None, adapt_inp=True)
     model = from_official(kwargs, state)
     assert model.config.ext_len == 0
+
+
+def test_tied_names_with_different_values_are_refused() -> None:
+    kwargs, state = to_official(_model())
+    state = dict(state)
+    state["crit.out_layers.1.weight"] = state["crit.out_layers.1.weight"] + 1.0
+    with pytest.raises(CheckpointError, match="tied"):
+        from_official(kwargs, state)

@@ -51,6 +51,10 @@ def _fill_tied(model: TransformerXLLM, state: dict[str, Tensor]) -> dict[str, Te
     state = dict(state)
     for names in groups.values():
         present = [n for n in names if n in state]
+        for other in present[1:]:
+            if not torch.equal(state[other], state[present[0]]):
+                raise CheckpointError(f"{present[0]} and {other} are tied in this config but hold different "
+                                      "values in the checkpoint (check tie_weight / tie_projs)")
         if present:
             for n in names:
                 state.setdefault(n, state[present[0]])
@@ -120,7 +124,11 @@ def from_official(official_kwargs: dict[str, Any], state_dict: dict[str, Tensor]
 
 
 def to_official(model: TransformerXLLM) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """``(official constructor kwargs, official state_dict)`` for our model (``untie_r`` kept as a kwarg)."""
+    """``(official constructor kwargs, official state_dict)`` for our model (``untie_r`` kept as a kwarg).
+
+    The kwargs are the config the model was built with: evaluation lengths set by ``reset_length`` are
+    not exported.
+    """
     cfg = model.built_config
     kwargs = cfg.to_dict()
     for key in ("init", "init_range", "init_std", "proj_init_std"):
