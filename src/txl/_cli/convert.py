@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
     p.add_argument("--config", help="official MemTransformerLM constructor kwargs as JSON (with --from official)")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
+                   "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
+                   "PATH/vocab.pkl or PATH/vocab.bin by itself")
     p.set_defaults(func=run)
 
 
@@ -31,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from txl.io import atomic_write, save_tensors
 
     out = Path(args.out)
+    vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
     if args.src == "official":
         if not args.config:
             raise ConfigError("--from official needs --config KWARGS.json (the MemTransformerLM constructor "
@@ -52,9 +56,31 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(out / "config.json", lambda f: f.write(text), binary=False)
         print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
         return 0
+    if vocab is not None and len(vocab) != model.config.n_token:
+        raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={model.config.n_token}")
     model.save_pretrained(out)
     print(f"wrote txl model ({model.num_parameters():,} parameters) to {out}")
+    if vocab is not None:
+        from txl.textcodec import VOCAB_NAME
+
+        vocab.save(out / VOCAB_NAME)
+        print(f"wrote vocabulary ({len(vocab):,} symbols) to {out / VOCAB_NAME}")
     return 0
+
+
+def _import_vocab(args: argparse.Namespace):
+    """The vocabulary to write next to an imported model: --vocab, or an HF directory's vocab.pkl/bin."""
+    from txl.data import Vocab
+    from txl.hf_vocab import find_hf_vocab, load_hf_vocab
+
+    path = Path(args.vocab) if args.vocab else None
+    if path is None and args.src == "hf" and Path(args.path).is_dir():
+        path = find_hf_vocab(args.path)
+    if path is None:
+        return None
+    if path.suffix == ".json":
+        return Vocab.load(path)
+    return load_hf_vocab(path)
 
 
 def _hf_config(model) -> dict:
