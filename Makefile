@@ -27,9 +27,8 @@ test-all: lint
 	bash .ci/pytest.sh
 
 demo: $(STAMP)
-	$(BIN)/txl train --dataset wt2 --model cpu-small --batch-size 16 --lr 1e-3 --warmup-step 50 \
-		--max-step 100000 --max-minutes $(DEMO_MINUTES) --eval-interval 200 --eval-max-tokens 20000 \
-		--out-dir runs/demo
+	rm -rf runs/demo
+	$(BIN)/txl train --preset wt2-cpu --max-minutes $(DEMO_MINUTES) --out-dir runs/demo
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,461 @@
+"""Training: :class:`Trainer` and ``train(cfg)``, behind ``txl train`` (official ``train.py`` semantics).
+
+Each step feeds the next segment of every stream with the memories of the previous step (paper Sec. 3.2);
+memories restart at each epoch, as in the official loop. One step:
+
+1. the process's rows of the global batch are cut into ``batch_chunk`` chunks, each with its own memory
+   rows; each chunk's mean loss is divided by ``batch_chunk`` and back-propagated (the official
+   accumulation), so the gradient is that of the full batch;
+2. under DDP (``torchrun``) gradients are averaged over processes, which again equals the full batch's
+   mean loss because every process holds the same number of rows;
+3. the gradient norm is clipped to ``clip``; a non-finite loss or gradient is never applied (the step is
+   skipped and counted, and ``max_nonfinite`` in a row stop the run);
+4. the optimizer steps, then the schedule (:mod:`txl.schedule`).
+
+The trainer's :meth:`Trainer.state_dict` holds model, optimizer, schedule, grad scaler, counters, data
+position, RNG states and memories; :mod:`txl.checkpoint` writes it without pickle, and
+``Trainer(cfg, resume=RUN_DIR)`` continues bit for bit on a CPU (same thread count).
+Evaluation scores every token of a split exactly once, with memory, in nats; ppl = exp(loss), and for
+character/byte-level corpora bpc = loss / ln 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from txl import __version__
+from txl.checkpoint import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint, verify_checkpoint
+from txl.config import TXLConfig
+from txl.errors import CheckpointError, ConfigError, TXLError
+from txl.io import atomic_write
+from txl.model import TransformerXLLM
+from txl.presets import model_preset
+from txl.schedule import Schedule, build_optimizer
+from txl.train.distributed import Dist, resolve_device
+from txl.train.evaluate import evaluate
+from txl.train.metrics import RunLog, postfix, progress, save_model_dir
+from txl.train_config import TrainConfig
+
+RUN_CONFIG, CHECKPOINTS, BEST, FINAL = "config.json", "checkpoints", "best", "final"
+_LENGTHS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
+
+
+class TrainingDiverged(TXLError):
+    """Too many consecutive non-finite losses or gradients; nothing of them was applied or saved."""
+
+
+def find_resume_checkpoint(path: str | Path) -> Path:
+    """The checkpoint to resume from: ``path`` itself if it is one, else the newest under ``path/checkpoints``."""
+    path = Path(path)
+    if (path / "MANIFEST.json").is_file():
+        return path
+    ckpts = list_checkpoints(path / CHECKPOINTS)
+    if not ckpts:
+        raise CheckpointError(f"no checkpoint to resume from in {path} (expected {path / CHECKPOINTS}/step_*/)")
+    return ckpts[-1]
+
+
+def _python_rng() -> list:
+    version, state, gauss = random.getstate()
+    return [version, list(state), gauss]
+
+
+def _numpy_rng() -> list:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+# ---------------------------------------------------------------------------------------------- the trainer
+class Trainer:
+    """A checkpointable training run over one :class:`TrainConfig` (see the module docstring).
+
+    ``Trainer(cfg)`` validates everything, loads the data and builds model, optimizer and schedule;
+    ``resume=`` a run directory or checkpoint restores the full state; :meth:`fit` trains.
+    """
+
+    def __init__(self, cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", "0")))
+        if cfg.precision == "fp16" and not self.device.startswith("cuda"):
+            raise ConfigError("precision fp16 needs a CUDA device (GradScaler); use bf16 on the CPU")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if cfg.batch_size % (world * cfg.batch_chunk):
+            raise ConfigError(f"batch_size {cfg.batch_size} must be divisible by world_size x batch_chunk "
+                              f"= {world} x {cfg.batch_chunk}")
+        model_preset(cfg.model, 10**7, **cfg.model_overrides)  # model keys/values checked before the data loads
+        ckpt = find_resume_checkpoint(resume) if resume is not None else None
+        out_dir = Path(cfg.out_dir)
+        if ckpt is None and ((out_dir / RUN_CONFIG).is_file() or list_checkpoints(out_dir / CHECKPOINTS)):
+            raise ConfigError(f"{out_dir} already holds a run: continue it with `txl train --resume {out_dir}`, "
+                              "or give another --out-dir")
+        if ckpt is not None:
+            verify_checkpoint(ckpt)
+        self.dist = Dist(self.device)
+        self.out_dir = Path(cfg.out_dir)
+        if corpus is None:
+            from txl.data import load_corpus
+
+            corpus = load_corpus(cfg.dataset, cfg.data_dir)
+        self.corpus = corpus
+        self.metric = "bpc" if corpus.char_level else "ppl"
+
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.model_cfg: TXLConfig = model_preset(cfg.model, len(corpus.vocab), **cfg.model_overrides)
+        self.model = TransformerXLLM(self.model_cfg).to(self.device)
+        if self.dist.rank:  # other processes draw their own dropout masks; rank 0 continues the seed's stream
+            torch.manual_seed(cfg.seed + self.dist.rank)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg)
+        self.schedule = Schedule(self.optimizer, cfg)
+        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.forward_model: Any = self.model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            sparse_use = bool(self.model_cfg.cutoffs) or self.model_cfg.sample_softmax > 0
+            self.forward_model = DistributedDataParallel(
+                self.model, device_ids=[self.device] if self.device.startswith("cuda") else None,
+                broadcast_buffers=False, find_unused_parameters=sparse_use)
+        if cfg.compile:
+            self.forward_model = torch.compile(self.forward_model)
+        self.train_iter = self._make_train_iter()
+
+        self.step = 0  # applied updates
+        self.tokens = 0  # training target tokens consumed (all processes)
+        self.elapsed = 0.0  # training wall seconds over all invocations
+        self.nonfinite_total = self.nonfinite_run = 0
+        self.best_valid = math.inf
+        self.best_step = 0
+        self.mems: list[Tensor] | None = None
+        self.mems_epoch = 0
+        self.last_saved_step = -1
+        self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
+        self.stop_reason: str | None = None
+        self.resumed_from: Path | None = None
+        if ckpt is not None:
+            self._load(ckpt)
+
+    # ------------------------------------------------------------------ data
+    def _make_train_iter(self) -> Any:
+        from txl.data import LMMultiFileIterator, LMOrderedIterator
+
+        c, cfg, d = self.corpus, self.cfg, self.dist
+        dev = self.device if self.device.startswith("cuda") else None
+        data = c.splits["train"]
+        common = dict(rank=d.rank, world_size=d.world_size, device=dev)
+        offsets = c.sentence_offsets("train")
+        if offsets is not None:
+            files = c.extras.get("train.file_offsets", np.asarray([0, len(offsets) - 1]))
+            return LMMultiFileIterator(data, offsets, files, cfg.batch_size, self.model_cfg.tgt_len,
+                                       self.model_cfg.ext_len, seed=cfg.seed, **common)
+        return LMOrderedIterator(data, cfg.batch_size, self.model_cfg.tgt_len, self.model_cfg.ext_len,
+                                 varlen=cfg.varlen, seed=cfg.seed, **common)
+
+    def _batches(self) -> Any:
+        while True:
+            yield from self.train_iter
+
+    def _autocast(self) -> Any:
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.split(":")[0], dtype=dtype)
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, input_ids: Tensor, targets: Tensor) -> dict[str, Any]:
+        """Forward/backward over the chunks, guard, clip, update. Returns loss (global mean) and flags."""
+        cfg, model = self.cfg, self.forward_model
+        if self.train_iter.epoch != self.mems_epoch:  # the official loop restarts memories each epoch
+            self.mems, self.mems_epoch = None, self.train_iter.epoch
+        self.optimizer.zero_grad(set_to_none=True)
+        rows = input_ids.size(0) // cfg.batch_chunk
+        loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        new_mems: list[list[Tensor]] = []
+        for c in range(cfg.batch_chunk):
+            sl = slice(c * rows, (c + 1) * rows)
+            mems = [m[sl] for m in self.mems] if self.mems else None
+            last = c == cfg.batch_chunk - 1
+            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.forward_model.no_sync()
+            with sync:
+                with self._autocast():
+                    out = model(input_ids[sl], targets[sl], mems)
+                loss = self.loss_hook(out.loss.float() / cfg.batch_chunk)  # official: loss.mean() / batch_chunk
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            loss_sum += loss.detach()
+            new_mems.append(out.mems)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
+        requests = [float(self.stop_request == "signal"), float(self.stop_request == "time")]
+        flags = torch.cat([loss_sum[None], norm.float().to(loss_sum.device)[None],
+                           torch.tensor(requests, device=loss_sum.device)])
+        flags = self.dist.all_reduce(flags.detach().clone()).tolist()  # every process takes the same decisions
+        loss_value, grad_norm = flags[0] / self.dist.world_size, flags[1] / self.dist.world_size
+        if self.stop_reason is None and (flags[2] > 0 or flags[3] > 0):
+            self.stop_reason = "signal" if flags[2] > 0 else "time"
+        joined = [torch.cat(parts, 0) for parts in zip(*new_mems)] if new_mems[0] else []
+        finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
+        if finite:
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.schedule.step()
+            self.step += 1
+            self.nonfinite_run = 0
+            self.mems = joined or None
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            overflow_only = self.scaler is not None and math.isfinite(loss_value)
+            if self.scaler is not None:
+                self.scaler.update()  # fp16 overflow: the scaler lowers its scale
+            if not overflow_only:
+                self.nonfinite_total += 1
+                self.nonfinite_run += 1
+            ok = joined and all(bool(torch.isfinite(m).all()) for m in joined)
+            self.mems = joined if ok else None
+        self.tokens += targets.numel() * self.dist.world_size
+        return {"loss": loss_value, "grad_norm": grad_norm, "applied": finite}
+
+    def loss_hook(self, loss: Tensor) -> Tensor:
+        """The loss each chunk back-propagates (a seam for tests that inject faults)."""
+        return loss
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly; memories and RNG states of all processes are gathered."""
+        comm = self.device if self.device.startswith("cuda") else "cpu"
+        mems = [self.dist.gather_rows(m, comm).cpu() for m in self.mems] if self.mems else None
+        torch_rng = self.dist.gather_rows(torch.get_rng_state()[None], comm).cpu()
+        cuda_rng = None
+        if self.device.startswith("cuda"):
+            cuda_rng = self.dist.gather_rows(torch.cuda.get_rng_state(self.device).to(comm)[None], comm).cpu()
+        return {
+            "format": 1, "txl_version": __version__, "world_size": self.dist.world_size,
+            "step": self.step, "tokens": self.tokens, "elapsed": self.elapsed,
+            "nonfinite_total": self.nonfinite_total, "nonfinite_run": self.nonfinite_run,
+            "best_valid": self.best_valid if math.isfinite(self.best_valid) else None, "best_step": self.best_step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "data": self.train_iter.state_dict(), "mems": mems, "mems_epoch": self.mems_epoch,
+            "rng": {"python": _python_rng(), "numpy": _numpy_rng(), "torch": torch_rng, "cuda": cuda_rng},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "model" in state:
+            self.model.load_state_dict_strict({k: v.to(self.device) for k, v in state["model"].items()})
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.train_iter.load_state_dict(state["data"])
+        self.step, self.tokens, self.elapsed = int(state["step"]), int(state["tokens"]), float(state["elapsed"])
+        self.nonfinite_total, self.nonfinite_run = int(state["nonfinite_total"]), int(state["nonfinite_run"])
+        self.best_valid = math.inf if state.get("best_valid") is None else float(state["best_valid"])
+        self.best_step = int(state.get("best_step", 0))
+        per = self.cfg.batch_size // self.dist.world_size
+        rows = slice(self.dist.rank * per, (self.dist.rank + 1) * per)
+        self.mems = [m[rows].to(self.device) for m in state["mems"]] if state.get("mems") else None
+        self.mems_epoch = int(state.get("mems_epoch", 0))
+        rng = state["rng"]
+        random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+        kind, keys, pos, has_gauss, cached = rng["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        same_world = int(state.get("world_size", 1)) == self.dist.world_size
+        r = self.dist.rank if same_world else 0
+        torch.set_rng_state(rng["torch"][r].to(torch.uint8).cpu())
+        if rng.get("cuda") is not None and self.device.startswith("cuda"):
+            torch.cuda.set_rng_state(rng["cuda"][r].to(torch.uint8).cpu(), self.device)
+
+    def _load(self, path: Path) -> None:
+        config, weights, state = load_checkpoint(path, map_location="cpu")
+        mine = self.model_cfg.to_dict()
+        diff = [k for k in mine if k not in _LENGTHS and config.get(k) != mine[k]]
+        if diff:
+            raise CheckpointError(f"{path} holds a model with {diff[0]}={config.get(diff[0])!r}, but this config "
+                                  f"builds {diff[0]}={mine[diff[0]]!r}")
+        state["model"] = weights
+        self.load_state_dict(state)
+        self.last_saved_step = self.step
+        self.resumed_from = path
+
+    def save_checkpoint(self) -> Path | None:
+        """Write ``out_dir/checkpoints/step_XXXXXXXX/`` (rank 0 writes; every process must call it)."""
+        state = self.state_dict()
+        path = None
+        if self.dist.main:
+            state.pop("model")
+            path = save_checkpoint(self.out_dir / CHECKPOINTS, self.step, self.model, self.model.built_config, state)
+            prune_checkpoints(self.out_dir / CHECKPOINTS, self.cfg.keep_checkpoints)
+        self.last_saved_step = self.step
+        self.dist.barrier()
+        return path
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, max_tokens: int | None) -> dict[str, float]:
+        """Official in-training validation: eval_tgt_len, memory extended to keep tgt_len + mem_len of context."""
+        m = self.model_cfg
+        tgt = self.cfg.eval_tgt_len or m.tgt_len
+        if m.mem_len == 0:
+            lengths = dict(ext_len=max(0, m.ext_len + m.tgt_len - tgt), mem_len=0)
+        else:
+            lengths = dict(ext_len=m.ext_len, mem_len=max(1, m.mem_len + m.tgt_len - tgt))
+        return evaluate(self.model, self.corpus.splits["valid"], batch_size=self.cfg.eval_batch_size, tgt_len=tgt,
+                        max_tokens=max_tokens, device=self.device, offsets=self.corpus.sentence_offsets("valid"),
+                        autocast=self._autocast(), **lengths)
+
+    def _validate_and_keep_best(self, log: RunLog) -> float:
+        loss = math.nan
+        if self.dist.main:
+            val = self.validate(self.cfg.eval_max_tokens)
+            loss = val["loss"]
+            improved = loss < self.best_valid
+            if improved:
+                self.best_valid, self.best_step = loss, self.step
+                save_model_dir(self.model, self.out_dir / BEST, {"step": self.step, "valid_loss": loss})
+            log.valid(self.step, self.elapsed, val, self.metric, improved)
+        loss = self.dist.broadcast_float(loss, self.device)
+        self.schedule.on_eval(loss)
+        return loss
+
+    def final_evaluation(self) -> dict[str, Any]:
+        """The best model on ``valid`` and ``test`` with the ``test_*`` (official ``eval.py``) settings."""
+        cfg, m = self.cfg, self.model_cfg
+        best = self.out_dir / BEST
+        model = TransformerXLLM.from_pretrained(best, map_location=self.device) if best.is_dir() else self.model
+        tgt = cfg.test_tgt_len or cfg.eval_tgt_len or m.tgt_len
+        mem = cfg.test_mem_len if cfg.test_mem_len is not None else (m.mem_len and m.mem_len + m.tgt_len - tgt)
+        lengths = dict(tgt_len=tgt, mem_len=max(0, mem), clamp_len=cfg.test_clamp_len,
+                       same_length=cfg.test_same_length)
+        out: dict[str, Any] = {"model": str(best if best.is_dir() else "last"), **lengths,
+                               "batch_size": cfg.test_batch_size}
+        for split in ("valid", "test"):
+            if split in self.corpus.splits:
+                out[split] = evaluate(model, self.corpus.splits[split], batch_size=cfg.test_batch_size,
+                                      device=self.device, offsets=self.corpus.sentence_offsets(split),
+                                      autocast=self._autocast(), **lengths)
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary."""
+        cfg = self.cfg
+        main = self.dist.main
+        if main:
+            self._write_run_files()
+        log = RunLog(self.out_dir, main, cfg, resumed_at=self.step if self.resumed_from else None)
+        if self.resumed_from is not None:
+            log.event(self.step, self.elapsed, "resume", checkpoint=str(self.resumed_from))
+        restore = self._install_signal_handlers()
+        bar = progress(cfg, self.step, main)
+        start, t_last, tokens_last, losses = time.monotonic(), time.monotonic(), self.tokens, []
+        elapsed0 = self.elapsed
+        save_every = cfg.save_interval or cfg.eval_interval
+        last_eval = -1
+        try:
+            batches = self._batches()
+            while self.step < cfg.max_step and self.stop_reason is None:
+                if cfg.max_minutes is not None and time.monotonic() - start > cfg.max_minutes * 60:
+                    self.stop_request = self.stop_request or "time"
+                batch = next(batches)
+                lr = self.schedule.lr  # the rate this update runs with
+                out = self.train_step(batch.input_ids, batch.targets)
+                self.elapsed = elapsed0 + time.monotonic() - start
+                if not out["applied"]:
+                    log.event(self.step, self.elapsed, "nonfinite", loss=out["loss"], grad_norm=out["grad_norm"])
+                    if self.nonfinite_run >= cfg.max_nonfinite:
+                        raise TrainingDiverged(self._diverged_message())
+                    continue
+                losses.append(out["loss"])
+                if self.step % cfg.log_interval == 0:
+                    now = time.monotonic()
+                    tok_s = (self.tokens - tokens_last) / max(now - t_last, 1e-9)
+                    log.train(self.step, self.elapsed, float(np.mean(losses)), lr, tok_s,
+                              out["grad_norm"], self.tokens, self.nonfinite_total)
+                    if bar is not None:
+                        postfix(bar, float(np.mean(losses)), self.metric, lr, tok_s)
+                    t_last, tokens_last, losses = now, self.tokens, []
+                if bar is not None:
+                    bar.update(1)
+                done = self.step >= cfg.max_step or self.stop_reason == "time"
+                if self.step % cfg.eval_interval == 0 or done:
+                    self._validate_and_keep_best(log)
+                    last_eval = self.step
+                if self.step % save_every == 0 or done or self.stop_reason:
+                    self.save_checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+            restore()
+        if self.step != self.last_saved_step:  # e.g. a signal during a skipped step
+            self.save_checkpoint()
+        summary: dict[str, Any] = {"rank": self.dist.rank, "world_size": self.dist.world_size, "step": self.step,
+                                   "minutes": round(self.elapsed / 60, 2), "metric": self.metric,
+                                   "stopped": self.stop_reason or "max_step", "out_dir": str(self.out_dir),
+                                   "best_valid_loss": self.best_valid, "best_step": self.best_step,
+                                   "nonfinite_steps": self.nonfinite_total, "last_eval_step": last_eval}
+        if self.stop_reason is None and main:
+            save_model_dir(self.model, self.out_dir / FINAL, {"step": self.step})
+            if cfg.final_eval:
+                summary["final"] = self.final_evaluation()
+                log.final(self.step, self.elapsed, summary["final"])
+        if main:
+            text = json.dumps(summary, indent=2, default=float) + "\n"
+            atomic_write(self.out_dir / "results.json", lambda f: f.write(text), binary=False)
+        log.close()
+        self.dist.close()  # no collective after the loop: rank 0's final evaluation may take long
+        return summary
+
+    def _diverged_message(self) -> str:
+        ckpts = list_checkpoints(self.out_dir / CHECKPOINTS)
+        last = f"the last good checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
+        return (f"{self.nonfinite_run} consecutive non-finite losses/gradients after step {self.step} (none applied "
+                f"or saved); {last}; lower --lr or raise --clip, then `txl train --resume {self.out_dir} --lr ...`")
+
+    def _install_signal_handlers(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.stop_request == "signal":  # a second signal: stop now
+                raise KeyboardInterrupt
+            self.stop_request = "signal"
+
+        for s in old:
+            signal.signal(s, handler)
+        return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+    def _write_run_files(self) -> None:
+        info = {"name": self.corpus.name, "vocab_size": len(self.corpus.vocab), "metric": self.metric,
+                "tokens": {k: int(v.shape[0]) for k, v in self.corpus.splits.items()}}
+        body = {"txl_version": __version__, "train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
+                "world_size": self.dist.world_size, "dataset": info,
+                "parameters": self.model.num_parameters()}
+        text = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.out_dir / RUN_CONFIG, lambda f: f.write(text), binary=False)
+        vocab_text = self.corpus.vocab.to_json()
+        atomic_write(self.out_dir / "vocab.json", lambda f: f.write(vocab_text), binary=False)
+
+
+def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> dict[str, Any]:
+    """Train (or resume) a run as ``cfg`` says; returns the summary also written to ``results.json``."""
+    return Trainer(cfg, resume=resume, corpus=corpus).fit()
