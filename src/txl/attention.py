@@ -8,10 +8,9 @@ For layer ``n`` (paper, Sec. 3.3 "the computational procedure"):
     a    = Masked-Softmax(A / sqrt(d_head)) v
     o    = LayerNorm(Linear(a) + h^{n-1})                (post-LN; pre-LN: h + Linear(a) on LN input)
 
-The position strategy (:mod:`txl.positional`) supplies ``u`` and ``P``; masking and (optionally)
-attention dropout happen inside ``torch.nn.functional.scaled_dot_product_attention`` with ``P`` and the
-causal mask passed as one additive bias. Parameter names (``qkv_net``, ``r_net``, ``o_net``,
-``layer_norm``, ``CoreNet``) are those of the official code.
+The position strategy (:mod:`txl.positional`) supplies ``u`` and ``P``; :func:`attend` adds the causal
+mask, takes the softmax (with attention dropout) and applies it to the values. Parameter names
+(``qkv_net``, ``r_net``, ``o_net``, ``layer_norm``, ``CoreNet``) are those of the official code.
 
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``M`` memory length, ``K = M + Q``, ``D`` d_model,
 ``E`` d_head.
@@ -28,6 +27,52 @@ from torch import Tensor, nn
 from txl.positional import PositionalEncoding, PositionContext
 
 
+def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
+           dropatt: float) -> Tensor:
+    """``Dropout(softmax(scale * (q k^T + p) + mask_bias)) v``: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``,
+    ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]`` (0 / -inf).
+
+    When a gradient is needed the scores are one ``baddbmm`` (``scale * p`` in, ``scale * q k^T`` added,
+    the mask added in place) and an explicit softmax, so that autograd keeps only the probabilities of
+    the ``[Q, K]`` tensors (the fused CPU kernel of ``scaled_dot_product_attention`` takes no gradient
+    for an additive bias that needs one, and its fallback keeps three ``[Q, K]`` tensors). Without a
+    gradient (evaluation, generation) ``scaled_dot_product_attention`` with the bias ``scale * p + mask``
+    runs its fused kernel. ``tests/test_fastpath.py`` checks that both give the same result.
+    """
+    bsz, n_head, qlen, d_head = q.shape
+    klen = k.size(2)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, p))):
+        bias = mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)  # [B, H, Q, K]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropatt, scale=scale)
+    # Head-major batches [H*B, ...]: the position scores of the relative strategies come that way (a view).
+    q3 = q.transpose(0, 1).reshape(n_head * bsz, qlen, d_head)  # [HB, Q, E]
+    kt = k.transpose(0, 1).reshape(n_head * bsz, klen, d_head).transpose(1, 2)  # [HB, E, K]
+    v3 = v.transpose(0, 1).reshape(n_head * bsz, klen, d_head)  # [HB, K, E]
+    mask_bias = mask_bias.to(q.dtype)
+    if p is None:
+        scores = torch.baddbmm(mask_bias, q3, kt, alpha=scale)  # [HB, Q, K]
+    else:
+        p3 = p.transpose(0, 1).reshape(n_head * bsz, qlen, klen).to(q.dtype)  # [HB, Q, K]
+        scores = torch.baddbmm(p3, q3, kt, beta=scale, alpha=scale).add_(mask_bias)  # [HB, Q, K]
+    prob = F.dropout(scores.softmax(-1), dropatt, training=dropatt > 0)  # [HB, Q, K]
+    return torch.bmm(prob, v3).view(n_head, bsz, qlen, d_head).transpose(0, 1)  # [B, H, Q, E]
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` (same distribution and scaling) that keeps a 1-byte mask for backward on the CPU.
+
+    PyTorch's CPU dropout draws a float noise tensor with ``bernoulli_`` and keeps it (4 bytes per
+    element); comparing ``rand`` against ``p`` is faster there and the boolean mask is a quarter of the
+    size. Other devices use ``F.dropout`` (their fused kernel already keeps a boolean mask).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or self.p >= 1.0 or x.device.type != "cpu":
+            return F.dropout(x, self.p, self.training, self.inplace)
+        keep = torch.rand_like(x) >= self.p
+        return x * keep * (1.0 / (1.0 - self.p))
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with memory, parameterized by a position-encoding strategy."""
 
@@ -40,33 +85,31 @@ class MultiHeadAttention(nn.Module):
         self.r_net = nn.Linear(d_model, n_head * d_head, bias=False) if pos_proj else None  # W_kR
         self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.pre_lnorm = pre_lnorm
 
     def forward(self, x: Tensor, mem: Tensor | None, *, layer: int, pos: PositionalEncoding,
                 ctx: PositionContext, mask_bias: Tensor) -> Tensor:
         """``x``: ``[B, Q, D]``; ``mem``: ``[B, M, D]`` or None; ``mask_bias``: ``[Q, K]`` (0 / -inf)."""
         bsz, qlen, _ = x.shape
-        cat = x if mem is None or mem.size(1) == 0 else torch.cat([mem, x], dim=1)  # [B, K, D]
-        cat_in = self.layer_norm(cat) if self.pre_lnorm else cat
         hd = self.n_head * self.d_head
         w_q, w_kv = self.qkv_net.weight[:hd], self.qkv_net.weight[hd:]
+        x_in = self.layer_norm(x) if self.pre_lnorm else x  # [B, Q, D]
         # Queries only for the segment. Under pre-LN the official absolute-position attention projects
         # queries from the un-normalized input; the relative ones from the normalized one.
-        q_in = cat_in[:, -qlen:] if pos.prenorm_query else x
-        q = F.linear(q_in, w_q).view(bsz, qlen, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q, E]
-        k, v = F.linear(cat_in, w_kv).view(bsz, -1, 2, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)
-        # k, v: [B, H, K, E]
-        bias = mask_bias  # [Q, K]
-        p = pos.position_scores(layer, q, self.r_net, ctx)  # [B, H, Q, K] or None
-        if p is not None:
-            bias = p * self.scale + bias
+        q = F.linear(x_in if pos.prenorm_query else x, w_q)  # [B, Q, H*E]
+        q = q.view(bsz, qlen, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q, E]
+        kv = F.linear(x_in, w_kv)  # [B, Q, 2*H*E]
+        if mem is not None and mem.size(1) > 0:
+            # The memory is projected on its own: it needs no gradient, so backward skips its d(input).
+            mem_in = self.layer_norm(mem) if self.pre_lnorm else mem  # [B, M, D]
+            kv = torch.cat([F.linear(mem_in, w_kv), kv], dim=1)  # [B, K, 2*H*E]
+        k, v = kv.view(bsz, -1, 2, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # [B, H, K, E] each
         u = pos.content_bias(layer)  # [H, E] or None
-        q_u = q if u is None else q + u[:, None, :]
-        attn = F.scaled_dot_product_attention(
-            q_u, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.dropatt if self.training else 0.0,
-            scale=self.scale,
-        )  # [B, H, Q, E]
+        q_u = q if u is None else q + u[:, None, :]  # terms (a) + (c) use q + u
+        p = pos.position_scores(layer, q, self.r_net, ctx)  # [B, H, Q, K] or None, terms (b) + (d)
+        attn = attend(q_u, k, v, p, mask_bias, scale=self.scale,
+                      dropatt=self.dropatt if self.training else 0.0)  # [B, H, Q, E]
         out = self.drop(self.o_net(attn.transpose(1, 2).reshape(bsz, qlen, hd)))  # [B, Q, D]
         return x + out if self.pre_lnorm else self.layer_norm(x + out)
 
@@ -77,8 +120,8 @@ class PositionwiseFF(nn.Module):
     def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool) -> None:
         super().__init__()
         self.CoreNet = nn.Sequential(
-            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), nn.Dropout(dropout),
-            nn.Linear(d_inner, d_model), nn.Dropout(dropout),
+            nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), Dropout(dropout),
+            nn.Linear(d_inner, d_model), Dropout(dropout),
         )
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm

@@ -10,6 +10,8 @@ Shapes are batch-first: a memory is ``[B, M, D]``; masks are ``[Q, K]`` with ``K
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -28,8 +30,8 @@ def update_mems(
     """
     end = mlen + max(0, qlen - ext_len)
     beg = max(0, end - mem_len)
-    with torch.no_grad():
-        return [torch.cat([m, h], dim=1)[:, beg:end].detach() for m, h in zip(mems, hids)]
+    with torch.no_grad():  # copy only the kept positions: [mems[beg:]; hids[:end - mlen]]
+        return [torch.cat([m[:, beg:], h[:, max(0, beg - mlen):end - mlen]], dim=1) for m, h in zip(mems, hids)]
 
 
 def causal_mask(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device) -> Tensor:
@@ -54,3 +56,11 @@ def causal_mask(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device
 def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """``0`` where attention is allowed, ``-inf`` where it is masked (for ``scaled_dot_product_attention``)."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+
+
+@functools.lru_cache(maxsize=32)
+def cached_mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
+                     dtype: torch.dtype) -> Tensor:
+    """``additive_mask(causal_mask(...))``, built once per set of lengths (callers must not modify it)."""
+    return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
+                                     device=device), dtype)

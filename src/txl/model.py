@@ -26,7 +26,7 @@ from txl.attention import DecoderLayer
 from txl.config import TXLConfig
 from txl.errors import CheckpointError, ConfigError
 from txl.io import load_weights, save_weights
-from txl.memory import additive_mask, causal_mask, update_mems
+from txl.memory import cached_mask_bias, update_mems
 from txl.positional import build_positional
 
 
@@ -166,9 +166,8 @@ class TransformerXLLM(nn.Module):
         word_emb = self.word_emb(input_ids)  # [B, Q, D]
         ctx = self.pos_enc.begin(qlen=qlen, mlen=mlen, clamp_len=cfg.clamp_len, dtype=word_emb.dtype,
                                  device=word_emb.device)
-        mask = causal_mask(qlen=qlen, mlen=mlen, mem_len=cfg.mem_len, same_length=cfg.same_length,
-                           device=input_ids.device)
-        mask_bias = additive_mask(mask, word_emb.dtype)  # [Q, K]
+        mask_bias = cached_mask_bias(qlen=qlen, mlen=mlen, mem_len=cfg.mem_len, same_length=cfg.same_length,
+                                     device=input_ids.device, dtype=word_emb.dtype)  # [Q, K], 0 / -inf
 
         core = self.drop(self.pos_enc.embed(word_emb, ctx))  # [B, Q, D]
         hids: list[Tensor] = []
@@ -218,6 +217,12 @@ class TransformerXLLM(nn.Module):
         else:
             logprob = self.crit.log_prob(flat)
         return logprob.view(*hidden.shape[:-1], -1)
+
+    def generate(self, input_ids: Tensor, **kwargs):
+        """Incremental decoding with the memory as cache; see :func:`txl.generate.generate` for the options."""
+        from txl.generate import generate
+
+        return generate(self, input_ids, **kwargs)
 
     # ------------------------------------------------------------------ weights on disk
     def save_pretrained(self, directory: str | Path) -> Path:

@@ -48,9 +48,24 @@ def rel_shift(x: Tensor) -> Tensor:
     ``[Q, K+1]`` buffer as ``[K+1, Q]``, drop its first row and read the rest as ``[Q, K]``. Entries
     with ``j > M + i`` (future keys) hold unrelated values and must be masked by the caller.
     """
-    *lead, q, k = x.shape
-    padded = F.pad(x, (1, 0))  # [..., Q, K+1]
-    return padded.view(*lead, k + 1, q)[..., 1:, :].reshape(*lead, q, k)
+    return shift_padded(F.pad(x, (1, 0)))  # [..., Q, K+1] -> [..., Q, K]
+
+
+def shift_padded(x: Tensor) -> Tensor:
+    """:func:`rel_shift` of scores that already carry the zero column in front: ``[..., Q, K+1] -> [..., Q, K]``.
+
+    Dropping the first row of the ``[K+1, Q]`` reading and reading the rest as ``[Q, K]`` is the same as
+    skipping the first ``Q`` elements of each ``[Q, K+1]`` block, so the result is a view (no copy). The
+    strategies get the zero column for free by giving the position keys a zero row in front (their
+    matmul then writes it), which saves the pad and the reshape copies of two ``[B, H, Q, K]`` tensors.
+    """
+    *lead, q, k1 = x.shape
+    return x.flatten(-2)[..., q:].view(*lead, q, k1 - 1)
+
+
+def _zero_row_in_front(t: Tensor) -> Tensor:
+    """``[R, ...] -> [R+1, ...]`` with a zero first row (position keys whose scores suit :func:`shift_padded`)."""
+    return torch.cat([t.new_zeros(1, *t.shape[1:]), t], dim=0)
 
 
 def sinusoid(pos_seq: Tensor, inv_freq: Tensor) -> Tensor:
@@ -101,7 +116,7 @@ class PositionalEncoding(nn.Module):
 
     def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None,
                         ctx: PositionContext) -> Tensor | None:
-        """Position term ``P`` of the score, ``[B, H, Q, K]`` (unscaled), or None."""
+        """Position term ``P`` of the score, ``[B, H, Q, K]`` (unscaled; may be a strided view), or None."""
         return None
 
 
@@ -146,9 +161,12 @@ class RelativeSinusoid(_SinusoidTable):
                         ctx: PositionContext) -> Tensor:
         assert r_net is not None and ctx.table is not None
         v = self.r_r_bias[layer] if self.untie_r else self.r_r_bias  # [H, E]
-        r_head_k = r_net(ctx.table).view(ctx.klen, self.n_head, self.d_head)  # [K, H, E]
-        bd = (q + v[:, None, :]) @ r_head_k.permute(1, 2, 0)  # [B, H, Q, E] @ [H, E, K] -> [B, H, Q, K]
-        return rel_shift(bd)
+        bsz, n_head, qlen, d_head = q.shape
+        r_head_k = _zero_row_in_front(r_net(ctx.table).view(ctx.klen, n_head, d_head))  # [K+1, H, E]
+        q_v = (q + v[:, None, :]).transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
+        # One matmul per head ([H, B*Q, E] @ [H, E, K+1]); a [B, H]-batched one would expand R over B.
+        bd = torch.bmm(q_v, r_head_k.permute(1, 2, 0)).view(n_head, bsz, qlen, ctx.klen + 1)  # [H, B, Q, K+1]
+        return shift_padded(bd).transpose(0, 1)  # [B, H, Q, K], a view (head-major in memory)
 
 
 class RelativeLearned(PositionalEncoding):
@@ -175,9 +193,10 @@ class RelativeLearned(PositionalEncoding):
             r_bias = torch.cat([r_bias[:1].expand(pad, -1), r_bias], 0)
         else:
             r_emb, r_bias = r_emb[-klen:], r_bias[-klen:]
-        b = q @ r_emb.permute(1, 2, 0)  # [B, H, Q, E] @ [H, E, K] -> [B, H, Q, K]
-        d = r_bias.t()[None, :, None, :]  # [1, H, 1, K]
-        return rel_shift(b + d)
+        r_emb, r_bias = _zero_row_in_front(r_emb), _zero_row_in_front(r_bias)  # [K+1, H, E], [K+1, H]
+        b = q @ r_emb.permute(1, 2, 0)  # [B, H, Q, E] @ [H, E, K+1] -> [B, H, Q, K+1]
+        d = r_bias.t()[None, :, None, :]  # [1, H, 1, K+1]
+        return shift_padded(b + d)  # [B, H, Q, K]
 
 
 class AbsoluteSinusoid(_SinusoidTable):

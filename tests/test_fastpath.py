@@ -1,0 +1,136 @@
+"""The fast paths of attention/positional/memory equal the plain formulas they replace.
+
+* ``shift_padded`` on scores whose zero column comes from a zero key row == the paper's pad/view shift;
+* ``attend`` without gradient (``scaled_dot_product_attention``) == with gradient (``baddbmm`` + softmax)
+  == a plain ``softmax((q k^T + p) * scale + mask) v``, for every ``attn_type``;
+* the whole model under ``no_grad`` == with gradient;
+* the memory update copies only the kept positions, as ``cat([mem, hid])[beg:end]``;
+* the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
+* (GPU) a tiny model gives the same NLL on CUDA as on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from txl import TransformerXLLM, TXLConfig
+from txl.attention import Dropout, attend
+from txl.memory import additive_mask, cached_mask_bias, causal_mask, update_mems
+from txl.positional import shift_padded
+
+V = 40
+
+
+def _official_rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """The official ``_rel_shift`` (pad a zero column, view as [K+1, Q], drop a row, view back), batch-first."""
+    *lead, q, k = x.shape
+    padded = torch.cat([x.new_zeros(*lead, q, 1), x], dim=-1)
+    return padded.view(*lead, k + 1, q)[..., 1:, :].reshape(*lead, q, k)
+
+
+@pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (3, 5), (6, 6), (2, 9)])
+def test_zero_key_row_shift_equals_official_shift(qlen: int, mlen: int) -> None:
+    gen = torch.Generator().manual_seed(qlen * 7 + mlen)
+    klen = qlen + mlen
+    q = torch.randn(2, 3, qlen, 5, generator=gen)
+    r = torch.randn(klen, 3, 5, generator=gen)  # [K, H, E]
+    reference = _official_rel_shift(q @ r.permute(1, 2, 0))
+    r_ext = torch.cat([r.new_zeros(1, 3, 5), r])  # [K+1, H, E]
+    fast = shift_padded(q @ r_ext.permute(1, 2, 0))
+    torch.testing.assert_close(fast, reference, rtol=1e-6, atol=1e-6)
+    # the head-major layout the relative strategy uses gives the same view
+    hm = torch.bmm(q.transpose(0, 1).reshape(3, 2 * qlen, 5), r_ext.permute(1, 2, 0)).view(3, 2, qlen, klen + 1)
+    torch.testing.assert_close(shift_padded(hm).transpose(0, 1), reference, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("with_p", [True, False])
+def test_attend_paths_equal_plain_softmax(with_p: bool) -> None:
+    gen = torch.Generator().manual_seed(1)
+    B, H, Q, M, E = 2, 3, 5, 4, 8
+    K = Q + M
+    q, k, v = (torch.randn(B, H, n, E, generator=gen) for n in (Q, K, K))
+    p = torch.randn(B, H, Q, K, generator=gen) if with_p else None
+    mask = additive_mask(causal_mask(qlen=Q, mlen=M, mem_len=M, same_length=True, device=q.device), q.dtype)
+    scale = E**-0.5
+    plain = torch.softmax((q @ k.transpose(-1, -2) + (p if with_p else 0)) * scale + mask, -1) @ v
+    with torch.no_grad():
+        fused = attend(q, k, v, p, mask, scale=scale, dropatt=0.0)
+    qg = q.clone().requires_grad_()
+    explicit = attend(qg, k, v, p, mask, scale=scale, dropatt=0.0)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(explicit, plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
+@pytest.mark.parametrize("same_length", [False, True])
+def test_model_no_grad_equals_grad_path(attn_type: int, same_length: bool) -> None:
+    torch.manual_seed(0)
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=5,
+                    attn_type=attn_type, same_length=same_length, clamp_len=3 if same_length else -1,
+                    pre_lnorm=attn_type == 2, init_std=0.3)
+    model = TransformerXLLM(cfg).eval()
+    x = torch.randint(0, V, (3, 4), generator=torch.Generator().manual_seed(2))
+    mems = model(x).mems
+    with_grad = model(x, x, mems)
+    with torch.no_grad():
+        without = model(x, x, mems)
+    torch.testing.assert_close(without.nll, with_grad.nll, rtol=1e-5, atol=1e-5)
+    for a, b in zip(without.mems, with_grad.mems):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("mlen,qlen,mem_len,ext_len", [(0, 4, 6, 0), (6, 4, 6, 0), (3, 4, 6, 0), (6, 4, 3, 0),
+                                                       (2, 5, 4, 2), (0, 3, 8, 1)])
+def test_update_mems_equals_cat_slice(mlen: int, qlen: int, mem_len: int, ext_len: int) -> None:
+    mems = [torch.randn(2, mlen, 3)]
+    hids = [torch.randn(2, qlen, 3, requires_grad=True)]
+    end = mlen + max(0, qlen - ext_len)
+    beg = max(0, end - mem_len)
+    (new,) = update_mems(hids, mems, mlen=mlen, qlen=qlen, mem_len=mem_len, ext_len=ext_len)
+    assert torch.equal(new, torch.cat([mems[0], hids[0]], 1)[:, beg:end])
+    assert not new.requires_grad
+
+
+def test_cached_mask_bias_equals_fresh_mask() -> None:
+    for same_length in (False, True):
+        fresh = additive_mask(causal_mask(qlen=4, mlen=6, mem_len=6, same_length=same_length,
+                                          device=torch.device("cpu")), torch.float32)
+        cached = cached_mask_bias(qlen=4, mlen=6, mem_len=6, same_length=same_length, device=torch.device("cpu"),
+                                  dtype=torch.float32)
+        assert torch.equal(fresh, cached)
+
+
+def test_dropout_keeps_distribution_and_scale() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(200_000, requires_grad=True)
+    drop = Dropout(0.25)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.01
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.75))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # gradient = mask * scale
+    assert torch.equal(drop.eval()(x), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu() -> None:
+    torch.manual_seed(0)
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6,
+                    cutoffs=[10, 20], div_val=2, init_std=0.3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = TransformerXLLM(cfg).eval()
+    gpu = TransformerXLLM(cfg).eval().cuda()
+    gpu.load_state_dict(model.state_dict())
+    x = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(3))
+    mems_c = mems_g = None
+    for _ in range(3):
+        out_c, out_g = model(x, x, mems_c), gpu(x.cuda(), x.cuda(), mems_g)
+        mems_c, mems_g = out_c.mems, out_g.mems
+        torch.testing.assert_close(out_g.nll.cpu(), out_c.nll, rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            torch.testing.assert_close(gpu(x.cuda(), x.cuda(), mems_g).nll.cpu(),
+                                       model(x, x, mems_c).nll, rtol=1e-4, atol=1e-4)
