@@ -207,3 +207,10 @@ def test_sampled_softmax_model_trains_and_evaluates_with_full_softmax() -> None:
     model.eval()
     out = model(x, x, return_logits=True)
     torch.testing.assert_close(out.nll, -out.logits.gather(-1, x[..., None]).squeeze(-1))
+
+
+def test_float64_model_keeps_float64_nll() -> None:
+    model = tiny(cutoffs=[10, 30], div_val=2).double()
+    x = torch.randint(0, V, (2, 4))
+    out = model(x, x, return_logits=True)
+    assert out.nll.dtype == torch.float64 and out.logits.dtype == torch.float64

@@ -25,6 +25,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def log_softmax32(logits: Tensor) -> Tensor:
+    """``log_softmax`` over the last dim in at least float32 (half precision is upcast, float64 kept)."""
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
 def _cluster_bounds(n_token: int, cutoffs: list[int]) -> list[tuple[int, int]]:
     return list(pairwise([0, *cutoffs, n_token]))
 
@@ -117,7 +122,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
 
     def nll(self, hidden: Tensor, target: Tensor) -> Tensor:
         """Negative log-likelihood ``[N]`` of ``target [N]`` given ``hidden [N, D]``, in input order."""
-        head_logprob = F.log_softmax(self._logit(hidden, *self._cluster_params(0)).float(), dim=-1)
+        head_logprob = log_softmax32(self._logit(hidden, *self._cluster_params(0)))
         if not self.n_clusters:
             return -head_logprob.gather(1, target[:, None]).squeeze(1)
         nll = torch.empty(target.shape, dtype=head_logprob.dtype, device=hidden.device)
@@ -129,19 +134,19 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             if i == 0:
                 logprob = head_logprob[idx].gather(1, tgt_i[:, None]).squeeze(1)
             else:
-                tail = F.log_softmax(self._logit(hidden[idx], *self._cluster_params(i)).float(), dim=-1)
+                tail = log_softmax32(self._logit(hidden[idx], *self._cluster_params(i)))
                 logprob = head_logprob[idx, -i] + tail.gather(1, tgt_i[:, None]).squeeze(1)
             nll.index_copy_(0, idx, -logprob)
         return nll
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         """Full log-distribution ``[N, n_token]`` (for sampling and inspection; costs N x n_token)."""
-        head_logprob = F.log_softmax(self._logit(hidden, *self._cluster_params(0)).float(), dim=-1)
+        head_logprob = log_softmax32(self._logit(hidden, *self._cluster_params(0)))
         if not self.n_clusters:
             return head_logprob
         parts = [head_logprob[:, : self.shortlist]]
         for i in range(1, len(self.bounds)):
-            tail = F.log_softmax(self._logit(hidden, *self._cluster_params(i)).float(), dim=-1)
+            tail = log_softmax32(self._logit(hidden, *self._cluster_params(i)))
             parts.append(head_logprob[:, -i, None] + tail)
         return torch.cat(parts, dim=1)
 

@@ -18,10 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from txl.adaptive import AdaptiveEmbedding, LogUniformSampler, ProjectedAdaptiveLogSoftmax, sampled_logits
+from txl.adaptive import (
+    AdaptiveEmbedding,
+    LogUniformSampler,
+    ProjectedAdaptiveLogSoftmax,
+    log_softmax32,
+    sampled_logits,
+)
 from txl.attention import DecoderLayer
 from txl.config import TXLConfig
 from txl.errors import CheckpointError, ConfigError
@@ -204,8 +209,8 @@ class TransformerXLLM(nn.Module):
                 neg = self.sampler.sample().to(hidden.device)
                 logit = sampled_logits(self.out_layer.weight, self.out_layer.bias, target, hidden, neg,
                                        self.sampler.log_q)
-                return -F.log_softmax(logit.float(), dim=-1)[:, 0]
-            logprob = F.log_softmax(self.out_layer(hidden).float(), dim=-1)
+                return -log_softmax32(logit)[:, 0]
+            logprob = log_softmax32(self.out_layer(hidden))
             return -logprob.gather(1, target[:, None]).squeeze(1)
         return self.crit.nll(hidden, target)
 
@@ -213,7 +218,7 @@ class TransformerXLLM(nn.Module):
         """Next-token log-probabilities ``[..., n_token]`` from final hidden states ``[..., D]``."""
         flat = hidden.reshape(-1, hidden.size(-1))
         if self.config.sample_softmax > 0:
-            logprob = F.log_softmax(self.out_layer(flat).float(), dim=-1)
+            logprob = log_softmax32(self.out_layer(flat))
         else:
             logprob = self.crit.log_prob(flat)
         return logprob.view(*hidden.shape[:-1], -1)
