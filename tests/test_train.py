@@ -244,8 +244,6 @@ def test_a_fresh_run_refuses_an_existing_run_directory(tmp_path, corpus) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="KNOWN BROKEN: with torch 2.13 CPU the inductor-compiled backward raises "
-                   "'TypeError: expected Tensor() for op: input'; --compile is not usable yet", strict=True)
 def test_torch_compile_matches_eager(tmp_path, corpus) -> None:
     losses = []
     for compiled in (False, True):

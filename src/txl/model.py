@@ -43,7 +43,7 @@ class LMOutput:
     nll: Tensor | None = None  # [B, T] per-token negative log-likelihood (nats)
     loss: Tensor | None = None  # mean of nll
     logits: Tensor | None = None  # [B, T, n_token] next-token log-probabilities
-    hidden: Tensor | None = None  # [B, Q, D] final hidden states (after the output dropout)
+    hidden: Tensor | None = None  # [B, Q, D] final hidden states (after the output dropout), detached
 
 
 class TransformerXLLM(nn.Module):
@@ -193,7 +193,7 @@ class TransformerXLLM(nn.Module):
             new_mems = update_mems(hids, mems_in, mlen=mlen, qlen=qlen, mem_len=cfg.mem_len,
                                    ext_len=cfg.ext_len)
 
-        out = LMOutput(mems=new_mems, hidden=core)
+        out = LMOutput(mems=new_mems, hidden=core.detach())
         tlen = targets.size(1) if targets is not None else qlen
         pred = core[:, qlen - tlen:]  # [B, T, D]
         if targets is not None:
