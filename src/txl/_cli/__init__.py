@@ -17,12 +17,13 @@ from txl.errors import TXLError
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from txl._cli import convert, data, train
+    from txl._cli import bench, convert, data, experiment, generate, plot, train
+    from txl._cli import eval as eval_cmd
 
     parser = argparse.ArgumentParser(prog="txl", description="Transformer-XL: train, evaluate, convert, sample.")
     parser.add_argument("--version", action="version", version=f"txl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (train, data, convert):
+    for module in (train, data, convert, generate, plot, eval_cmd, experiment, bench):
         module.add_parser(sub)
     return parser
 

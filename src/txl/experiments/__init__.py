@@ -1,0 +1,10 @@
+"""The paper's experiments on top of the library: RECL (Table 8), evaluation speed (Table 9), ablations
+(Tables 6 and 10), and the tables/plots they produce.
+
+* :mod:`txl.experiments.recl` — relative effective context length, exactly as the paper's Appendix C;
+* :mod:`txl.experiments.speed` — per-token evaluation time, Transformer-XL memory vs vanilla sliding window;
+* :mod:`txl.experiments.ablations` — recurrence x encoding x Full/Half loss variants, trained and compared;
+* :mod:`txl.experiments.tables` — Markdown tables and matplotlib plots.
+
+Nothing in the library imports this package; the CLI (``txl recl``, ``txl experiment ...``) does.
+"""

@@ -1,0 +1,246 @@
+"""Ablations of paper Table 6 (recurrence x encoding x loss) and Table 10 (equal GPU memory), at a chosen scale.
+
+Every variant is the same model size trained the same way on the same data; what changes:
+
+* **recurrence**: memories carried between training segments (``mem_len = tgt_len``) or not (``mem_len = 0``);
+* **encoding**: ``ours`` (attn_type 0), ``shaw`` (1, Shaw et al. 2018), ``vaswani`` (2, absolute sinusoid),
+  ``alrfou`` (3, learned absolute per layer, Al-Rfou et al. 2018);
+* **loss**: ``full`` (cross entropy on every position of the segment) or ``half`` (only on the second half,
+  as Al-Rfou et al.: "half losses exclude positions with very short attention lengths during training").
+  Implemented here by averaging the per-token NLL over the last ``tgt_len // 2`` positions.
+
+Table 6 (first two blocks) is :data:`TABLE6`. The paper's memory-constrained comparison (its Table 10,
+Appendix A: XL with backprop length 128 against no recurrence with 176 / 172 at the same GPU memory) is
+:data:`TABLE10`: at our scale the no-recurrence rows train with ``tgt_len = round(T * 176 / 128)`` (full) and
+``round(T * 172 / 128)`` (half) where XL trains with ``tgt_len = mem_len = T``. We match the paper's
+length ratios rather than measured memory: on a CPU the peak activation memory of a segment grows with the
+keys per query, which is ``2T`` for XL (``T`` of them in memory, without gradient) and ``~1.37 T`` for the
+baseline, so the baseline uses less memory than XL here, never more.
+
+Evaluation of each variant on the validation split (batch 10, the official ``eval.py`` scoring):
+
+* **PPL init**: the training lengths. Recurrence: ``tgt_len = mem_len = T``. No recurrence, full loss:
+  ``tgt_len = T``, no memory. No recurrence, half loss: ``tgt_len = T/2`` with ``ext_len = T/2`` (each scored
+  token sees between ``T/2`` and ``T`` earlier tokens, the positions it was trained on).
+* **PPL best**: the best over evaluation attention lengths ``A`` in the grid (``A = mem_len + tgt_len`` keys
+  for the last query of a segment, ``tgt_len = T``), where the encoding allows a memory at evaluation
+  (attn_type 3 only up to its learned positions); **Attn Len** is the ``A`` of that best value (``T`` or
+  ``T/2 + T/2`` for the init setting, ``2T`` for XL init).
+
+Training is our own minimal loop (Adam, linear warm-up then cosine, gradient clipping 0.25, memories carried
+as in the official loop), not :mod:`txl.train`, because the half loss needs the per-token NLL. Each finished
+variant leaves ``OUT/<variant>/`` (``config.json``, ``model.safetensors``, ``result.json``); a re-run skips
+finished variants, so the experiment is resumable per variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from txl.config import TXLConfig
+from txl.errors import ConfigError
+from txl.evaluate import evaluate
+from txl.model import TransformerXLLM
+
+ENCODINGS = {"ours": 0, "shaw": 1, "vaswani": 2, "alrfou": 3}
+ENCODING_NAMES = {"ours": "Ours", "shaw": "Shaw et al. (2018)", "vaswani": "Vaswani et al. (2017)",
+                  "alrfou": "Al-Rfou et al. (2018)"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One ablation row: recurrence, encoding, loss, and the training segment length relative to ``T``."""
+
+    recurrence: bool
+    encoding: str
+    loss: str  # "full" | "half"
+    length_scale: float = 1.0  # training tgt_len = round(T * length_scale)
+
+    @property
+    def name(self) -> str:
+        scale = "" if self.length_scale == 1.0 else f"-x{self.length_scale:g}"
+        return f"{'rec' if self.recurrence else 'norec'}-{self.encoding}-{self.loss}{scale}"
+
+
+TABLE6 = (
+    Variant(True, "ours", "full"), Variant(True, "shaw", "full"), Variant(True, "ours", "half"),
+    Variant(False, "ours", "full"), Variant(False, "ours", "half"), Variant(False, "shaw", "full"),
+    Variant(False, "shaw", "half"), Variant(False, "vaswani", "half"), Variant(False, "alrfou", "half"),
+)
+TABLE10 = (
+    Variant(True, "ours", "full"), Variant(True, "ours", "half"),
+    Variant(False, "ours", "full", 176 / 128), Variant(False, "ours", "half", 172 / 128),
+)
+
+
+def parse_variant(text: str) -> Variant:
+    """``rec-ours-full``, ``norec-alrfou-half``, ``norec-ours-full-x1.375`` -> :class:`Variant`."""
+    parts = text.split("-")
+    try:
+        rec, enc, loss = parts[:3]
+        scale = float(parts[3][1:]) if len(parts) > 3 else 1.0
+        if rec not in ("rec", "norec") or enc not in ENCODINGS or loss not in ("full", "half") or len(parts) > 4:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise ConfigError(f"bad variant {text!r}: expected rec|norec-{'|'.join(ENCODINGS)}-full|half[-xSCALE], "
+                          "e.g. norec-alrfou-half") from None
+    return Variant(rec == "rec", enc, loss, scale)
+
+
+def variant_config(base: TXLConfig, v: Variant, tgt_len: int) -> TXLConfig:
+    """The model config of a variant: ``base`` size, the variant's encoding and lengths."""
+    tgt = max(2, round(tgt_len * v.length_scale))
+    return dataclasses.replace(base, attn_type=ENCODINGS[v.encoding], tgt_len=tgt,
+                               mem_len=tgt if v.recurrence else 0, ext_len=0, same_length=False,
+                               untie_r=base.untie_r and v.encoding == "ours")
+
+
+# ---------------------------------------------------------------------------------------------- training
+def _lr_at(step: int, *, lr: float, warmup: int, steps: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return 0.5 * lr * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+
+
+def train_lm(cfg: TXLConfig, data: np.ndarray, *, steps: int, batch_size: int = 16, lr: float = 1e-3,
+             warmup: int = 50, half_loss: bool = False, clip: float = 0.25, seed: int = 0,
+             max_minutes: float | None = None, log: Callable[[str], None] | None = None,
+             log_every: int = 50) -> tuple[TransformerXLLM, dict[str, Any]]:
+    """Train ``cfg`` on ``data`` (ordered streams, memories carried when ``mem_len > 0``); ``half_loss``
+    averages the NLL over the second half of each segment only. Returns the model (eval mode) and a log."""
+    from txl.data import LMOrderedIterator
+
+    torch.manual_seed(seed)
+    model = TransformerXLLM(cfg)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    it = LMOrderedIterator(data, batch_size, cfg.tgt_len, cfg.ext_len, seed=seed)
+    mems, step, start, losses, history = None, 0, time.monotonic(), [], []
+    stopped = "steps"
+    while step < steps:
+        for batch in it:
+            if step >= steps:
+                break
+            if max_minutes is not None and time.monotonic() - start > 60 * max_minutes:
+                stopped, steps = "time", step
+                break
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, lr=lr, warmup=warmup, steps=steps)
+            out = model(batch.input_ids, batch.targets, mems)
+            nll = out.nll  # [B, T]
+            loss = nll[:, nll.size(1) // 2 :].mean() if half_loss else nll.mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            mems = out.mems or None
+            losses.append(loss.item())
+            step += 1
+            if step % log_every == 0 or step == steps:
+                minutes = (time.monotonic() - start) / 60
+                history.append({"step": step, "loss": float(np.mean(losses)), "minutes": minutes})
+                if log is not None:
+                    log(f"step {step}/{steps} loss {np.mean(losses):.4f} ({history[-1]['minutes']:.1f} min)")
+                losses = []
+        mems = None  # a new epoch restarts the memories, as the official loop
+    model.eval()
+    return model, {"steps": step, "minutes": (time.monotonic() - start) / 60, "stopped": stopped,
+                   "history": history}
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def _init_lengths(v: Variant, cfg: TXLConfig) -> dict[str, Any]:
+    T = cfg.tgt_len
+    if v.recurrence:
+        return dict(tgt_len=T, mem_len=T, ext_len=0, attn_len=2 * T)
+    if v.loss == "half":
+        return dict(tgt_len=T - T // 2, mem_len=0, ext_len=T // 2, attn_len=T)
+    return dict(tgt_len=T, mem_len=0, ext_len=0, attn_len=T)
+
+
+def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, attn_grid: Sequence[int], *,
+                     batch_size: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
+    """PPL init and PPL best over ``attn_grid`` (module docstring)."""
+    cfg = model.built_config
+    T = cfg.tgt_len
+    init = _init_lengths(v, cfg)
+    lengths = {k: init[k] for k in ("tgt_len", "mem_len", "ext_len")}
+    res = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, **lengths)
+    tried = [{"attn_len": init["attn_len"], **lengths, "loss": res.loss}]
+    cap = cfg.max_klen if cfg.attn_type == 3 else None
+    for A in attn_grid:
+        mem = A - T
+        if mem <= 0 or (init["attn_len"] == A and mem == init["mem_len"]) or (cap is not None and cap < A):
+            continue
+        r = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, tgt_len=T, mem_len=mem, ext_len=0)
+        tried.append({"attn_len": A, "tgt_len": T, "mem_len": mem, "ext_len": 0, "loss": r.loss})
+    best = min(tried, key=lambda d: (round(d["loss"], 6), d["attn_len"]))
+    return {"ppl_init": math.exp(res.loss), "attn_len_init": init["attn_len"], "ppl_best": math.exp(best["loss"]),
+            "attn_len_best": best["attn_len"], "tokens": res.tokens, "tried": tried}
+
+
+# ---------------------------------------------------------------------------------------------- the experiment
+def run_ablation(base: TXLConfig, train_data: np.ndarray, valid_data: np.ndarray, out_dir: str | Path,
+                 variants: Sequence[Variant] = TABLE6, *, tgt_len: int, steps: int, attn_grid: Sequence[int],
+                 batch_size: int = 16, lr: float = 1e-3, warmup: int = 50, seed: int = 0,
+                 eval_tokens: int | None = None, max_minutes: float | None = None,
+                 log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Train and evaluate every variant not yet finished under ``out_dir``; returns all rows (resumable)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for v in variants:
+        vdir = out / v.name
+        result_path = vdir / "result.json"
+        if result_path.is_file():
+            rows.append(json.loads(result_path.read_text(encoding="utf-8")))
+            if log is not None:
+                log(f"{v.name}: done before, skipped")
+            continue
+        cfg = variant_config(base, v, tgt_len)
+        if log is not None:
+            log(f"{v.name}: training {steps} steps (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
+                f"attn_type {cfg.attn_type}, {v.loss} loss)")
+        model, train_log = train_lm(cfg, train_data, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
+                                    half_loss=v.loss == "half", seed=seed, max_minutes=max_minutes, log=log)
+        t0 = time.monotonic()
+        ev = evaluate_variant(model, v, valid_data, attn_grid, max_tokens=eval_tokens)
+        row = {"variant": v.name, "recurrence": v.recurrence, "encoding": v.encoding, "loss": v.loss,
+               "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len, "params": model.num_parameters(),
+               "train_steps": train_log["steps"], "train_minutes": round(train_log["minutes"], 2),
+               "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev, "train_history": train_log["history"]}
+        vdir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(vdir)
+        result_path.write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+        rows.append(row)
+        if log is not None:
+            log(f"{v.name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "
+                f"(attn {ev['attn_len_best']})")
+    return rows
+
+
+def ablation_table(rows: Sequence[dict[str, Any]], *, char_level: bool = False) -> str:
+    """Table 6 layout (plus training lengths and parameter counts). ``char_level`` adds bpc columns."""
+    from txl.experiments.tables import markdown_table
+
+    body = []
+    for r in rows:
+        cells = ["✓" if r["recurrence"] else "✗", ENCODING_NAMES[r["encoding"]], r["loss"].capitalize(),
+                 f"{r['ppl_init']:.3f}", f"{r['ppl_best']:.3f}", r["attn_len_best"],
+                 f"{r['train_tgt_len']}/{r['train_mem_len']}", f"{r['params']:,}", r["train_minutes"]]
+        if char_level:
+            cells[3:5] = [f"{math.log2(r['ppl_init']):.4f}", f"{math.log2(r['ppl_best']):.4f}"]
+        body.append(cells)
+    metric = "bpc" if char_level else "PPL"
+    return markdown_table(["Recurrence", "Encoding", "Loss", f"{metric} init", f"{metric} best", "Attn Len",
+                           "train tgt/mem", "params", "train min"], body)
