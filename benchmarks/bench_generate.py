@@ -19,7 +19,6 @@ Prints a Markdown table and writes JSON (``--out``). Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import time
@@ -27,22 +26,8 @@ import time
 import torch
 
 from txl import TransformerXLLM, TXLConfig
+from txl.bench import hf_type_as_patch
 from txl.generate import generate, reference_generate
-
-
-@contextlib.contextmanager
-def _hf_type_as_patch():
-    """transformers' TransfoXL calls ``Tensor.type_as(dtype=...)``, which recent torch rejects."""
-    original = torch.Tensor.type_as
-
-    def type_as(self, other=None, dtype=None):
-        return self.to(dtype) if other is None else original(self, other)
-
-    torch.Tensor.type_as = type_as
-    try:
-        yield
-    finally:
-        torch.Tensor.type_as = original
 
 
 def _model(n_token: int, seed: int) -> TransformerXLLM:
@@ -75,7 +60,7 @@ def _timed(fn):
 
 
 def _hf_run(hf, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, str]:
-    with _hf_type_as_patch(), torch.no_grad():
+    with hf_type_as_patch(), torch.no_grad():
         try:
             out = hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
                               eos_token_id=None)

@@ -1,7 +1,7 @@
 """attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.convert.
 
 HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Several
-of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``_hf_type_as_patch``
+of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_type_as_patch``
 makes that call work for the duration of a test. HF differs from the official code in ways the test
 handles explicitly: its memories start as ``mem_len`` zeros unless given (we pass empty ones), it keeps
 ``n_layer`` memories (we keep ``n_layer + 1``), its loss shifts labels internally and reorders tokens by
@@ -10,32 +10,17 @@ cluster unless ``keep_order=True``, and its cluster rows are in the opposite ord
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from txl import TransformerXLLM
+from txl.bench import hf_type_as_patch
 from txl.convert import config_from_hf, from_hf, from_hf_state_dict, to_hf_state_dict
 
 transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
 from transformers.models.deprecated.transfo_xl import TransfoXLConfig  # noqa: E402
 
 B, Q, N_SEG = 3, 6, 3
-
-
-@contextlib.contextmanager
-def _hf_type_as_patch():
-    original = torch.Tensor.type_as
-
-    def type_as(self, other=None, dtype=None):
-        return self.to(dtype) if other is None else original(self, other)
-
-    torch.Tensor.type_as = type_as
-    try:
-        yield
-    finally:
-        torch.Tensor.type_as = original
 
 
 def _randomize(module: torch.nn.Module, seed: int) -> None:
@@ -80,7 +65,7 @@ def test_matches_hf_transfo_xl(case: str) -> None:
     our_mems = None
     hf_total = our_total = 0.0
     worst = 0.0
-    with _hf_type_as_patch():
+    with hf_type_as_patch():
         for s in range(N_SEG):
             x, y = data[:, s * Q:(s + 1) * Q], data[:, s * Q + 1:(s + 1) * Q + 1]
             h = hf.transformer(input_ids=x, mems=hf_mems)

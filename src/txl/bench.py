@@ -100,7 +100,7 @@ class BenchOptions:
 
 
 @contextlib.contextmanager
-def _hf_type_as_patch() -> Iterator[None]:
+def hf_type_as_patch() -> Iterator[None]:
     """transformers 4.35-4.57 TransfoXL calls ``Tensor.type_as(dtype=...)``, which torch rejects."""
     original = torch.Tensor.type_as
 
@@ -169,7 +169,7 @@ class _Runner:
         if self.autocast:
             stack.enter_context(torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16))
         if self.is_hf:
-            stack.enter_context(_hf_type_as_patch())
+            stack.enter_context(hf_type_as_patch())
         return stack
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, mems):
@@ -330,7 +330,7 @@ def check_equal(ours: TransformerXLLM, hf, x: torch.Tensor, y: torch.Tensor, n_s
     d = ours.config.d_model
     hf_mems = [x.new_empty(0, bsz, d, dtype=torch.float32) for _ in range(ours.config.n_layer)]
     mems, worst = None, 0.0
-    with torch.no_grad(), _hf_type_as_patch():
+    with torch.no_grad(), hf_type_as_patch():
         for _ in range(n_seg):
             h = hf.transformer(input_ids=x, mems=hf_mems)
             hf_mems = h.mems
