@@ -16,14 +16,13 @@ construction for evaluation (the paper evaluates with a much longer memory than 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from txl.errors import ConfigError
+from txl.errors import ConfigError, did_you_mean
 
 #: ``attn_type`` values of the official code (paper Table 6 ablations).
 ATTN_TYPES = {
@@ -32,6 +31,17 @@ ATTN_TYPES = {
     2: "absolute sinusoid added to the input (Vaswani et al., 2017)",
     3: "absolute learnable embeddings added at every layer (Al-Rfou et al., 2018)",
 }
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """Parse ``text`` as a JSON object, or raise a one-line :class:`ConfigError` about ``what``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} JSON must be an object")
+    return data
 
 
 @dataclass
@@ -147,9 +157,7 @@ class TXLConfig:
         unknown = [k for k in data if k not in known]
         if unknown:
             key = unknown[0]
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown model config key {key!r}{hint}")
+            raise ConfigError(f"unknown model config key {key!r}{did_you_mean(key, known)}")
         if "n_token" not in data:
             raise ConfigError("model config lacks the required key 'n_token'")
         try:
@@ -172,10 +180,4 @@ class TXLConfig:
             if not path.is_file():
                 raise ConfigError(f"config file not found: {path}")
             text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"config is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError("config JSON must be an object")
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text, "config"))

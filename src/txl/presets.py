@@ -9,12 +9,11 @@ word-level models) the PyTorch setting is used and the TF one noted. Each functi
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable
 from typing import Any
 
 from txl.config import TXLConfig
-from txl.errors import ConfigError
+from txl.errors import ConfigError, did_you_mean
 from txl.train_config import TrainConfig
 
 _WT103_CUTOFFS = [20000, 40000, 200000]
@@ -110,9 +109,8 @@ MODEL_PRESETS: dict[str, Callable[..., TXLConfig]] = {
 def model_preset(name: str, n_token: int, **overrides: Any) -> TXLConfig:
     """The preset ``name`` for a vocabulary of ``n_token``, with overrides; suggests the closest name."""
     if name not in MODEL_PRESETS:
-        close = difflib.get_close_matches(name, MODEL_PRESETS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown model preset {name!r}{hint}; known: {', '.join(MODEL_PRESETS)}")
+        raise ConfigError(f"unknown model preset {name!r}{did_you_mean(name, MODEL_PRESETS)}; "
+                          f"known: {', '.join(MODEL_PRESETS)}")
     return MODEL_PRESETS[name](n_token, **overrides)
 
 
@@ -243,7 +241,6 @@ TRAIN_PRESETS: dict[str, Callable[[], TrainConfig]] = {
 def train_preset(name: str) -> TrainConfig:
     """The training preset ``name``; an unknown name is a :class:`ConfigError` suggesting the closest."""
     if name not in TRAIN_PRESETS:
-        close = difflib.get_close_matches(name, TRAIN_PRESETS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown training preset {name!r}{hint}; known: {', '.join(TRAIN_PRESETS)}")
+        raise ConfigError(f"unknown training preset {name!r}{did_you_mean(name, TRAIN_PRESETS)}; "
+                          f"known: {', '.join(TRAIN_PRESETS)}")
     return TRAIN_PRESETS[name]()

@@ -15,14 +15,13 @@ run directory (``{"train": ..., "model": ...}``) is accepted as well.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txl.config import TXLConfig
-from txl.errors import ConfigError
+from txl.config import TXLConfig, json_object
+from txl.errors import ConfigError, did_you_mean
 
 OPTIMIZERS = ("adam", "sgd", "adagrad")
 SCHEDULERS = ("cosine", "inv_sqrt", "constant", "dev_perf")
@@ -122,12 +121,13 @@ class TrainConfig:
         for name, allowed in (("optim", OPTIMIZERS), ("scheduler", SCHEDULERS), ("precision", PRECISIONS)):
             value = getattr(self, name)
             if value not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{_hint(value, allowed)}")
+                hint = did_you_mean(value, allowed)
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{hint}")
         if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         bad = [k for k in self.model_overrides if k not in MODEL_KEYS]
         if bad:
-            raise ConfigError(f"unknown model config key {bad[0]!r}{_hint(bad[0], MODEL_KEYS)}")
+            raise ConfigError(f"unknown model config key {bad[0]!r}{did_you_mean(bad[0], MODEL_KEYS)}")
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
@@ -153,7 +153,7 @@ class TrainConfig:
             elif key in MODEL_KEYS:
                 overrides[key] = value
             else:
-                raise ConfigError(f"unknown config key {key!r}{_hint(key, [*train_keys, *MODEL_KEYS])}")
+                raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, [*train_keys, *MODEL_KEYS])}")
         values["model_overrides"] = overrides
         try:
             return cls(**values)
@@ -165,13 +165,7 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"training config is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError("training config JSON must be an object")
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text, "training config"))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -200,11 +194,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         flat["model_overrides"] = {**model, **flat.get("model_overrides", {})}
         return flat
     return data
-
-
-def _hint(value: str, known: Any) -> str:
-    close = difflib.get_close_matches(str(value), sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _typed(cfg: TrainConfig) -> None:
