@@ -6,6 +6,10 @@
 * the whole model under ``no_grad`` == with gradient;
 * the memory update copies only the kept positions, as ``cat([mem, hid])[beg:end]``;
 * the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
+* the fused ``relu_dropout`` of the feed-forward == ``ReLU`` then dropout with the same mask, values and
+  gradients, keeping only its output for backward;
+* ``recompute_attention`` gives the same loss and gradients as the default path (dropout and dropatt on,
+  every ``attn_type``) and keeps fewer bytes for backward;
 * (GPU) a tiny model gives the same NLL on CUDA as on the CPU.
 """
 
@@ -15,7 +19,7 @@ import pytest
 import torch
 
 from txl import TransformerXLLM, TXLConfig
-from txl.attention import Dropout, attend
+from txl.attention import Dropout, attend, relu_dropout
 from txl.memory import additive_mask, cached_mask_bias, causal_mask, update_mems
 from txl.positional import shift_padded
 
@@ -112,6 +116,69 @@ def test_dropout_keeps_distribution_and_scale() -> None:
     y.sum().backward()
     assert torch.equal(x.grad, y.detach())  # gradient = mask * scale
     assert torch.equal(drop.eval()(x), x)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+def test_relu_dropout_equals_relu_then_dropout(p: float) -> None:
+    h = torch.randn(64, 300, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    g = torch.randn(64, 300, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(5)
+    out = relu_dropout(h, p, training=True)
+    torch.manual_seed(5)
+    keep = torch.rand_like(h) >= p  # the mask the fused op draws (same generator state)
+    ref_h = h.detach().clone().requires_grad_(True)
+    ref = torch.relu(ref_h) * keep * (1.0 / (1.0 - p))
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    torch.testing.assert_close(h.grad, ref_h.grad, rtol=1e-7, atol=0)
+    if p > 0:
+        assert abs((out != 0).float().mean().item() - 0.5 * (1 - p)) < 0.02  # half positive, then kept
+        # Only the output is kept for backward (shared with the next Linear): 4 bytes per element.
+        kept: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            relu_dropout(h, p, training=True)
+        assert [t.shape for t in kept] == [h.shape] and kept[0].dtype == h.dtype
+    assert torch.equal(relu_dropout(h, p, training=False), torch.relu(h))
+
+
+def _saved_bytes(fn) -> int:
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
+def test_recompute_attention_equals_default(attn_type: int) -> None:
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8,
+                    attn_type=attn_type, dropout=0.2, dropatt=0.2, init_std=0.3, pre_lnorm=attn_type == 2)
+    torch.manual_seed(0)
+    plain = TransformerXLLM(cfg).train()
+    fast = TransformerXLLM(cfg).train()
+    fast.load_state_dict(plain.state_dict())
+    fast.recompute_attention(True)
+    x = torch.randint(0, V, (3, 8), generator=torch.Generator().manual_seed(3))
+    mems_p = mems_f = None
+    for seg in range(3):
+        torch.manual_seed(10 + seg)
+        out_p = plain(x, x, mems_p)
+        out_p.loss.backward()
+        torch.manual_seed(10 + seg)
+        out_f = fast(x, x, mems_f)
+        out_f.loss.backward()
+        torch.testing.assert_close(out_f.nll, out_p.nll, rtol=0, atol=0)
+        for (name, a), b in zip(plain.named_parameters(), fast.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
+        mems_p, mems_f = out_p.mems, out_f.mems
+    saved_plain = _saved_bytes(lambda: plain(x, x, mems_p))
+    saved_fast = _saved_bytes(lambda: fast(x, x, mems_f))
+    assert saved_fast < saved_plain
 
 
 @pytest.mark.gpu

@@ -70,6 +70,10 @@ CASES: dict[str, tuple[Callable[[], TXLConfig], int]] = {
 }
 
 
+#: Name of the txl runner that trains with ``TransformerXLLM.recompute_attention`` (``BenchOptions.recompute``).
+RECOMPUTE = "txl-recompute"
+
+
 def bench_case(name: str) -> BenchCase:
     if name not in CASES:
         raise ConfigError(f"unknown benchmark case {name!r}; known: {', '.join(CASES)}")
@@ -94,6 +98,7 @@ class BenchOptions:
     memory: bool = True  # peak training memory (CPU: one child process per measurement)
     batch_size: int | None = None  # override the cases' batch size
     seed: int = 0
+    recompute: bool = False  # also time/measure txl training with recompute_attention (runner "txl-recompute")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -314,6 +319,8 @@ def _setup(case_name: str, impl: str, *, device: str, dtype: str, compile: bool,
     case = bench_case(case_name)
     torch.manual_seed(seed)
     ours = TransformerXLLM(case.config)
+    if impl == RECOMPUTE:
+        ours.recompute_attention(True)
     model = build_hf(ours) if impl == "hf" else ours
     bsz = batch or case.batch_size
     gen = torch.Generator().manual_seed(seed)
@@ -361,11 +368,17 @@ def _time_interleaved(runners: list[_Runner], step: Callable[[_Runner], None], *
 
 
 def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
+    """Tokens/s of every runner; with HF, ``ratio`` (txl ÷ HF, median of the rounds) and, for other
+    txl runners, ``ratio_<name>``."""
     out: dict[str, Any] = {name: {"tok_per_s": tokens / statistics.median(t), "step_s": t} for name, t in times.items()}
     if "hf" in times:
-        ratios = [h / o for o, h in zip(times["txl"], times["hf"])]
-        out["ratio"] = statistics.median(ratios)
-        out["ratio_rounds"] = ratios
+        for name in times:
+            if name == "hf":
+                continue
+            ratios = [h / o for o, h in zip(times[name], times["hf"])]
+            key = "ratio" if name == "txl" else f"ratio_{name}"
+            out[key] = statistics.median(ratios)
+            out[f"{key}_rounds"] = ratios
     return out
 
 
@@ -389,12 +402,17 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
         log(f"[{case_name}] max |nll(txl) - nll(hf)| = {res['max_abs_nll_diff']:.2e}")
         runners.append(_Runner("hf", hf, device=opts.device, dtype=opts.dtype, compile=False))
     tokens = bsz * cfg.tgt_len
+    train_runners = list(runners)
+    if opts.recompute:  # training only: without a gradient nothing is recomputed
+        rc, _, _ = _setup(case_name, RECOMPUTE, device=opts.device, dtype=opts.dtype, compile=opts.compile,
+                          batch=bsz, seed=opts.seed)
+        train_runners.insert(1, rc)
 
-    times = _time_interleaved(runners, lambda r: r.train_step(x, y), steps=opts.steps, repeats=opts.repeats,
-                              warmup=opts.warmup, device=opts.device)
+    times = _time_interleaved(train_runners, lambda r: r.train_step(x, y), steps=opts.steps,
+                              repeats=opts.repeats, warmup=opts.warmup, device=opts.device)
     res["train"] = _summary(times, tokens)
     flops = 3 * model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=cfg.mem_len, targets=y)
-    for r in runners:
+    for r in train_runners:
         res["train"][r.name]["mfu"] = flops * res["train"][r.name]["tok_per_s"] / tokens / peak_flops
     log(f"[{case_name}] train: " + _fmt(res["train"]))
 
@@ -414,7 +432,7 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
 
     if opts.memory:
         res["memory"] = {}
-        for r in runners:
+        for r in train_runners:
             if opts.device.startswith("cuda"):
                 r.eval_mems = []
                 if r.is_hf:
@@ -425,18 +443,23 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
             else:
                 res["memory"][r.name] = _peak_memory_cpu(case_name, r.name, opts.dtype, bsz)
         if use_hf:
-            res["memory"]["ratio"] = res["memory"]["txl"]["step_peak_mib"] / res["memory"]["hf"]["step_peak_mib"]
+            hf_peak = res["memory"]["hf"]["step_peak_mib"]
+            for r in train_runners:
+                if not r.is_hf:
+                    key = "ratio" if r.name == "txl" else f"ratio_{r.name}"
+                    res["memory"][key] = res["memory"][r.name]["step_peak_mib"] / hf_peak
         log(f"[{case_name}] train peak memory (MiB above pre-step): "
-            + ", ".join(f"{k} {v['step_peak_mib']:.0f}" for k, v in res["memory"].items() if k != "ratio")
-            + (f", txl/hf {res['memory']['ratio']:.2f}" if use_hf else ""))
+            + ", ".join(f"{k} {v['step_peak_mib']:.0f}" for k, v in res["memory"].items() if isinstance(v, dict))
+            + "".join(f", {k.replace('ratio', 'txl')}/hf {v:.2f}" for k, v in res["memory"].items()
+                      if k.startswith("ratio")))
     return res
 
 
 def _fmt(summary: dict[str, Any]) -> str:
     parts = [f"{k} {v['tok_per_s']:,.0f} tok/s (MFU {v.get('mfu', 0):.1%})" for k, v in summary.items()
              if isinstance(v, dict)]
-    if "ratio" in summary:
-        parts.append(f"txl/hf {summary['ratio']:.2f}x")
+    parts += [f"{k.replace('ratio', 'txl')}/hf {v:.2f}x" for k, v in summary.items()
+              if k.startswith("ratio") and not k.endswith("_rounds")]
     return ", ".join(parts)
 
 
@@ -471,12 +494,22 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             ratio = f"**{s['ratio']:.2f}**" if "ratio" in s else "-"
             lines.append(f"| {res['case']} | {label} | {s['txl']['tok_per_s']:,.0f} | {hf} | {ratio} | "
                          f"{s['txl']['mfu']:.1%} | `{command}` |")
+        if RECOMPUTE in res["train"]:
+            s = res["train"]
+            hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
+            ratio = f"**{s['ratio_' + RECOMPUTE]:.2f}**" if "hf" in s else "-"
+            lines.append(f"| {res['case']} | train tok/s, recompute attention | {s[RECOMPUTE]['tok_per_s']:,.0f} | "
+                         f"{hf} | {ratio} | {s[RECOMPUTE]['mfu']:.1%} | `{command}` |")
         if "memory" in res:
             m = res["memory"]
             hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"
-            ratio = f"**{m['ratio']:.2f}**" if "ratio" in m else "-"
-            lines.append(f"| {res['case']} | train peak MiB | {m['txl']['step_peak_mib']:,.0f} | {hf} | {ratio} | "
-                         f"| `{command}` |")
+            for name, label in (("txl", "train peak MiB"), (RECOMPUTE, "train peak MiB, recompute attention")):
+                if name not in m:
+                    continue
+                key = "ratio" if name == "txl" else f"ratio_{name}"
+                ratio = f"**{m[key]:.2f}**" if key in m else "-"
+                lines.append(f"| {res['case']} | {label} | {m[name]['step_peak_mib']:,.0f} | {hf} | {ratio} | "
+                             f"| `{command}` |")
         if "max_abs_nll_diff" in res:
             lines.append(f"| {res['case']} | max abs NLL diff | {res['max_abs_nll_diff']:.1e} | | | | `{command}` |")
     return "\n".join(lines) + "\n"

@@ -131,6 +131,13 @@ class TransformerXLLM(nn.Module):
         new = dataclasses.replace(self.config, **changes)
         self.config = new
 
+    def recompute_attention(self, enabled: bool = True) -> None:
+        """Trade compute for memory in training: every layer recomputes its attention scores, position
+        term and probabilities in backward (``torch.utils.checkpoint``) instead of keeping the ``[B, H, Q, K]``
+        probabilities. Same values and gradients (tested); no effect without a gradient."""
+        for layer in self.layers:
+            layer.dec_attn.recompute = enabled
+
     def num_parameters(self) -> int:
         """Number of distinct parameters (tied ones counted once)."""
         return sum(p.numel() for p in self.parameters())

@@ -27,13 +27,15 @@ def _add_size(p: argparse.ArgumentParser, default_preset: str) -> None:
     for flag, kind in (("--n-layer", int), ("--d-model", int), ("--n-head", int), ("--d-inner", int),
                        ("--dropout", float)):
         p.add_argument(flag, type=kind, help="override the preset's value (d_head = d_model // n_head)")
+    p.add_argument("--pre-lnorm", action="store_true", default=None,
+                   help="layer norm on the input of each block (official pre_lnorm; steadier at high learning rates)")
 
 
 def _base_config(args: argparse.Namespace, n_token: int) -> Any:
     from txl.presets import model_preset
 
-    over = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "d_inner", "dropout")
-            if getattr(args, k) is not None}
+    over = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "d_inner", "dropout", "pre_lnorm")
+            if getattr(args, k, None) is not None}
     cfg = model_preset(args.model_preset, n_token)
     cfg = dataclasses.replace(cfg, **over)
     if "d_model" in over or "n_head" in over:
