@@ -209,3 +209,27 @@ def test_cli_eval_missing_checkpoint_and_unknown_dataset(text_corpus, tmp_path, 
     assert "no such model" in capsys.readouterr().err
     assert main(["eval", str(model_dir), "--dataset", "no-such-dataset"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_evaluate_sentence_streams_scores_every_predicted_token() -> None:
+    """With sentence offsets (One Billion Word) the loss is the mean NLL over every target of the complete
+    batches of the unshuffled sentence iterator, memory carried; ``max_tokens`` keeps whole sentences."""
+    from txl.data import LMShuffledIterator
+
+    model = _model()
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(3, 12, 40)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    data = rng.integers(0, V, int(offsets[-1]))
+    res = evaluate(model, data, batch_size=3, tgt_len=5, offsets=offsets)
+    total, count, mems = 0.0, 0, None
+    with torch.no_grad():
+        for batch in LMShuffledIterator(data, offsets, 3, 5):
+            out = model(batch.input_ids, batch.targets, mems)
+            mems, total, count = out.mems, total + out.nll.double().sum().item(), count + out.nll.numel()
+    assert res.tokens == count > 0 and res.settings["method"] == "memory-sentences"
+    assert math.isclose(res.loss, total / count, rel_tol=1e-12)
+    cut = evaluate(model, data, batch_size=3, tgt_len=5, offsets=offsets, max_tokens=int(offsets[20]) - 1)
+    assert 0 < cut.tokens < res.tokens
+    with pytest.raises(ConfigError, match="return_nll"):
+        evaluate(model, data, batch_size=3, offsets=offsets, return_nll=True)

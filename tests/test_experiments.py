@@ -109,10 +109,12 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
     assert "Ours" in (out / "ablations.md").read_text()
     json.loads((out / "rec-ours-full" / "result.json").read_text())
     pytest.importorskip("matplotlib")
-    assert main(["experiment", "eval-speed", "--dataset", str(path), "--model-preset", "tiny", "--attn-lens", "8",
-                 "--tgt-len", "4", "--xl-batch", "2", "--xl-tokens", "16", "--rows", "4", "--repeats", "1",
-                 "--out", str(tmp_path / "speed")]) == 0
-    assert json.loads((tmp_path / "speed" / "eval-speed.json").read_text())[0]["attn_len"] == 8
+    for command in (["experiment", "eval-speed"], ["bench", "eval-speed"]):  # the same command, two names
+        speed = tmp_path / "-".join(command)
+        assert main([*command, "--dataset", str(path), "--model-preset", "tiny", "--attn-lens", "8",
+                     "--tgt-len", "4", "--xl-batch", "2", "--xl-tokens", "16", "--rows", "4", "--repeats", "1",
+                     "--out", str(speed)]) == 0
+        assert json.loads((speed / "eval-speed.json").read_text())[0]["attn_len"] == 8
     capsys.readouterr()
     assert main(["experiment", "ablation", "--dataset", str(path), "--variants", "rec-nope-full", "--out",
                  str(out)]) == 2

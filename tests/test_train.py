@@ -12,8 +12,9 @@ import torch
 from train_helpers import corpus_dir, tiny_cfg
 from txl.checkpoint import join_tensors, list_checkpoints, load_checkpoint, split_tensors, verify_checkpoint
 from txl.errors import CheckpointError, ConfigError
+from txl.evaluate import evaluate
 from txl.schedule import LRMultiplier, Schedule
-from txl.train import TrainConfig, Trainer, TrainingDiverged, evaluate
+from txl.train import TrainConfig, Trainer, TrainingDiverged
 from txl.train_config import read_config_file
 
 
@@ -151,7 +152,7 @@ def test_evaluate_restores_lengths(corpus) -> None:
     model = TransformerXLLM(tiny(len(corpus.vocab)))
     before = model.config
     out = evaluate(model, corpus.splits["valid"], batch_size=2, tgt_len=5, mem_len=7, same_length=True, clamp_len=3)
-    assert model.config == before and out["tokens"] > 0 and math.isclose(out["ppl"], math.exp(out["loss"]))
+    assert model.config == before and out.tokens > 0 and math.isclose(out.ppl, math.exp(out.loss))
 
 
 # ------------------------------------------------------------------ config errors (before any work)

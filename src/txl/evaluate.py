@@ -179,47 +179,60 @@ def _device_of(model: TransformerXLLM, device: Any) -> torch.device:
 def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_size: int = 10,
              tgt_len: int | None = None, mem_len: int | None = None, ext_len: int | None = None,
              clamp_len: int | None = None, same_length: bool | None = None, max_tokens: int | None = None,
-             char_level: bool = False, return_nll: bool = False, device: Any = None) -> EvalResult:
+             char_level: bool = False, return_nll: bool = False, device: Any = None,
+             offsets: np.ndarray | None = None, autocast: contextlib.AbstractContextManager | None = None
+             ) -> EvalResult:
     """Score a token array with memory, as the official ``eval.py`` (see the module docstring).
 
     Lengths left ``None`` keep the model's. ``max_tokens`` evaluates only the first ``max_tokens + 1``
     tokens. ``return_nll`` also returns the per-token NLL in corpus order (``nll[i]`` scores ``data[i]``;
-    NaN for the tokens not scored).
+    NaN for the tokens not scored). ``offsets`` (sentence boundaries, One Billion Word) reads the split
+    as sentence streams (:class:`txl.data.LMShuffledIterator`, unshuffled) instead of contiguous ones:
+    the loss is then the mean over every predicted token of the complete batches. ``autocast`` is
+    entered around every forward (mixed-precision validation during training).
     """
-    from txl.data import LMOrderedIterator
+    from txl.data import LMOrderedIterator, LMShuffledIterator
 
     arr = np.asarray(data)
     if max_tokens is not None:
         arr = arr[: max_tokens + 1]
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if offsets is not None and return_nll:
+        raise ConfigError("return_nll needs contiguous streams; it cannot be used with sentence offsets")
     dev = _device_of(model, device)
     with _lengths(model, tgt_len=tgt_len, mem_len=mem_len, ext_len=ext_len, clamp_len=clamp_len,
                   same_length=same_length):
         cfg = model.config
-        it = LMOrderedIterator(arr, batch_size, cfg.tgt_len, cfg.ext_len, device=dev)
-        n_step = it.n_step
+        if offsets is not None:
+            off = np.asarray(offsets, dtype=np.int64)
+            off = off[off <= arr.shape[0]]  # whole sentences within max_tokens
+            it: Any = LMShuffledIterator(arr, off, batch_size, cfg.tgt_len, cfg.ext_len, device=dev)
+        else:
+            it = LMOrderedIterator(arr, batch_size, cfg.tgt_len, cfg.ext_len, device=dev)
         nll_out = np.full(arr.shape[0], np.nan) if return_nll else None
-        total, count, mems, pos = 0.0, 0, None, 1
+        total, count, tokens, mems, pos = 0.0, 0, 0, None, 1
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         start = time.perf_counter()
         for batch in it:
-            out = model(batch.input_ids, batch.targets, mems)
+            with autocast or contextlib.nullcontext():
+                out = model(batch.input_ids, batch.targets, mems)
             mems = out.mems
             nll = out.nll.double()  # [B, seq_len]
             total += batch.seq_len * nll.mean().item()  # official: seq_len * loss.mean()
             count += batch.seq_len
+            tokens += nll.numel()
             if nll_out is not None:
-                idx = np.arange(batch_size)[:, None] * n_step + np.arange(pos, pos + batch.seq_len)[None]
+                idx = np.arange(batch_size)[:, None] * it.n_step + np.arange(pos, pos + batch.seq_len)[None]
                 nll_out[idx] = nll.cpu().numpy()
             pos += batch.seq_len
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         seconds = time.perf_counter() - start
-        settings = dict(method="memory", batch_size=batch_size, tgt_len=cfg.tgt_len, ext_len=cfg.ext_len,
-                        mem_len=cfg.mem_len, clamp_len=cfg.clamp_len, same_length=cfg.same_length)
-    tokens = count * batch_size
+        settings = dict(method="memory" if offsets is None else "memory-sentences", batch_size=batch_size,
+                        tgt_len=cfg.tgt_len, ext_len=cfg.ext_len, mem_len=cfg.mem_len, clamp_len=cfg.clamp_len,
+                        same_length=cfg.same_length)
     return EvalResult(loss=total / max(count, 1), tokens=tokens, seconds=seconds, char_level=char_level,
                       unscored=int(arr.shape[0]) - tokens, settings=settings, nll=nll_out)
 

@@ -35,6 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help="write the full report here")
     p.add_argument("--markdown", help="append the Markdown table to this file")
     p.set_defaults(func=run)
+    from txl._cli.experiment import add_eval_speed
+
+    kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed}",
+                             help="eval-speed: Transformer-XL vs the vanilla sliding window (paper Table 9)")
+    add_eval_speed(kinds, "eval-speed")
 
 
 def run(args: argparse.Namespace) -> int:

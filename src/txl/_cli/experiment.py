@@ -91,8 +91,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--out", required=True, help="output directory (one subdirectory per variant, ablations.md)")
     a.set_defaults(func=run_ablation)
 
-    s = ex.add_parser("eval-speed", help="per-token evaluation time, Transformer-XL vs vanilla window (Table 9)",
-                      description="See txl.experiments.speed.")
+    add_eval_speed(ex, "eval-speed")
+
+
+def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
+    """The Table 9 evaluation-speed command (``txl experiment eval-speed`` and ``txl bench eval-speed``)."""
+    s = sub.add_parser(name, help="per-token evaluation time, Transformer-XL vs vanilla window (Table 9)",
+                       description="See txl.experiments.speed.")
     s.add_argument("--dataset", default="wt2", help="dataset whose tokens are read (default: wt2)")
     s.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
     s.add_argument("--split", default="valid", help="split (default: valid)")

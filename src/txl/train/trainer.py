@@ -40,12 +40,12 @@ from txl import __version__
 from txl.checkpoint import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint, verify_checkpoint
 from txl.config import TXLConfig
 from txl.errors import CheckpointError, ConfigError, TXLError
+from txl.evaluate import evaluate
 from txl.io import atomic_write
 from txl.model import TransformerXLLM
 from txl.presets import model_preset
 from txl.schedule import Schedule, build_optimizer
 from txl.train.distributed import Dist, resolve_device
-from txl.train.evaluate import evaluate
 from txl.train.metrics import RunLog, postfix, progress, save_model_dir
 from txl.train_config import TrainConfig
 
@@ -318,9 +318,18 @@ class Trainer:
             lengths = dict(ext_len=max(0, m.ext_len + m.tgt_len - tgt), mem_len=0)
         else:
             lengths = dict(ext_len=m.ext_len, mem_len=max(1, m.mem_len + m.tgt_len - tgt))
-        return evaluate(self.model, self.corpus.splits["valid"], batch_size=self.cfg.eval_batch_size, tgt_len=tgt,
-                        max_tokens=max_tokens, device=self.device, offsets=self.corpus.sentence_offsets("valid"),
-                        autocast=self._autocast(), **lengths)
+        return self._evaluate(self.model, "valid", self.cfg.eval_batch_size, max_tokens=max_tokens, tgt_len=tgt,
+                              **lengths)
+
+    def _evaluate(self, model: TransformerXLLM, split: str, batch_size: int, **kwargs: Any) -> dict[str, Any]:
+        """:func:`txl.evaluate.evaluate` on a split of the training corpus, as a JSON-ready dict (with bpc)."""
+        data = self.corpus.splits[split]
+        max_tokens = kwargs.get("max_tokens")
+        n = len(data) if max_tokens is None else min(len(data), max_tokens + 1)
+        batch_size = min(batch_size, max(1, (n - 1) // 2))  # a short validation cut still gets a batch
+        res = evaluate(model, data, batch_size=batch_size, device=self.device, char_level=self.corpus.char_level,
+                       offsets=self.corpus.sentence_offsets(split), autocast=self._autocast(), **kwargs)
+        return {**res.to_dict(), "bpc": res.loss / math.log(2)}
 
     def _validate_and_keep_best(self, log: RunLog) -> float:
         loss = math.nan
@@ -349,9 +358,7 @@ class Trainer:
                                "batch_size": cfg.test_batch_size}
         for split in ("valid", "test"):
             if split in self.corpus.splits:
-                out[split] = evaluate(model, self.corpus.splits[split], batch_size=cfg.test_batch_size,
-                                      device=self.device, offsets=self.corpus.sentence_offsets(split),
-                                      autocast=self._autocast(), **lengths)
+                out[split] = self._evaluate(model, split, cfg.test_batch_size, **lengths)
         return out
 
     # ------------------------------------------------------------------ the loop
