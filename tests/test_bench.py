@@ -23,6 +23,8 @@ def test_model_flops_by_hand() -> None:
     k, n = q + m, b * q
     layer = 2 * (n * 4 * 4 + b * k * 4 * 8 + k * 4 * 4 + 3 * b * q * k * 4 + n * 4 * 4 + 2 * n * 4 * 8)
     assert model_flops(cfg, batch=b, qlen=q, mlen=m, targets=None) == layer + n * 2 * 4 * 10
+    streaming = layer - 2 * b * m * 4 * 8  # memory keys/values were projected by an earlier segment
+    assert model_flops(cfg, batch=b, qlen=q, mlen=m, targets=None, streaming=True) == streaming + n * 2 * 4 * 10
 
 
 def test_hf_copy_gives_the_same_nll() -> None:

@@ -20,6 +20,7 @@ import torch
 
 from txl import TransformerXLLM, TXLConfig
 from txl.attention import Dropout, attend, relu_dropout
+from txl.errors import ConfigError
 from txl.memory import additive_mask, cached_mask_bias, causal_mask, update_mems
 from txl.positional import shift_padded
 
@@ -201,3 +202,46 @@ def test_cuda_matches_cpu() -> None:
         with torch.no_grad():
             torch.testing.assert_close(gpu(x.cuda(), x.cuda(), mems_g).nll.cpu(),
                                        model(x, x, mems_c).nll, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, pre_lnorm=True),
+    dict(attn_type=0, same_length=True, clamp_len=5), dict(attn_type=0, ext_len=3),
+    dict(attn_type=0, mem_len=4), dict(attn_type=0, mem_len=30), dict(attn_type=1, pre_lnorm=True, mem_len=20),
+])
+def test_memory_kv_cache_equals_projecting_memory(kw: dict) -> None:
+    """Keys/values of the memory cached from earlier segments == projecting the memory again."""
+    base = dict(n_token=V, n_layer=3, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=8,
+                init_std=0.3)
+    model = TransformerXLLM(TXLConfig(**{**base, **kw})).eval()
+    gen = torch.Generator().manual_seed(4)
+    mems_a = mems_b = None
+    cache: list[torch.Tensor] | None = []
+    with torch.no_grad():
+        for seg in range(5):
+            qlen = 1 if seg >= 3 else 6 + model.config.ext_len  # also one token at a time, as generation
+            x = torch.randint(0, V, (2, qlen), generator=gen)
+            ref = model(x, x, mems_a)
+            out = model(x, x, mems_b, mem_kv=cache)
+            torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-6)
+            for a, b in zip(out.mems, ref.mems):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            assert out.mem_kv is not None and len(out.mem_kv) == 3
+            assert out.mem_kv[0].shape[:2] == out.mems[0].shape[:2]
+            mems_a, mems_b, cache = ref.mems, out.mems, out.mem_kv
+        # A cache that does not belong to the memories is refused; with a gradient it is refused.
+        with pytest.raises(ConfigError, match="does not belong"):
+            model(x, x, mems_b, mem_kv=[c[:, 1:] for c in cache])
+    with pytest.raises(ConfigError, match="no_grad"):
+        model(x, x, mems_b, mem_kv=cache)
+
+
+@pytest.mark.parametrize("attn_type", [2, 3])
+def test_memory_kv_cache_off_for_absolute_positions(attn_type: int) -> None:
+    model = TransformerXLLM(TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                      tgt_len=6, mem_len=6, attn_type=attn_type)).eval()
+    x = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(x, x, None, mem_kv=[])
+        assert out.mem_kv is None  # their memories get position embeddings: nothing to reuse
+        torch.testing.assert_close(model(x, x, out.mems, mem_kv=out.mem_kv).nll, model(x, x, out.mems).nll)

@@ -124,8 +124,13 @@ class MultiHeadAttention(nn.Module):
         self.recompute = False
 
     def forward(self, x: Tensor, mem: Tensor | None, *, layer: int, pos: PositionalEncoding,
-                ctx: PositionContext, mask_bias: Tensor) -> Tensor:
-        """``x``: ``[B, Q, D]``; ``mem``: ``[B, M, D]`` or None; ``mask_bias``: ``[Q, K]`` (0 / -inf)."""
+                ctx: PositionContext, mask_bias: Tensor, mem_kv: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``x``: ``[B, Q, D]``; ``mem``: ``[B, M, D]`` or None; ``mask_bias``: ``[Q, K]`` (0 / -inf).
+
+        ``mem_kv`` (inference only): the keys/values ``[B, M, 2*H*E]`` of ``mem`` projected by an earlier
+        segment, used instead of projecting ``mem`` again. Returns the output ``[B, Q, D]`` and the
+        keys/values of all ``K`` positions ``[B, K, 2*H*E]`` (what the next segment can reuse).
+        """
         bsz, qlen, _ = x.shape
         hd = self.n_head * self.d_head
         w_q, w_kv = self.qkv_net.weight[:hd], self.qkv_net.weight[hd:]
@@ -136,9 +141,11 @@ class MultiHeadAttention(nn.Module):
         q = q.view(bsz, qlen, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q, E]
         kv = F.linear(x_in, w_kv)  # [B, Q, 2*H*E]
         if mem is not None and mem.size(1) > 0:
-            # The memory is projected on its own: it needs no gradient, so backward skips its d(input).
-            mem_in = self.layer_norm(mem) if self.pre_lnorm else mem  # [B, M, D]
-            kv = torch.cat([F.linear(mem_in, w_kv), kv], dim=1)  # [B, K, 2*H*E]
+            if mem_kv is None:
+                # The memory is projected on its own: it needs no gradient, so backward skips its d(input).
+                mem_in = self.layer_norm(mem) if self.pre_lnorm else mem  # [B, M, D]
+                mem_kv = F.linear(mem_in, w_kv)  # [B, M, 2*H*E]
+            kv = torch.cat([mem_kv, kv], dim=1)  # [B, K, 2*H*E]
         k, v = kv.view(bsz, -1, 2, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # [B, H, K, E] each
         if self.recompute and torch.is_grad_enabled():
             attn = checkpoint(self._core, q, k, v, layer=layer, pos=pos, ctx=ctx, mask_bias=mask_bias,
@@ -146,7 +153,7 @@ class MultiHeadAttention(nn.Module):
         else:
             attn = self._core(q, k, v, layer=layer, pos=pos, ctx=ctx, mask_bias=mask_bias)  # [B, H, Q, E]
         out = self.drop(self.o_net(attn.transpose(1, 2).reshape(bsz, qlen, hd)))  # [B, Q, D]
-        return x + out if self.pre_lnorm else self.layer_norm(x + out)
+        return (x + out if self.pre_lnorm else self.layer_norm(x + out)), kv
 
     def _core(self, q: Tensor, k: Tensor, v: Tensor, *, layer: int, pos: PositionalEncoding,
               ctx: PositionContext, mask_bias: Tensor) -> Tensor:
@@ -190,5 +197,7 @@ class DecoderLayer(nn.Module):
         self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm)
 
     def forward(self, x: Tensor, mem: Tensor | None, *, layer: int, pos: PositionalEncoding,
-                ctx: PositionContext, mask_bias: Tensor) -> Tensor:
-        return self.pos_ff(self.dec_attn(x, mem, layer=layer, pos=pos, ctx=ctx, mask_bias=mask_bias))
+                ctx: PositionContext, mask_bias: Tensor, mem_kv: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The layer output ``[B, Q, D]`` and the attention keys/values ``[B, K, 2*H*E]``."""
+        out, kv = self.dec_attn(x, mem, layer=layer, pos=pos, ctx=ctx, mask_bias=mask_bias, mem_kv=mem_kv)
+        return self.pos_ff(out), kv

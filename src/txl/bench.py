@@ -177,12 +177,12 @@ class _Runner:
             stack.enter_context(hf_type_as_patch())
         return stack
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, mems):
+    def forward(self, x: torch.Tensor, y: torch.Tensor, mems, mem_kv: list[torch.Tensor] | None = None):
         with self._ctx():
             if self.is_hf:  # HF's public API: labels = input_ids, shifted inside (Q - 1 predictions)
                 out = self.fn(input_ids=x, labels=x, mems=mems)
                 return out.loss, out.mems
-            out = self.fn(x, y, mems)
+            out = self.fn(x, y, mems, mem_kv=mem_kv)
             return out.loss, out.mems
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -203,10 +203,17 @@ class _Runner:
             model.reset_length(mem_len=mem_len)
             shape, n = (batch, mem_len, model.config.d_model), model.config.n_layer + 1
         self.eval_mems = [torch.randn(shape, generator=gen).to(self.device) for _ in range(n)]
+        self.eval_kv = None
+        if not self.is_hf:  # txl evaluates with its memory key/value cache (as txl.evaluate): build it once
+            x = torch.zeros(batch, model.config.tgt_len, dtype=torch.long, device=self.device)
+            with torch.no_grad(), self._ctx():
+                out = self.fn(x, None, self.eval_mems, mem_kv=[])
+            self.eval_mems, self.eval_kv = out.mems, out.mem_kv
 
     def eval_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One segment over full memories (steady state: the memories are not advanced)."""
         with torch.no_grad():
-            self.forward(x, y, self.eval_mems)
+            self.forward(x, y, self.eval_mems, mem_kv=self.eval_kv)
 
 
 def _sync(device: str) -> None:
@@ -223,15 +230,20 @@ def _zipf_tokens(n_token: int, shape: tuple[int, ...], gen: torch.Generator) -> 
 # ---------------------------------------------------------------------------------------------- FLOPs
 
 
-def model_flops(cfg: TXLConfig, *, batch: int, qlen: int, mlen: int, targets: torch.Tensor | None) -> float:
+def model_flops(cfg: TXLConfig, *, batch: int, qlen: int, mlen: int, targets: torch.Tensor | None,
+                streaming: bool = False) -> float:
     """Matmul FLOPs of one forward segment (2 per multiply-add), counting the math, not any implementation.
 
     Per layer: ``W_q`` on the segment, ``W_k, W_v`` on memory + segment, ``W_kR`` on the ``K`` position
     rows, the three ``[Q, K]`` score/value products, ``W_o`` and the feed-forward. Plus the adaptive
     input projections and the (adaptive) softmax: the head for every target, a tail for those in it.
+    ``streaming`` (evaluation of a long text): ``W_k, W_v`` only on the segment, since every memory
+    position was projected once already, when it was a segment token (the work a stream really needs;
+    an implementation that projects the memory again does more).
     """
     d, hd, klen, n = cfg.d_model, cfg.n_head * cfg.d_head, qlen + mlen, batch * qlen
-    layer = 2 * (n * d * hd + batch * klen * d * 2 * hd + klen * d * hd + 3 * batch * qlen * klen * hd
+    kv_rows = batch * (qlen if streaming else klen)
+    layer = 2 * (n * d * hd + kv_rows * d * 2 * hd + klen * d * hd + 3 * batch * qlen * klen * hd
                  + n * hd * d + 2 * n * d * cfg.d_inner)
     bounds = [0, *cfg.cutoffs, cfg.n_token]
     tgt = targets.reshape(-1) if targets is not None else torch.zeros(n, dtype=torch.long)
@@ -330,21 +342,22 @@ def _setup(case_name: str, impl: str, *, device: str, dtype: str, compile: bool,
 
 
 def check_equal(ours: TransformerXLLM, hf, x: torch.Tensor, y: torch.Tensor, n_seg: int = 2) -> float:
-    """Max |NLL difference| between txl and HF over ``n_seg`` segments (eval mode, empty first memory)."""
+    """Max |NLL difference| between txl (evaluation path: memory key/value cache) and HF over ``n_seg``
+    segments (eval mode, empty first memory)."""
     ours.eval()
     hf.eval()
     bsz, qlen = x.shape
     d = ours.config.d_model
     hf_mems = [x.new_empty(0, bsz, d, dtype=torch.float32) for _ in range(ours.config.n_layer)]
-    mems, worst = None, 0.0
+    mems, kv, worst = None, [], 0.0
     with torch.no_grad(), hf_type_as_patch():
         for _ in range(n_seg):
             h = hf.transformer(input_ids=x, mems=hf_mems)
             hf_mems = h.mems
             hidden = torch.cat([h.last_hidden_state, h.last_hidden_state.new_zeros(bsz, 1, d)], dim=1)
             hf_nll = hf.crit(hidden, torch.cat([x[:, :1], y], dim=1), keep_order=True).view(bsz, qlen)
-            out = ours(x, y, mems)
-            mems = out.mems
+            out = ours(x, y, mems, mem_kv=kv)  # the evaluation path, with the memory key/value cache
+            mems, kv = out.mems, out.mem_kv
             worst = max(worst, (out.nll - hf_nll).abs().max().item())
     return worst
 
@@ -424,7 +437,7 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
         times = _time_interleaved(runners, lambda r: r.eval_step(x, y), steps=opts.steps, repeats=opts.repeats,
                                   warmup=1, device=opts.device)
         ev = _summary(times, tokens)
-        flops = model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y)
+        flops = model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y, streaming=True)
         for r in runners:
             ev[r.name]["mfu"] = flops * ev[r.name]["tok_per_s"] / tokens / peak_flops
         res["eval"][str(mem_len)] = ev

@@ -180,8 +180,8 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
              tgt_len: int | None = None, mem_len: int | None = None, ext_len: int | None = None,
              clamp_len: int | None = None, same_length: bool | None = None, max_tokens: int | None = None,
              char_level: bool = False, return_nll: bool = False, device: Any = None,
-             offsets: np.ndarray | None = None, autocast: contextlib.AbstractContextManager | None = None
-             ) -> EvalResult:
+             offsets: np.ndarray | None = None, autocast: contextlib.AbstractContextManager | None = None,
+             cache_kv: bool = True) -> EvalResult:
     """Score a token array with memory, as the official ``eval.py`` (see the module docstring).
 
     Lengths left ``None`` keep the model's. ``max_tokens`` evaluates only the first ``max_tokens + 1``
@@ -189,7 +189,9 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
     NaN for the tokens not scored). ``offsets`` (sentence boundaries, One Billion Word) reads the split
     as sentence streams (:class:`txl.data.LMShuffledIterator`, unshuffled) instead of contiguous ones:
     the loss is then the mean over every predicted token of the complete batches. ``autocast`` is
-    entered around every forward (mixed-precision validation during training).
+    entered around every forward (mixed-precision validation during training). ``cache_kv`` keeps the
+    memories' projected keys/values between segments (``TransformerXLLM.forward(mem_kv=...)``; the same
+    values, each position projected once instead of once per segment it spends in memory).
     """
     from txl.data import LMOrderedIterator, LMShuffledIterator
 
@@ -212,13 +214,14 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
             it = LMOrderedIterator(arr, batch_size, cfg.tgt_len, cfg.ext_len, device=dev)
         nll_out = np.full(arr.shape[0], np.nan) if return_nll else None
         total, count, tokens, mems, pos = 0.0, 0, 0, None, 1
+        kv: list[torch.Tensor] | None = [] if cache_kv else None
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         start = time.perf_counter()
         for batch in it:
             with autocast or contextlib.nullcontext():
-                out = model(batch.input_ids, batch.targets, mems)
-            mems = out.mems
+                out = model(batch.input_ids, batch.targets, mems, mem_kv=kv)
+            mems, kv = out.mems, out.mem_kv
             nll = out.nll.double()  # [B, seq_len]
             total += batch.seq_len * nll.mean().item()  # official: seq_len * loss.mean()
             count += batch.seq_len

@@ -188,10 +188,10 @@ def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_samp
     model.eval()
     try:
         with torch.no_grad():
-            hidden = None
+            hidden, kv = None, []  # kv: the memories' keys/values, each position projected once
             for start in range(0, ids.size(1), chunk):  # the prompt, segment by segment
-                out = model(ids[:, start:start + chunk], mems=mems)
-                mems, hidden = out.mems, out.hidden
+                out = model(ids[:, start:start + chunk], mems=mems, mem_kv=kv)
+                mems, hidden, kv = out.mems, out.hidden, out.mem_kv
             assert hidden is not None
             log_probs = _last_log_prob(model, hidden)  # [B, V]
             finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
@@ -206,8 +206,8 @@ def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_samp
                 yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=mems)
                 if i + 1 == max_new_tokens or bool(finished.all()):
                     break
-                out = model(tok[:, None], mems=mems)  # one new position over the cached memories
-                mems = out.mems
+                out = model(tok[:, None], mems=mems, mem_kv=kv)  # one new position over the cached memories
+                mems, kv = out.mems, out.mem_kv
                 log_probs = _last_log_prob(model, out.hidden)
     finally:
         model.reset_length(mem_len=old.mem_len, ext_len=old.ext_len)

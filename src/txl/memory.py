@@ -16,6 +16,12 @@ import torch
 from torch import Tensor
 
 
+def kept_range(*, mlen: int, qlen: int, mem_len: int, ext_len: int) -> tuple[int, int]:
+    """Positions ``[beg, end)`` of ``[memory; segment]`` that become the next memory (see :func:`update_mems`)."""
+    end = mlen + max(0, qlen - ext_len)
+    return max(0, end - mem_len), end
+
+
 def update_mems(
     hids: list[Tensor], mems: list[Tensor], *, mlen: int, qlen: int, mem_len: int, ext_len: int
 ) -> list[Tensor]:
@@ -28,8 +34,7 @@ def update_mems(
     signature ``(hids, mems, qlen, mlen)``), which only matters when ``ext_len > 0`` and ``mlen < ext_len``
     (the first segment). We follow the documented intent, as Hugging Face's port does.
     """
-    end = mlen + max(0, qlen - ext_len)
-    beg = max(0, end - mem_len)
+    beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=mem_len, ext_len=ext_len)
     with torch.no_grad():  # copy only the kept positions: [mems[beg:]; hids[:end - mlen]]
         return [torch.cat([m[:, beg:], h[:, max(0, beg - mlen):end - mlen]], dim=1) for m, h in zip(mems, hids)]
 

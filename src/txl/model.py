@@ -31,7 +31,7 @@ from txl.attention import DecoderLayer
 from txl.config import TXLConfig
 from txl.errors import CheckpointError, ConfigError
 from txl.io import load_weights, save_weights
-from txl.memory import cached_mask_bias, update_mems
+from txl.memory import cached_mask_bias, kept_range, update_mems
 from txl.positional import build_positional
 
 
@@ -44,6 +44,7 @@ class LMOutput:
     loss: Tensor | None = None  # mean of nll
     logits: Tensor | None = None  # [B, T, n_token] next-token log-probabilities
     hidden: Tensor | None = None  # [B, Q, D] final hidden states (after the output dropout), detached
+    mem_kv: list[Tensor] | None = None  # inference cache: per layer, keys/values [B, M, 2*H*E] of ``mems``
 
 
 class TransformerXLLM(nn.Module):
@@ -152,7 +153,7 @@ class TransformerXLLM(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None,
-                *, return_logits: bool = False) -> LMOutput:
+                *, return_logits: bool = False, mem_kv: list[Tensor] | None = None) -> LMOutput:
         """Run one segment.
 
         Args:
@@ -162,6 +163,12 @@ class TransformerXLLM(nn.Module):
                 to start fresh. They are not modified.
             return_logits: also return the next-token log-probabilities of the last ``T`` positions
                 (all ``Q`` positions without targets).
+            mem_kv: inference cache of the memories' attention keys/values: ``[]`` to start one, then the
+                previous :attr:`LMOutput.mem_kv` together with its :attr:`LMOutput.mems`. Every memory
+                position is then projected by ``W_k, W_v`` once, when it is a segment token, instead of
+                once per segment it stays in memory (the same values: the weights are frozen). Only under
+                ``torch.no_grad()`` and for the relative encodings (attn_type 0/1, whose memories carry no
+                position); otherwise ``LMOutput.mem_kv`` is None and the memory is projected as usual.
         """
         cfg = self.config
         if input_ids.dim() != 2:
@@ -174,6 +181,15 @@ class TransformerXLLM(nn.Module):
         if mems and len(mems) != cfg.n_layer + 1:
             raise ConfigError(f"expected {cfg.n_layer + 1} memory tensors, got {len(mems)}")
         mlen = mems[0].size(1) if mems else 0
+        if mem_kv is not None:
+            if torch.is_grad_enabled():
+                raise ConfigError("mem_kv is an inference cache: use it under torch.no_grad() (with a gradient "
+                                  "the memory must be projected by the current weights)")
+            if not self.pos_enc.memory_position_free:
+                mem_kv = None
+            elif mem_kv and (len(mem_kv) != cfg.n_layer or mem_kv[0].shape[:2] != (bsz, mlen)):
+                raise ConfigError(f"mem_kv does not belong to these mems: expected {cfg.n_layer} tensors "
+                                  f"[{bsz}, {mlen}, ...], got {len(mem_kv)} of {tuple(mem_kv[0].shape)}")
 
         word_emb = self.word_emb(input_ids)  # [B, Q, D]
         ctx = self.pos_enc.begin(qlen=qlen, mlen=mlen, clamp_len=cfg.clamp_len, dtype=word_emb.dtype,
@@ -184,23 +200,30 @@ class TransformerXLLM(nn.Module):
         core = self.drop(self.pos_enc.embed(word_emb, ctx))  # [B, Q, D]
         hids: list[Tensor] = []
         mems_in: list[Tensor] = []
+        kvs: list[Tensor] = []
         for i, layer in enumerate(self.layers):
             mem_i = mems[i] if mems else None
             core, mem_i = self.pos_enc.layer_inputs(i, core, mem_i, ctx)
             hids.append(core)
             if mem_i is not None:
                 mems_in.append(mem_i)
-            core = layer(core, mem_i, layer=i, pos=self.pos_enc, ctx=ctx, mask_bias=mask_bias)
+            core, kv = layer(core, mem_i, layer=i, pos=self.pos_enc, ctx=ctx, mask_bias=mask_bias,
+                             mem_kv=mem_kv[i] if mem_kv else None)
+            kvs.append(kv)
         hids.append(core)
         core = self.drop(core)
 
         new_mems: list[Tensor] = []
+        new_kv: list[Tensor] | None = None if mem_kv is None else []
         if mems:
             mems_in.append(mems[cfg.n_layer])
             new_mems = update_mems(hids, mems_in, mlen=mlen, qlen=qlen, mem_len=cfg.mem_len,
                                    ext_len=cfg.ext_len)
+            if new_kv is not None:  # the same positions as the memories (keys/values of [memory; segment])
+                beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=cfg.mem_len, ext_len=cfg.ext_len)
+                new_kv = [kv[:, beg:end] for kv in kvs]
 
-        out = LMOutput(mems=new_mems, hidden=core.detach())
+        out = LMOutput(mems=new_mems, hidden=core.detach(), mem_kv=new_kv)
         tlen = targets.size(1) if targets is not None else qlen
         pred = core[:, qlen - tlen:]  # [B, T, D]
         if targets is not None:

@@ -105,6 +105,10 @@ class PositionalEncoding(nn.Module):
         """Input of the first layer before dropout, ``[B, Q, D]``."""
         return word_emb
 
+    #: True when :meth:`layer_inputs` returns the memory unchanged, so that the keys/values projected
+    #: from a memory position do not depend on where it sits (they can be cached between segments).
+    memory_position_free = True
+
     def layer_inputs(self, layer: int, x: Tensor, mem: Tensor | None,
                      ctx: PositionContext) -> tuple[Tensor, Tensor | None]:
         """Layer ``layer``'s input and memory with any absolute embedding added (new tensors)."""
@@ -207,6 +211,7 @@ class AbsoluteSinusoid(_SinusoidTable):
     """
 
     prenorm_query = False
+    memory_position_free = False  # absolute embeddings of its positions are added to the memory
 
     def embed(self, word_emb: Tensor, ctx: PositionContext) -> Tensor:
         assert ctx.table is not None
@@ -228,6 +233,7 @@ class AbsoluteLearned(PositionalEncoding):
     """
 
     prenorm_query = False
+    memory_position_free = False  # absolute embeddings of its positions are added to the memory
 
     def __init__(self, cfg: TXLConfig) -> None:
         super().__init__(cfg)

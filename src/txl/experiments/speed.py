@@ -53,17 +53,17 @@ def _time_xl(model: TransformerXLLM, data: torch.Tensor, *, tgt_len: int, attn_l
     if data.shape[0] < n_step * batch:
         raise DataError(f"eval-speed needs {n_step * batch} tokens, the data has {data.shape[0]}")
     streams = data[: n_step * batch].view(batch, n_step)  # [B, n_step]
-    mems, pos = None, 0
+    mems, kv, pos = None, [], 0  # memories and their cached keys/values, as txl.evaluate
     for _ in range(fill):  # fill the memory (untimed)
         x, y = streams[:, pos : pos + tgt_len], streams[:, pos + 1 : pos + 1 + tgt_len]
-        mems = model(x.to(device), y.to(device), mems).mems
-        pos += tgt_len
+        out = model(x.to(device), y.to(device), mems, mem_kv=kv)
+        mems, kv, pos = out.mems, out.mem_kv, pos + tgt_len
     _sync(device)
     start = time.perf_counter()
     for _ in range(segments):
         x, y = streams[:, pos : pos + tgt_len], streams[:, pos + 1 : pos + 1 + tgt_len]
-        mems = model(x.to(device), y.to(device), mems).mems
-        pos += tgt_len
+        out = model(x.to(device), y.to(device), mems, mem_kv=kv)
+        mems, kv, pos = out.mems, out.mem_kv, pos + tgt_len
     _sync(device)
     return (time.perf_counter() - start) / (segments * tgt_len * batch)
 
