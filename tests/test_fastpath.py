@@ -245,3 +245,31 @@ def test_memory_kv_cache_off_for_absolute_positions(attn_type: int) -> None:
         out = model(x, x, None, mem_kv=[])
         assert out.mem_kv is None  # their memories get position embeddings: nothing to reuse
         torch.testing.assert_close(model(x, x, out.mems, mem_kv=out.mem_kv).nll, model(x, x, out.mems).nll)
+
+
+def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
+    """Inference reuses W_kR R across forwards (suffix of a longer table): the same scores as projecting
+    R again, for growing and shrinking K, other clamp_len, and after the weights change in any way."""
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=40,
+                    init_std=0.3)
+    model = TransformerXLLM(cfg).eval()
+    gen = torch.Generator().manual_seed(2)
+
+    def both(x: torch.Tensor, mems, **lengths) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.reset_length(**lengths) if lengths else None
+        with torch.no_grad():
+            fast = model(x, x, mems)
+        ref = model(x, x, mems)  # with a gradient: W_kR R projected in full
+        torch.testing.assert_close(fast.nll, ref.nll.detach(), rtol=1e-5, atol=1e-6)
+        return fast.nll, fast.mems
+
+    mems = None
+    for _ in range(12):  # K grows one token at a time (generation), the cache doubles
+        _, mems = both(torch.randint(0, V, (2, 1), generator=gen), mems)
+    both(torch.randint(0, V, (2, 4), generator=gen), None)  # short K again
+    both(torch.randint(0, V, (2, 4), generator=gen), mems, clamp_len=3)
+    with torch.no_grad():  # weights changed behind autograd's back (no version bump): the cache must see it
+        for layer in model.layers:
+            layer.dec_attn.r_net.weight.data.copy_(torch.randn(16, 16, generator=gen))
+    both(torch.randint(0, V, (2, 4), generator=gen), mems)
+    assert not any(k.startswith("pos_enc._r") for k in model.state_dict())  # a cache, not state

@@ -152,6 +152,8 @@ class RelativeSinusoid(_SinusoidTable):
         self.r_w_bias = nn.Parameter(torch.zeros(shape))  # u, term (c)
         self.r_r_bias = nn.Parameter(torch.zeros(shape))  # v, term (d)
         self.drop = nn.Dropout(dropout)  # the official code applies dropout to R
+        # Inference cache of W_kR R per layer (see _projected_table); not state, never saved.
+        self._r_cache: dict[int, tuple[tuple, Tensor, Tensor]] = {}
 
     def begin(self, **kwargs) -> PositionContext:  # type: ignore[override]
         ctx = super().begin(**kwargs)
@@ -166,11 +168,40 @@ class RelativeSinusoid(_SinusoidTable):
         assert r_net is not None and ctx.table is not None
         v = self.r_r_bias[layer] if self.untie_r else self.r_r_bias  # [H, E]
         bsz, n_head, qlen, d_head = q.shape
-        r_head_k = _zero_row_in_front(r_net(ctx.table).view(ctx.klen, n_head, d_head))  # [K+1, H, E]
+        r_head_k = _zero_row_in_front(self._projected_table(layer, r_net, ctx).view(ctx.klen, n_head, d_head))
         q_v = (q + v[:, None, :]).transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
         # One matmul per head ([H, B*Q, E] @ [H, E, K+1]); a [B, H]-batched one would expand R over B.
         bd = torch.bmm(q_v, r_head_k.permute(1, 2, 0)).view(n_head, bsz, qlen, ctx.klen + 1)  # [H, B, Q, K+1]
         return shift_padded(bd).transpose(0, 1)  # [B, H, Q, K], a view (head-major in memory)
+
+
+    def _projected_table(self, layer: int, r_net: nn.Module, ctx: PositionContext) -> Tensor:
+        """``W_kR R`` for distances ``K-1..0``: ``[K, H*E]``.
+
+        With a gradient, in training mode or under autocast this is ``r_net(ctx.table)``. Otherwise
+        (evaluation, generation) the rows are the last ``K`` rows of a longer projected table kept per
+        layer: rows are ordered by decreasing distance, so the table of any shorter ``K`` (same
+        ``clamp_len``) is its suffix. It is rebuilt, twice as long, when ``K`` outgrows it, and whenever
+        ``W_kR`` is not equal to the copy taken with it (an exact comparison of ``d_model x H*E`` values,
+        so a change of the weights is seen however it was made). Generation then projects no position
+        row per token instead of ``K`` of them.
+        """
+        assert ctx.table is not None
+        w = r_net.weight
+        if torch.is_grad_enabled() or self.training or torch.is_autocast_enabled(ctx.table.device.type):
+            return r_net(ctx.table)
+        stamp = (w.dtype, w.device, ctx.table.dtype, ctx.clamp_len)
+        hit = self._r_cache.get(layer)
+        same = hit is not None and hit[0] == stamp and torch.equal(hit[1], w)
+        if same and hit[2].size(0) >= ctx.klen:
+            return hit[2][hit[2].size(0) - ctx.klen:]
+        size = max(ctx.klen, 2 * hit[2].size(0)) if same else ctx.klen
+        pos_seq = torch.arange(size - 1, -1, -1.0, device=ctx.table.device, dtype=self.inv_freq.dtype)
+        if ctx.clamp_len > 0:
+            pos_seq = pos_seq.clamp(max=ctx.clamp_len)
+        table = r_net(sinusoid(pos_seq, self.inv_freq.to(ctx.table.device)).to(ctx.table.dtype))  # [size, H*E]
+        self._r_cache[layer] = (stamp, w.detach().clone(), table)
+        return table[size - ctx.klen:]
 
 
 class RelativeLearned(PositionalEncoding):
