@@ -40,6 +40,8 @@ def test_variants_and_configs() -> None:
     long = A.variant_config(BASE, A.TABLE10[2], 128)
     assert (long.tgt_len, long.mem_len) == (176, 0)
     assert A.parse_variant(A.TABLE10[3].name) == A.TABLE10[3]
+    assert [v.name for v in A.TABLE7] == ["rec-ours-full", "rec-shaw-full", "norec-ours-full"]
+    assert set(A.TABLE7) <= set(A.TABLE6)  # Table 7 reuses Table 6 runs on the same data
     for bad in ("rec-ours", "x-ours-full", "rec-bogus-full", "rec-ours-quarter"):
         with pytest.raises(ConfigError):
             A.parse_variant(bad)

@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--dataset", default="wt2", help="dataset (default: wt2; e.g. ptb, wt103, wt2-char)")
     a.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
     a.add_argument("--variants", default="table6",
-                   help="table6, table10, or a comma-separated list such as rec-ours-full,norec-alrfou-half")
+                   help="table6, table7, table10, or a comma-separated list such as rec-ours-full,norec-alrfou-half")
     _add_size(a, "tiny")
     a.add_argument("--tgt-len", type=int, default=32, help="training segment length T (default: 32)")
     a.add_argument("--steps", type=int, default=500, help="training steps per variant (default: 500)")
@@ -178,10 +178,9 @@ def run_ablation(args: argparse.Namespace) -> int:
     from txl.evaluate import parse_int_list
     from txl.experiments import ablations as A
 
-    if args.variants == "table6":
-        variants = list(A.TABLE6)
-    elif args.variants == "table10":
-        variants = list(A.TABLE10)
+    tables = {"table6": A.TABLE6, "table7": A.TABLE7, "table10": A.TABLE10}
+    if args.variants in tables:
+        variants = list(tables[args.variants])
     else:
         variants = [A.parse_variant(v.strip()) for v in args.variants.split(",")]
     T = args.tgt_len
