@@ -50,3 +50,21 @@ def test_markdown_rows_carry_the_command() -> None:
     rows = [line for line in table.splitlines() if line.startswith("| char")]
     assert len(rows) == 3 and all("`txl bench --cases char`" in r for r in rows)
     assert "**2.00**" in rows[0] and "**0.70**" in rows[2]
+
+
+def test_run_with_recompute_runner(monkeypatch) -> None:
+    """A whole (tiny) benchmark run: txl, txl with recompute_attention and, if installed, HF, one table."""
+    from txl import bench
+
+    tiny = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
+    monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**tiny), 2))
+    opts = bench.BenchOptions(cases=["tiny"], eval_mem_lens=[12], steps=1, repeats=2, warmup=0, memory=False,
+                              recompute=True, threads=1)
+    report = bench.run_benchmark(opts, log=lambda line: None)
+    train = report["results"][0]["train"]
+    assert train["txl"]["tok_per_s"] > 0 and train[bench.RECOMPUTE]["tok_per_s"] > 0
+    assert bench.RECOMPUTE not in report["results"][0]["eval"]["12"]  # nothing to recompute without a gradient
+    table = to_markdown(report, "txl bench --cases tiny")
+    assert "| tiny | train tok/s, recompute attention |" in table
+    if report["results"][0]["hf"]:
+        assert "ratio_" + bench.RECOMPUTE in train and report["results"][0]["max_abs_nll_diff"] < 1e-5

@@ -501,18 +501,15 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
              f"{env['matmul_peak_gflops']:,.0f} GFLOP/s; transformers {env.get('transformers', '-')}.", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
-        rows = [("train tok/s", res["train"])] + [(f"eval tok/s, mem {m}", ev) for m, ev in res["eval"].items()]
-        for label, s in rows:
-            hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
-            ratio = f"**{s['ratio']:.2f}**" if "ratio" in s else "-"
-            lines.append(f"| {res['case']} | {label} | {s['txl']['tok_per_s']:,.0f} | {hf} | {ratio} | "
-                         f"{s['txl']['mfu']:.1%} | `{command}` |")
+        rows = [("train tok/s", res["train"], "txl", "ratio")]
         if RECOMPUTE in res["train"]:
-            s = res["train"]
+            rows.append(("train tok/s, recompute attention", res["train"], RECOMPUTE, f"ratio_{RECOMPUTE}"))
+        rows += [(f"eval tok/s, mem {m}", ev, "txl", "ratio") for m, ev in res["eval"].items()]
+        for label, s, name, key in rows:
             hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
-            ratio = f"**{s['ratio_' + RECOMPUTE]:.2f}**" if "hf" in s else "-"
-            lines.append(f"| {res['case']} | train tok/s, recompute attention | {s[RECOMPUTE]['tok_per_s']:,.0f} | "
-                         f"{hf} | {ratio} | {s[RECOMPUTE]['mfu']:.1%} | `{command}` |")
+            ratio = f"**{s[key]:.2f}**" if key in s else "-"
+            lines.append(f"| {res['case']} | {label} | {s[name]['tok_per_s']:,.0f} | {hf} | {ratio} | "
+                         f"{s[name]['mfu']:.1%} | `{command}` |")
         if "memory" in res:
             m = res["memory"]
             hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"
