@@ -53,7 +53,7 @@ def test_markdown_rows_carry_the_command() -> None:
 
 
 def test_run_with_recompute_runner(monkeypatch) -> None:
-    """A whole (tiny) benchmark run: txl, txl with recompute_attention and, if installed, HF, one table."""
+    """A whole (tiny) benchmark run: txl, txl with recompute and, if installed, HF, one table."""
     from txl import bench
 
     tiny = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
@@ -65,6 +65,6 @@ def test_run_with_recompute_runner(monkeypatch) -> None:
     assert train["txl"]["tok_per_s"] > 0 and train[bench.RECOMPUTE]["tok_per_s"] > 0
     assert bench.RECOMPUTE not in report["results"][0]["eval"]["12"]  # nothing to recompute without a gradient
     table = to_markdown(report, "txl bench --cases tiny")
-    assert "| tiny | train tok/s, recompute attention |" in table
+    assert "| tiny | train tok/s, recompute |" in table
     if report["results"][0]["hf"]:
         assert "ratio_" + bench.RECOMPUTE in train and report["results"][0]["max_abs_nll_diff"] < 1e-5

@@ -8,7 +8,7 @@
 * the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
 * the fused ``relu_dropout`` of the feed-forward == ``ReLU`` then dropout with the same mask, values and
   gradients, keeping only its output for backward;
-* ``recompute_attention`` gives the same loss and gradients as the default path (dropout and dropatt on,
+* ``recompute`` (attention and softmax) gives the same loss and gradients as the default path (dropout and dropatt on,
   every ``attn_type``) and keeps fewer bytes for backward;
 * (GPU) a tiny model gives the same NLL on CUDA as on the CPU.
 """
@@ -156,14 +156,15 @@ def _saved_bytes(fn) -> int:
 
 
 @pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
-def test_recompute_attention_equals_default(attn_type: int) -> None:
+def test_recompute_equals_default(attn_type: int) -> None:
     cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8,
-                    attn_type=attn_type, dropout=0.2, dropatt=0.2, init_std=0.3, pre_lnorm=attn_type == 2)
+                    attn_type=attn_type, dropout=0.2, dropatt=0.2, init_std=0.3, pre_lnorm=attn_type == 2,
+                    **(dict(cutoffs=[10, 20], div_val=2) if attn_type in (0, 2) else {}))  # adaptive softmax too
     torch.manual_seed(0)
     plain = TransformerXLLM(cfg).train()
     fast = TransformerXLLM(cfg).train()
     fast.load_state_dict(plain.state_dict())
-    fast.recompute_attention(True)
+    fast.recompute(True)
     x = torch.randint(0, V, (3, 8), generator=torch.Generator().manual_seed(3))
     mems_p = mems_f = None
     for seg in range(3):

@@ -120,7 +120,7 @@ class MultiHeadAttention(nn.Module):
         self.drop = Dropout(dropout)
         self.pre_lnorm = pre_lnorm
         # Recompute the [Q, K] scores and probabilities in backward instead of keeping them
-        # (TransformerXLLM.recompute_attention): about 9 of 30 bytes per layer and token less, for ~5 % time.
+        # (TransformerXLLM.recompute): about 9 of 30 bytes per layer and token less, for ~5 % time.
         self.recompute = False
 
     def forward(self, x: Tensor, mem: Tensor | None, *, layer: int, pos: PositionalEncoding,

@@ -70,7 +70,7 @@ CASES: dict[str, tuple[Callable[[], TXLConfig], int]] = {
 }
 
 
-#: Name of the txl runner that trains with ``TransformerXLLM.recompute_attention`` (``BenchOptions.recompute``).
+#: Name of the txl runner that trains with ``TransformerXLLM.recompute`` (``BenchOptions.recompute``).
 RECOMPUTE = "txl-recompute"
 
 
@@ -98,7 +98,7 @@ class BenchOptions:
     memory: bool = True  # peak training memory (CPU: one child process per measurement)
     batch_size: int | None = None  # override the cases' batch size
     seed: int = 0
-    recompute: bool = False  # also time/measure txl training with recompute_attention (runner "txl-recompute")
+    recompute: bool = False  # also time/measure txl training with TransformerXLLM.recompute (runner "txl-recompute")
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -332,7 +332,7 @@ def _setup(case_name: str, impl: str, *, device: str, dtype: str, compile: bool,
     torch.manual_seed(seed)
     ours = TransformerXLLM(case.config)
     if impl == RECOMPUTE:
-        ours.recompute_attention(True)
+        ours.recompute(True)
     model = build_hf(ours) if impl == "hf" else ours
     bsz = batch or case.batch_size
     gen = torch.Generator().manual_seed(seed)
@@ -463,7 +463,7 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
                     res["memory"][key] = res["memory"][r.name]["step_peak_mib"] / hf_peak
         log(f"[{case_name}] train peak memory (MiB above pre-step): "
             + ", ".join(f"{k} {v['step_peak_mib']:.0f}" for k, v in res["memory"].items() if isinstance(v, dict))
-            + "".join(f", {k.replace('ratio', 'txl')}/hf {v:.2f}" for k, v in res["memory"].items()
+            + "".join(f", {'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}" for k, v in res["memory"].items()
                       if k.startswith("ratio")))
     return res
 
@@ -471,7 +471,7 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
 def _fmt(summary: dict[str, Any]) -> str:
     parts = [f"{k} {v['tok_per_s']:,.0f} tok/s (MFU {v.get('mfu', 0):.1%})" for k, v in summary.items()
              if isinstance(v, dict)]
-    parts += [f"{k.replace('ratio', 'txl')}/hf {v:.2f}x" for k, v in summary.items()
+    parts += [f"{'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}x" for k, v in summary.items()
               if k.startswith("ratio") and not k.endswith("_rounds")]
     return ", ".join(parts)
 
@@ -503,7 +503,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
     for res in report["results"]:
         rows = [("train tok/s", res["train"], "txl", "ratio")]
         if RECOMPUTE in res["train"]:
-            rows.append(("train tok/s, recompute attention", res["train"], RECOMPUTE, f"ratio_{RECOMPUTE}"))
+            rows.append(("train tok/s, recompute", res["train"], RECOMPUTE, f"ratio_{RECOMPUTE}"))
         rows += [(f"eval tok/s, mem {m}", ev, "txl", "ratio") for m, ev in res["eval"].items()]
         for label, s, name, key in rows:
             hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
@@ -513,7 +513,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         if "memory" in res:
             m = res["memory"]
             hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"
-            for name, label in (("txl", "train peak MiB"), (RECOMPUTE, "train peak MiB, recompute attention")):
+            for name, label in (("txl", "train peak MiB"), (RECOMPUTE, "train peak MiB, recompute")):
                 if name not in m:
                     continue
                 key = "ratio" if name == "txl" else f"ratio_{name}"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from txl.adaptive import (
     AdaptiveEmbedding,
@@ -70,6 +71,7 @@ class TransformerXLLM(nn.Module):
         else:
             self.crit = ProjectedAdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs,
                                                     cfg.div_val)
+        self._recompute_softmax = False  # see recompute()
         self.reset_parameters()
         self.tie_weights()
 
@@ -132,10 +134,13 @@ class TransformerXLLM(nn.Module):
         new = dataclasses.replace(self.config, **changes)
         self.config = new
 
-    def recompute_attention(self, enabled: bool = True) -> None:
-        """Trade compute for memory in training: every layer recomputes its attention scores, position
-        term and probabilities in backward (``torch.utils.checkpoint``) instead of keeping the ``[B, H, Q, K]``
-        probabilities. Same values and gradients (tested); no effect without a gradient."""
+    def recompute(self, enabled: bool = True) -> None:
+        """Trade compute for memory in training (``torch.utils.checkpoint``): every layer recomputes its
+        attention scores, position term and probabilities in backward instead of keeping the
+        ``[B, H, Q, K]`` probabilities, and the output softmax recomputes its logits instead of keeping
+        the ``[tokens, cluster]`` log-probabilities. Same values and gradients (tested); no effect
+        without a gradient."""
+        self._recompute_softmax = enabled
         for layer in self.layers:
             layer.dec_attn.recompute = enabled
 
@@ -234,6 +239,8 @@ class TransformerXLLM(nn.Module):
         return out
 
     def _nll(self, hidden: Tensor, target: Tensor) -> Tensor:
+        if self._recompute_softmax and torch.is_grad_enabled() and self.config.sample_softmax <= 0:
+            return checkpoint(self.crit.nll, hidden, target, use_reentrant=False)
         if self.config.sample_softmax > 0:
             if self.training:  # sampled softmax (official sample_logits), true class in column 0
                 neg = self.sampler.sample().to(hidden.device)

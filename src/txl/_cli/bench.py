@@ -28,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="override the cases' batch size")
     p.add_argument("--no-hf", action="store_true", help="time txl only")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
-    p.add_argument("--recompute-attention", action="store_true",
-                   help="also time and measure txl training with recomputed attention (less memory)")
+    p.add_argument("--recompute", action="store_true",
+                   help="also time and measure txl training with recomputed attention and softmax (less memory)")
     p.add_argument("--profile", choices=["txl", "hf"], default=None,
                    help="print a torch.profiler table of training steps of the first case instead")
     p.add_argument("--json", help="write the full report here")
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     opts = BenchOptions(cases=cases, eval_mem_lens=_ints(args.eval_mem_lens), steps=args.steps,
                         repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                         threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,
-                        recompute=args.recompute_attention,
+                        recompute=args.recompute,
                         batch_size=args.batch_size)
     report = run_benchmark(opts, log=lambda line: print(line, flush=True))
     argv = sys.argv[sys.argv.index("bench"):] if "bench" in sys.argv else None

@@ -118,7 +118,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model_cfg: TXLConfig = model_preset(cfg.model, len(corpus.vocab), **cfg.model_overrides)
         self.model = TransformerXLLM(self.model_cfg).to(self.device)
-        self.model.recompute_attention(cfg.recompute_attention)
+        self.model.recompute(cfg.recompute)
         if self.dist.rank:  # other processes draw their own dropout masks; rank 0 continues the seed's stream
             torch.manual_seed(cfg.seed + self.dist.rank)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
