@@ -8,7 +8,7 @@
 * the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
 * the fused ``relu_dropout`` of the feed-forward == ``ReLU`` then dropout with the same mask, values and
   gradients, keeping only its output for backward;
-* ``recompute`` (attention and softmax) gives the same loss and gradients as the default path (dropout and dropatt on,
+* ``recompute`` (attention) gives the same loss and gradients as the default path (dropout and dropatt on,
   every ``attn_type``) and keeps fewer bytes for backward;
 * (GPU) a tiny model gives the same NLL on CUDA as on the CPU.
 """

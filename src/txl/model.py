@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from txl.adaptive import (
     AdaptiveEmbedding,
@@ -71,7 +70,6 @@ class TransformerXLLM(nn.Module):
         else:
             self.crit = ProjectedAdaptiveLogSoftmax(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs,
                                                     cfg.div_val)
-        self._recompute_softmax = False  # see recompute()
         self.reset_parameters()
         self.tie_weights()
 
@@ -137,10 +135,9 @@ class TransformerXLLM(nn.Module):
     def recompute(self, enabled: bool = True) -> None:
         """Trade compute for memory in training (``torch.utils.checkpoint``): every layer recomputes its
         attention scores, position term and probabilities in backward instead of keeping the
-        ``[B, H, Q, K]`` probabilities, and the output softmax recomputes its logits instead of keeping
-        the ``[tokens, cluster]`` log-probabilities. Same values and gradients (tested); no effect
-        without a gradient."""
-        self._recompute_softmax = enabled
+        ``[B, H, Q, K]`` probabilities. Same values and gradients (tested); no effect without a gradient.
+        (Recomputing the output softmax too was measured and dropped: its backward runs first, while
+        every other activation is still alive, so it does not lower the peak.)"""
         for layer in self.layers:
             layer.dec_attn.recompute = enabled
 
@@ -239,8 +236,6 @@ class TransformerXLLM(nn.Module):
         return out
 
     def _nll(self, hidden: Tensor, target: Tensor) -> Tensor:
-        if self._recompute_softmax and torch.is_grad_enabled() and self.config.sample_softmax <= 0:
-            return checkpoint(self.crit.nll, hidden, target, use_reentrant=False)
         if self.config.sample_softmax > 0:
             if self.training:  # sampled softmax (official sample_logits), true class in column 0
                 neg = self.sampler.sample().to(hidden.device)

@@ -60,7 +60,7 @@ class TrainConfig:
     # precision and speed
     precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, GPU)
     compile: bool = False  # torch.compile the model
-    recompute: bool = False  # recompute attention and softmax activations in backward: less memory, ~10 % slower
+    recompute: bool = False  # recompute attention probabilities in backward: less memory, ~10 % slower
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # validation during training (official train.py: batch 10, eval_tgt_len, memory keeping tgt+mem)
     eval_interval: int = 4000

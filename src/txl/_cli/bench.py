@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-hf", action="store_true", help="time txl only")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--recompute", action="store_true",
-                   help="also time and measure txl training with recomputed attention and softmax (less memory)")
+                   help="also time and measure txl training with recomputed attention (less memory)")
     p.add_argument("--profile", choices=["txl", "hf"], default=None,
                    help="print a torch.profiler table of training steps of the first case instead")
     p.add_argument("--json", help="write the full report here")
