@@ -80,8 +80,8 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, h: Tensor, p: float) -> Tensor:
         keep = torch.rand_like(h) >= p  # the same Bernoulli(1 - p) keep mask as nn.Dropout
-        out = h.clamp_min(0.0).mul_(keep).mul_(1.0 / (1.0 - p))
         ctx.scale = 1.0 / (1.0 - p)
+        out = h.clamp_min(0.0).mul_(keep).mul_(ctx.scale)
         ctx.save_for_backward(out)
         return out
 

@@ -380,6 +380,18 @@ def _time_interleaved(runners: list[_Runner], step: Callable[[_Runner], None], *
     return times
 
 
+def _ratio_key(runner: str) -> str:
+    """Where a txl runner's ÷ HF ratio is stored: ``ratio`` for ``txl`` (the report's main figure), else
+    ``ratio_<runner>``."""
+    return "ratio" if runner == "txl" else f"ratio_{runner}"
+
+
+def _ratio_texts(values: dict[str, Any]) -> list[str]:
+    """``"<runner>/hf <ratio>"`` for every ratio stored by :func:`_ratio_key` in ``values``."""
+    return [f"{'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}" for k, v in values.items()
+            if k.startswith("ratio") and not k.endswith("_rounds")]
+
+
 def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
     """Tokens/s of every runner; with HF, ``ratio`` (txl ÷ HF, median of the rounds) and, for other
     txl runners, ``ratio_<name>``."""
@@ -389,7 +401,7 @@ def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
             if name == "hf":
                 continue
             ratios = [h / o for o, h in zip(times[name], times["hf"])]
-            key = "ratio" if name == "txl" else f"ratio_{name}"
+            key = _ratio_key(name)
             out[key] = statistics.median(ratios)
             out[f"{key}_rounds"] = ratios
     return out
@@ -459,20 +471,17 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
             hf_peak = res["memory"]["hf"]["step_peak_mib"]
             for r in train_runners:
                 if not r.is_hf:
-                    key = "ratio" if r.name == "txl" else f"ratio_{r.name}"
-                    res["memory"][key] = res["memory"][r.name]["step_peak_mib"] / hf_peak
+                    res["memory"][_ratio_key(r.name)] = res["memory"][r.name]["step_peak_mib"] / hf_peak
         log(f"[{case_name}] train peak memory (MiB above pre-step): "
             + ", ".join(f"{k} {v['step_peak_mib']:.0f}" for k, v in res["memory"].items() if isinstance(v, dict))
-            + "".join(f", {'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}" for k, v in res["memory"].items()
-                      if k.startswith("ratio")))
+            + "".join(f", {t}" for t in _ratio_texts(res["memory"])))
     return res
 
 
 def _fmt(summary: dict[str, Any]) -> str:
     parts = [f"{k} {v['tok_per_s']:,.0f} tok/s (MFU {v.get('mfu', 0):.1%})" for k, v in summary.items()
              if isinstance(v, dict)]
-    parts += [f"{'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}x" for k, v in summary.items()
-              if k.startswith("ratio") and not k.endswith("_rounds")]
+    parts += [f"{t}x" for t in _ratio_texts(summary)]
     return ", ".join(parts)
 
 
@@ -501,12 +510,13 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
              f"{env['matmul_peak_gflops']:,.0f} GFLOP/s; transformers {env.get('transformers', '-')}.", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
-        rows = [("train tok/s", res["train"], "txl", "ratio")]
+        rows = [("train tok/s", res["train"], "txl")]
         if RECOMPUTE in res["train"]:
-            rows.append(("train tok/s, recompute", res["train"], RECOMPUTE, f"ratio_{RECOMPUTE}"))
-        rows += [(f"eval tok/s, mem {m}", ev, "txl", "ratio") for m, ev in res["eval"].items()]
-        for label, s, name, key in rows:
+            rows.append(("train tok/s, recompute", res["train"], RECOMPUTE))
+        rows += [(f"eval tok/s, mem {m}", ev, "txl") for m, ev in res["eval"].items()]
+        for label, s, name in rows:
             hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
+            key = _ratio_key(name)
             ratio = f"**{s[key]:.2f}**" if key in s else "-"
             lines.append(f"| {res['case']} | {label} | {s[name]['tok_per_s']:,.0f} | {hf} | {ratio} | "
                          f"{s[name]['mfu']:.1%} | `{command}` |")
@@ -516,7 +526,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             for name, label in (("txl", "train peak MiB"), (RECOMPUTE, "train peak MiB, recompute")):
                 if name not in m:
                     continue
-                key = "ratio" if name == "txl" else f"ratio_{name}"
+                key = _ratio_key(name)
                 ratio = f"**{m[key]:.2f}**" if key in m else "-"
                 lines.append(f"| {res['case']} | {label} | {m[name]['step_peak_mib']:,.0f} | {hf} | {ratio} | "
                              f"| `{command}` |")

@@ -130,13 +130,17 @@ class _SinusoidTable(PositionalEncoding):
         inv_freq = 1.0 / (10000 ** (torch.arange(0.0, cfg.d_model, 2.0) / cfg.d_model))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def begin(self, *, qlen: int, mlen: int, clamp_len: int, dtype: torch.dtype,
-              device: torch.device) -> PositionContext:
-        klen = qlen + mlen
+    def sinusoid_rows(self, klen: int, clamp_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Sinusoid rows ``[K, D]`` for distances ``K-1, ..., 0`` (clamped at ``clamp_len`` when > 0)."""
         pos_seq = torch.arange(klen - 1, -1, -1.0, device=device, dtype=self.inv_freq.dtype)
         if clamp_len > 0:
             pos_seq = pos_seq.clamp(max=clamp_len)
-        table = sinusoid(pos_seq, self.inv_freq.to(device)).to(dtype)  # [K, D]
+        return sinusoid(pos_seq, self.inv_freq.to(device)).to(dtype)
+
+    def begin(self, *, qlen: int, mlen: int, clamp_len: int, dtype: torch.dtype,
+              device: torch.device) -> PositionContext:
+        klen = qlen + mlen
+        table = self.sinusoid_rows(klen, clamp_len, dtype, device)  # [K, D]
         return PositionContext(qlen=qlen, mlen=mlen, klen=klen, clamp_len=clamp_len, table=table)
 
 
@@ -196,10 +200,7 @@ class RelativeSinusoid(_SinusoidTable):
         if same and hit[2].size(0) >= ctx.klen:
             return hit[2][hit[2].size(0) - ctx.klen:]
         size = max(ctx.klen, 2 * hit[2].size(0)) if same else ctx.klen
-        pos_seq = torch.arange(size - 1, -1, -1.0, device=ctx.table.device, dtype=self.inv_freq.dtype)
-        if ctx.clamp_len > 0:
-            pos_seq = pos_seq.clamp(max=ctx.clamp_len)
-        table = r_net(sinusoid(pos_seq, self.inv_freq.to(ctx.table.device)).to(ctx.table.dtype))  # [size, H*E]
+        table = r_net(self.sinusoid_rows(size, ctx.clamp_len, ctx.table.dtype, ctx.table.device))  # [size, H*E]
         self._r_cache[layer] = (stamp, w.detach().clone(), table)
         return table[size - ctx.klen:]
 

@@ -20,14 +20,19 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "txl"
 
 
-def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """The raw-data directory: ``data_dir`` if given, else ``$TXL_DATA_DIR``, else ``<user cache>/data``."""
-    if data_dir is not None and str(data_dir) != "":
-        return Path(data_dir).expanduser().resolve()
-    env = os.environ.get(DATA_DIR_ENV)
+def _first_dir(given: str | Path | None, env_var: str, cache_sub: str) -> Path:
+    """``given`` if set and non-empty, else ``$env_var`` if non-empty, else ``<user cache>/<cache_sub>``."""
+    if given is not None and str(given) != "":
+        return Path(given).expanduser().resolve()
+    env = os.environ.get(env_var)
     if env:
         return Path(env).expanduser().resolve()
-    return user_cache_dir() / "data"
+    return user_cache_dir() / cache_sub
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The raw-data directory: ``data_dir`` if given, else ``$TXL_DATA_DIR``, else ``<user cache>/data``."""
+    return _first_dir(data_dir, DATA_DIR_ENV, "data")
 
 
 def resolve_cache_dir(cache_dir: str | Path | None = None, data_dir: Path | None = None) -> Path:
@@ -37,9 +42,4 @@ def resolve_cache_dir(cache_dir: str | Path | None = None, data_dir: Path | None
     is keyed by a hash of the preparation config and the absolute source paths. ``data_dir`` is
     accepted for symmetry and unused.
     """
-    if cache_dir is not None and str(cache_dir) != "":
-        return Path(cache_dir).expanduser().resolve()
-    env = os.environ.get(CACHE_DIR_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    return user_cache_dir() / "prepared"
+    return _first_dir(cache_dir, CACHE_DIR_ENV, "prepared")
