@@ -24,10 +24,10 @@ import platform
 import time
 
 import torch
-
-from txl import TransformerXLLM, TXLConfig
 from txl.bench import hf_type_as_patch
 from txl.generate import generate, reference_generate
+
+from txl import TransformerXLLM, TXLConfig
 
 
 def _model(n_token: int, seed: int) -> TransformerXLLM:
@@ -40,7 +40,6 @@ def _model(n_token: int, seed: int) -> TransformerXLLM:
 
 def _hf_model(model: TransformerXLLM, mem_len: int):
     from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
-
     from txl._cli.convert import _hf_config
     from txl.convert import to_hf_state_dict
 

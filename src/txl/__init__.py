@@ -5,21 +5,33 @@ Public API::
     from txl import TXLConfig, TransformerXLLM
     model = TransformerXLLM(TXLConfig(n_token=204, n_layer=4, n_head=4, d_model=64, d_head=16, d_inner=256))
     out = model(input_ids, targets=targets, mems=mems)   # out.nll, out.loss, out.mems
+
+The names below are imported on first use, so that ``import txl.data`` (or any other subpackage) does not
+load the model.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from txl.config import TXLConfig
-from txl.errors import CheckpointError, ConfigError, DataError, TXLError
-from txl.model import LMOutput, TransformerXLLM
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "CheckpointError",
-    "ConfigError",
-    "DataError",
-    "LMOutput",
-    "TXLConfig",
-    "TXLError",
-    "TransformerXLLM",
-    "__version__",
-]
+from txl.version import __version__
+
+if TYPE_CHECKING:
+    from txl.errors import CheckpointError, ConfigError, DataError, TXLError
+    from txl.model import InferenceCache, Lengths, LMOutput, Stream, TransformerXLLM, TXLConfig
+
+_EXPORTS = {
+    "CheckpointError": "txl.errors", "ConfigError": "txl.errors", "DataError": "txl.errors",
+    "TXLError": "txl.errors", "InferenceCache": "txl.model", "LMOutput": "txl.model", "Lengths": "txl.model",
+    "Stream": "txl.model", "TXLConfig": "txl.model", "TransformerXLLM": "txl.model",
+}
+
+__all__ = ["CheckpointError", "ConfigError", "DataError", "InferenceCache", "LMOutput", "Lengths", "Stream",
+           "TXLConfig", "TXLError", "TransformerXLLM", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'txl' has no attribute {name!r}")

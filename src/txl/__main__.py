@@ -2,6 +2,6 @@
 
 import sys
 
-from txl._cli import main
+from txl.cli import main
 
 sys.exit(main())

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known`` to ``name``, or ``""`` when none is close."""
     close = difflib.get_close_matches(str(name), list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` if it is an integer (not a bool) ``>= minimum``, else a one-line :class:`ConfigError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
+    return value
 
 
 class TXLError(Exception):

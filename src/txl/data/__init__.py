@@ -15,10 +15,10 @@ from txl.data.batching import (
     LMShuffledIterator,
     LMVarLenIterator,
 )
-from txl.data.corpora import known_datasets
 from txl.data.corpus import Corpus, load_corpus
 from txl.data.fetch import download, fetch
 from txl.data.paths import resolve_cache_dir, resolve_data_dir
+from txl.data.registry import known_datasets
 from txl.data.vocab import Vocab
 
 __all__ = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from txl.data.textio import decode_utf8, iter_text_chunks, read_bytes
+from txl.data.rawtext import decode_utf8, iter_text_chunks, read_bytes
 from txl.data.tokenize import TypeTable, line_char_codes, sentence_ids, word_tokens
 from txl.data.vocab import Vocab, smallest_dtype
 from txl.errors import DataError

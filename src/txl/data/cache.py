@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from txl import __version__
 from txl.data.builders import Built
-from txl.data.textio import sha256_file
 from txl.data.vocab import Vocab
 from txl.errors import DataError
+from txl.store.files import atomic_dir, sha256_file, write_json
+from txl.store.layout import DATA_MANIFEST as MANIFEST
+from txl.store.layout import VOCAB
+from txl.version import __version__
 
 SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
-VOCAB = "vocab.json"
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -50,11 +48,7 @@ def write_cache(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``built`` atomically (temporary folder, then rename) and return its manifest."""
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir.parent / f".{cache_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(cache_dir) as tmp:
         arrays: dict[str, Any] = {}
         for key, arr in {**built.splits, **built.extras}.items():
             np.save(tmp / f"{key}.npy", np.ascontiguousarray(arr), allow_pickle=False)
@@ -72,12 +66,7 @@ def write_cache(
             "extras": {k: v for k, v in arrays.items() if k in built.extras},
             **(extra or {}),
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        if cache_dir.exists():
-            shutil.rmtree(cache_dir)
-        os.replace(tmp, cache_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json(tmp / MANIFEST, manifest, indent=1, sort_keys=False)
     return manifest
 
 

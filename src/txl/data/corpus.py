@@ -12,9 +12,9 @@ import numpy as np
 from txl.data import builders
 from txl.data.builders import Built, Source
 from txl.data.cache import config_key, load_arrays, read_manifest, stale_reason, write_cache
-from txl.data.corpora import ASSETS_DIR, DatasetSpec, find_resource, get_spec
 from txl.data.paths import resolve_cache_dir, resolve_data_dir
-from txl.data.textio import with_compressed_variants
+from txl.data.rawtext import with_compressed_variants
+from txl.data.registry import ASSETS_DIR, DatasetSpec, find_resource, get_spec
 from txl.data.vocab import Vocab
 from txl.errors import DataError
 
@@ -35,6 +35,17 @@ class Corpus:
     cache_dir: Path
     manifest: dict[str, Any]
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def from_arrays(cls, name: str, splits: dict[str, Any], *, vocab: Vocab | None = None, n_token: int | None = None,
+                    char_level: bool = False) -> Corpus:
+        """An in-memory corpus of token-id arrays (no cache on disk); without ``vocab`` the symbols are the ids
+        themselves (``"0"``, ``"1"``, ...) for ``n_token`` symbols (default: the largest id + 1)."""
+        arrays = {k: np.asarray(v) for k, v in splits.items()}
+        if vocab is None:
+            n = n_token if n_token is not None else 1 + max(int(a.max()) for a in arrays.values() if a.size)
+            vocab = Vocab([str(i) for i in range(n)])
+        return cls(name=name, vocab=vocab, splits=arrays, char_level=char_level, cache_dir=Path("."), manifest={})
 
     @property
     def metric(self) -> str:
@@ -265,6 +276,6 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
 
 
 def _aliases() -> set[str]:
-    from txl.data.corpora import _ALIASES
+    from txl.data.registry import _ALIASES
 
     return set(_ALIASES)

@@ -16,10 +16,10 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from txl.data.corpora import DatasetSpec, Member, Resource, get_spec
 from txl.data.paths import resolve_data_dir
-from txl.data.textio import sha256_file
+from txl.data.registry import DatasetSpec, Member, Resource, get_spec
 from txl.errors import DataError
+from txl.store.files import sha256_file
 
 BLOCK = 1 << 16
 

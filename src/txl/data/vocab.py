@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from txl.errors import DataError
+from txl.store.files import write_text
 
 VOCAB_FORMAT = "txl-vocab"
 VOCAB_VERSION = 1
@@ -71,7 +72,7 @@ class Vocab:
     @classmethod
     def from_symbol_file(cls, path: Path, unk: str = "<UNK>") -> Vocab:
         """A vocabulary file with one symbol per line (first whitespace field), as ``1b_word_vocab.txt``."""
-        from txl.data.textio import decode_utf8, read_bytes
+        from txl.data.rawtext import decode_utf8, read_bytes
 
         text = decode_utf8(read_bytes(path), str(path))
         symbols = [line.split()[0] for line in text.splitlines() if line.strip()]
@@ -141,8 +142,8 @@ class Vocab:
             raise DataError(f"invalid vocabulary JSON ({exc})") from None
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path`` (UTF-8)."""
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write :meth:`to_json` to ``path`` (UTF-8, atomically)."""
+        write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:

@@ -29,17 +29,18 @@ Evaluation of each variant on the validation split (batch 10, the official ``eva
   (attn_type 3 only up to its learned positions); **Attn Len** is the ``A`` of that best value (``T`` or
   ``T/2 + T/2`` for the init setting, ``2T`` for XL init).
 
-Training is our own minimal loop (Adam, linear warm-up then cosine, gradient clipping 0.25, memories carried
-as in the official loop), not :mod:`txl.train`, because the half loss needs the per-token NLL. Each finished
+Training is :class:`txl.train.Trainer` (the loop of ``txl train``: Adam, the official linear warm-up then
+cosine schedule, gradient clipping 0.25, memories carried; ``half_loss`` for the Half rows) into
+``OUT/<variant>/run/``, checkpointed so that an interrupted variant resumes where it stopped. Each finished
 variant leaves ``OUT/<variant>/`` (``config.json``, ``model.safetensors``, ``result.json``); a re-run skips
-finished variants, so the experiment is resumable per variant.
+finished variants.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,12 +48,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from txl.config import TXLConfig
+from txl.data import Corpus
 from txl.errors import ConfigError
-from txl.evaluate import evaluate
-from txl.model import TransformerXLLM
+from txl.inference.evaluate import evaluate
+from txl.model import TransformerXLLM, TXLConfig
+from txl.store.checkpoint import list_checkpoints
+from txl.store.files import write_json
+from txl.store.layout import RunDir
+from txl.train import TrainConfig, Trainer
+from txl.train.plot import read_metrics
 
 ENCODINGS = {"ours": 0, "shaw": 1, "vaswani": 2, "alrfou": 3}
 ENCODING_NAMES = {"ours": "Ours", "shaw": "Shaw et al. (2018)", "vaswani": "Vaswani et al. (2017)",
@@ -103,62 +108,33 @@ def parse_variant(text: str) -> Variant:
 def variant_config(base: TXLConfig, v: Variant, tgt_len: int) -> TXLConfig:
     """The model config of a variant: ``base`` size, the variant's encoding and lengths."""
     tgt = max(2, round(tgt_len * v.length_scale))
-    return dataclasses.replace(base, attn_type=ENCODINGS[v.encoding], tgt_len=tgt,
-                               mem_len=tgt if v.recurrence else 0, ext_len=0, same_length=False,
-                               untie_r=base.untie_r and v.encoding == "ours")
+    return base.replace(attn_type=ENCODINGS[v.encoding], tgt_len=tgt, mem_len=tgt if v.recurrence else 0, ext_len=0,
+                        same_length=False, untie_r=base.untie_r and v.encoding == "ours")
 
 
 # ---------------------------------------------------------------------------------------------- training
-def _lr_at(step: int, *, lr: float, warmup: int, steps: int) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return 0.5 * lr * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
-
-
-def train_lm(cfg: TXLConfig, data: np.ndarray, *, steps: int, batch_size: int = 16, lr: float = 1e-3,
-             warmup: int = 50, half_loss: bool = False, clip: float = 0.25, seed: int = 0,
-             max_minutes: float | None = None, log: Callable[[str], None] | None = None,
-             log_every: int = 50) -> tuple[TransformerXLLM, dict[str, Any]]:
-    """Train ``cfg`` on ``data`` (ordered streams, memories carried when ``mem_len > 0``); ``half_loss``
-    averages the NLL over the second half of each segment only. Returns the model (eval mode) and a log."""
-    from txl.data import LMOrderedIterator
-
-    torch.manual_seed(seed)
-    model = TransformerXLLM(cfg)
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    it = LMOrderedIterator(data, batch_size, cfg.tgt_len, cfg.ext_len, seed=seed)
-    mems, step, start, losses, history = None, 0, time.monotonic(), [], []
-    stopped = "steps"
-    while step < steps:
-        for batch in it:
-            if step >= steps:
-                break
-            if max_minutes is not None and time.monotonic() - start > 60 * max_minutes:
-                stopped, steps = "time", step
-                break
-            for group in opt.param_groups:
-                group["lr"] = _lr_at(step, lr=lr, warmup=warmup, steps=steps)
-            out = model(batch.input_ids, batch.targets, mems)
-            nll = out.nll  # [B, T]
-            loss = nll[:, nll.size(1) // 2 :].mean() if half_loss else nll.mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            mems = out.mems or None
-            losses.append(loss.item())
-            step += 1
-            if step % log_every == 0 or step == steps:
-                minutes = (time.monotonic() - start) / 60
-                history.append({"step": step, "loss": float(np.mean(losses)), "minutes": minutes})
-                if log is not None:
-                    log(f"step {step}/{steps} loss {np.mean(losses):.4f} ({history[-1]['minutes']:.1f} min)")
-                losses = []
-        mems = None  # a new epoch restarts the memories, as the official loop
-    model.eval()
-    return model, {"steps": step, "minutes": (time.monotonic() - start) / 60, "stopped": stopped,
-                   "history": history}
+def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps: int, batch_size: int = 16,
+                  lr: float = 1e-3, warmup: int = 50, half_loss: bool = False, clip: float = 0.25, seed: int = 0,
+                  max_minutes: float | None = None, eval_tokens: int | None = None,
+                  progress: bool = False) -> tuple[TransformerXLLM, dict[str, Any]]:
+    """Train ``cfg`` on ``corpus`` with :class:`txl.train.Trainer` into ``run_dir`` (resumed when it holds a
+    checkpoint). Returns the model (eval mode) and a log: steps, minutes, why it stopped, the loss every 50 steps."""
+    run = RunDir(run_dir)
+    resume = run.root if list_checkpoints(run.checkpoints) else None
+    if resume is None and run.root.exists():  # started but stopped before its first checkpoint: nothing to keep
+        shutil.rmtree(run.root)
+    overrides = {k: v for k, v in cfg.to_dict().items() if k != "n_token"}
+    tc = TrainConfig(dataset=corpus.name, model="tiny", model_overrides=overrides, out_dir=str(run.root),
+                     batch_size=batch_size, lr=lr, warmup_step=warmup, max_step=steps, clip=clip, seed=seed,
+                     half_loss=half_loss, max_minutes=max_minutes, eval_interval=steps, eval_max_tokens=eval_tokens,
+                     save_interval=max(1, steps // 10), keep_checkpoints=1, log_interval=min(50, steps),
+                     final_eval=False, progress=progress, tensorboard=False)
+    trainer = Trainer(tc, resume=resume, corpus=corpus)
+    summary = trainer.fit()
+    history = [{"step": r["step"], "loss": r["train_loss"], "minutes": r["time"] / 60}
+               for r in read_metrics(run.root) if r.get("kind") == "train"]
+    return trainer.model.eval(), {"steps": summary["step"], "minutes": summary["minutes"],
+                                  "stopped": summary["stopped"], "history": history}
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
@@ -174,13 +150,13 @@ def _init_lengths(v: Variant, cfg: TXLConfig) -> dict[str, Any]:
 def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, attn_grid: Sequence[int], *,
                      batch_size: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
     """PPL init and PPL best over ``attn_grid`` (module docstring)."""
-    cfg = model.built_config
+    cfg = model.config
     T = cfg.tgt_len
     init = _init_lengths(v, cfg)
     lengths = {k: init[k] for k in ("tgt_len", "mem_len", "ext_len")}
     res = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, **lengths)
     tried = [{"attn_len": init["attn_len"], **lengths, "loss": res.loss}]
-    cap = cfg.max_klen if cfg.attn_type == 3 else None
+    cap = cfg.max_context
     for A in attn_grid:
         mem = A - T
         if mem <= 0 or (init["attn_len"] == A and mem == init["mem_len"]) or (cap is not None and cap < A):
@@ -193,12 +169,12 @@ def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, attn_
 
 
 # ---------------------------------------------------------------------------------------------- the experiment
-def run_ablation(base: TXLConfig, train_data: np.ndarray, valid_data: np.ndarray, out_dir: str | Path,
-                 variants: Sequence[Variant] = TABLE6, *, tgt_len: int, steps: int, attn_grid: Sequence[int],
-                 batch_size: int = 16, lr: float = 1e-3, warmup: int = 50, seed: int = 0,
-                 eval_tokens: int | None = None, max_minutes: float | None = None,
+def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants: Sequence[Variant] = TABLE6, *,
+                 tgt_len: int, steps: int, attn_grid: Sequence[int], batch_size: int = 16, lr: float = 1e-3,
+                 warmup: int = 50, seed: int = 0, eval_tokens: int | None = None, max_minutes: float | None = None,
                  log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Train and evaluate every variant not yet finished under ``out_dir``; returns all rows (resumable)."""
+    """Train and evaluate (on ``corpus``'s valid split) every variant not yet finished under ``out_dir``;
+    returns all rows (resumable)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -214,17 +190,17 @@ def run_ablation(base: TXLConfig, train_data: np.ndarray, valid_data: np.ndarray
         if log is not None:
             log(f"{v.name}: training {steps} steps (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
                 f"attn_type {cfg.attn_type}, {v.loss} loss)")
-        model, train_log = train_lm(cfg, train_data, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
-                                    half_loss=v.loss == "half", seed=seed, max_minutes=max_minutes, log=log)
+        model, train_log = train_variant(cfg, corpus, vdir / "run", steps=steps, batch_size=batch_size, lr=lr,
+                                         warmup=warmup, half_loss=v.loss == "half", seed=seed,
+                                         max_minutes=max_minutes, eval_tokens=eval_tokens, progress=log is not None)
         t0 = time.monotonic()
-        ev = evaluate_variant(model, v, valid_data, attn_grid, max_tokens=eval_tokens)
+        ev = evaluate_variant(model, v, corpus.splits["valid"], attn_grid, max_tokens=eval_tokens)
         row = {"variant": v.name, "recurrence": v.recurrence, "encoding": v.encoding, "loss": v.loss,
                "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len, "params": model.num_parameters(),
                "train_steps": train_log["steps"], "train_minutes": round(train_log["minutes"], 2),
                "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev, "train_history": train_log["history"]}
-        vdir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(vdir)
-        result_path.write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+        write_json(result_path, row, sort_keys=False)
         rows.append(row)
         if log is not None:
             log(f"{v.name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "

@@ -49,8 +49,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -60,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from txl.errors import ConfigError, DataError
+from txl.store.files import atomic_write, write_json
 
 METHODS = ("memory", "window")
 
@@ -207,38 +206,27 @@ class LossCache:
     def put(self, key: dict[str, Any], losses: np.ndarray) -> None:
         d = self.digest(key)
         arr = np.ascontiguousarray(losses, dtype=np.float32)
-        self._atomic(self.dir / f"{d}.npy", lambda f: np.save(f, arr, allow_pickle=False))
+        atomic_write(self.dir / f"{d}.npy", lambda f: np.save(f, arr, allow_pickle=False))
         self.entries[d] = {"key": key, "tokens": int(arr.shape[0]), "mean": float(arr.mean())}
-        text = json.dumps({"version": 1, "entries": self.entries}, indent=1, sort_keys=True) + "\n"
-        self._atomic(self.manifest_path, lambda f: f.write(text.encode()))
-
-    def _atomic(self, path: Path, write: Callable[[Any], None]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json(self.manifest_path, {"version": 1, "entries": self.entries}, indent=1)
 
 
 # ---------------------------------------------------------------------------------------------- measuring l_i(c, t)
 def default_method(model: Any) -> str:
     """``memory`` for relative encodings (attn_type 0/1), ``window`` for absolute ones (2/3)."""
-    return "memory" if model.built_config.attn_type in (0, 1) else "window"
+    return "memory" if model.config.attn_type in (0, 1) else "window"
 
 
 def max_context(model: Any, method: str) -> int | None:
     """The longest context a model can read by ``method``: attn_type 3 windows stop at its learned positions."""
-    cfg = model.built_config
-    return cfg.max_klen if method == "window" and cfg.attn_type == 3 else None
+    return model.config.max_context if method == "window" else None
 
 
 def context_losses(model: Any, data: np.ndarray, context: int, *, method: str, start: int, tokens: int,
                    tgt_len: int = 32, clamp_len: int | None = None, device: Any = None) -> np.ndarray:
     """``l(c, t)`` for ``t`` in ``[start, start + tokens)`` (``start >= context``, so every context is full)."""
-    from txl.evaluate import evaluate, sliding_window_nll
+    from txl.inference.evaluate import evaluate
+    from txl.inference.window import sliding_window_nll
 
     if method not in METHODS:
         raise ConfigError(f"method must be one of {METHODS}, got {method!r}")

@@ -8,7 +8,7 @@ size and vocabulary) are timed on the same tokens, in one run:
   every prediction attends to exactly ``L`` positions and the memory is reused from one segment to the
   next. The memory is filled first (untimed), then whole segments are timed.
 * **Vanilla** (Al-Rfou et al., attn_type 3 with ``L`` learned positions, or attn_type 2) evaluates every
-  token from its own window of the ``L`` previous tokens (:func:`txl.evaluate.sliding_window_nll`, stride 1),
+  token from its own window of the ``L`` previous tokens (:func:`txl.inference.window.sliding_window_nll`, stride 1),
   ``rows`` windows per forward. Only full windows are timed.
 
 Per-token time is wall time / tokens predicted; the two are timed alternately ``repeats`` times and the
@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from txl.config import TXLConfig
 from txl.errors import ConfigError, DataError
-from txl.evaluate import default_rows, sliding_window_nll
-from txl.model import TransformerXLLM
+from txl.inference.window import default_rows, sliding_window_nll
+from txl.model import Stream, TransformerXLLM, TXLConfig
 
 CPU_LENGTHS = (128, 256, 512, 800)
 GPU_LENGTHS = (128, 256, 512, 800, 1800, 2800, 3800)
@@ -47,23 +46,18 @@ def _sync(device: torch.device) -> None:
 def _time_xl(model: TransformerXLLM, data: torch.Tensor, *, tgt_len: int, attn_len: int, segments: int,
              batch: int, device: torch.device) -> float:
     """Seconds per token of memory-reusing evaluation over ``batch`` streams, memory full."""
-    model.reset_length(tgt_len=tgt_len, mem_len=attn_len, ext_len=0, same_length=True)
+    text = Stream(model, model.config.lengths(mem_len=attn_len, ext_len=0, same_length=True))  # as evaluate()
     fill = -(-attn_len // tgt_len)
     n_step = (fill + segments) * tgt_len + 1
     if data.shape[0] < n_step * batch:
         raise DataError(f"eval-speed needs {n_step * batch} tokens, the data has {data.shape[0]}")
     streams = data[: n_step * batch].view(batch, n_step)  # [B, n_step]
-    mems, kv, pos = None, [], 0  # memories and their cached keys/values, as txl.evaluate
-    for _ in range(fill):  # fill the memory (untimed)
-        x, y = streams[:, pos : pos + tgt_len], streams[:, pos + 1 : pos + 1 + tgt_len]
-        out = model(x.to(device), y.to(device), mems, mem_kv=kv)
-        mems, kv, pos = out.mems, out.mem_kv, pos + tgt_len
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(segments):
-        x, y = streams[:, pos : pos + tgt_len], streams[:, pos + 1 : pos + 1 + tgt_len]
-        out = model(x.to(device), y.to(device), mems, mem_kv=kv)
-        mems, kv, pos = out.mems, out.mem_kv, pos + tgt_len
+    for k in range(fill + segments):  # fill the memory (untimed), then time whole segments
+        if k == fill:
+            _sync(device)
+            start = time.perf_counter()
+        pos = k * tgt_len
+        text(streams[:, pos : pos + tgt_len].to(device), streams[:, pos + 1 : pos + 1 + tgt_len].to(device))
     _sync(device)
     return (time.perf_counter() - start) / (segments * tgt_len * batch)
 

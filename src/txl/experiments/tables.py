@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,6 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=float) + "\n", encoding="utf-8")
-    return path
 
 
 def _pyplot() -> Any:

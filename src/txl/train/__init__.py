@@ -1,13 +1,24 @@
-"""Training behind ``txl train``: :class:`Trainer`, :func:`train` (see :mod:`txl.train.trainer`).
+"""Training behind ``txl train``: :class:`Trainer` and :func:`train` (official ``train.py`` semantics).
 
-Validation and the final test use :func:`txl.evaluate.evaluate` (the one scoring with memory).
-Submodules: ``trainer`` (the loop and its state), ``distributed``
-(``torchrun`` processes), ``metrics`` (``metrics.jsonl``, TensorBoard, progress bar). Configuration is
-:class:`txl.train_config.TrainConfig`; schedules are in :mod:`txl.schedule`, checkpoints in
-:mod:`txl.checkpoint`.
+==============  ==============================================================================
+module          what it holds
+==============  ==============================================================================
+``config``      :class:`TrainConfig`: validation, JSON/TOML, flags
+``presets``     the official run scripts (and small CPU recipes) as functions
+``schedule``    optimizers and learning-rate schedules of the official ``train.py``
+``trainer``     :class:`Trainer`: the loop, chunked accumulation, DDP, AMP, non-finite guard, state
+``batches``     the training batches of a process (resumable)
+``validation``  validation and the final evaluation with the official lengths
+``state``       RNG states of every process; the checkpoint a run resumes from
+``distributed`` ``torchrun`` processes (gloo on CPU, NCCL on GPU)
+``signals``     SIGTERM/Ctrl-C stop after the step, saving a checkpoint
+``metrics``     ``metrics.jsonl``, TensorBoard, the progress bar
+``plot``        learning curves of a run directory (``txl plot``)
+==============  ==============================================================================
 """
 
-from txl.train.trainer import Trainer, TrainingDiverged, find_resume_checkpoint, train
-from txl.train_config import TrainConfig
+from txl.train.config import TrainConfig
+from txl.train.state import find_resume_checkpoint
+from txl.train.trainer import Trainer, TrainingDiverged, train
 
 __all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "find_resume_checkpoint", "train"]

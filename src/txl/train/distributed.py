@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from txl.errors import ConfigError
-from txl.train_config import TrainConfig
+from txl.train.config import TrainConfig
 
 
 class Dist:

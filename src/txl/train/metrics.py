@@ -1,38 +1,15 @@
-"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), the tqdm bar, model dirs."""
+"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), the tqdm bar."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from txl.io import atomic_write
-from txl.model import TransformerXLLM
-from txl.train_config import TrainConfig
-
-METRICS = "metrics.jsonl"
-
-
-def save_model_dir(model: TransformerXLLM, directory: Path, meta: dict[str, Any]) -> None:
-    """Replace ``directory`` with the model's weights and config (written beside it, then renamed)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
-        model.save_pretrained(tmp)
-        text = json.dumps(meta, indent=2) + "\n"
-        atomic_write(tmp / "train_info.json", lambda f: f.write(text), binary=False)
-        old = directory.with_name(f".{directory.name}.old")
-        if directory.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+from txl.store.files import write_text
+from txl.store.layout import RunDir
+from txl.train.config import TrainConfig
 
 
 class RunLog:
@@ -42,18 +19,18 @@ class RunLog:
         self.file = self.tb = None
         if not main:
             return
-        path = out_dir / METRICS
+        run = RunDir(out_dir)
+        path = run.metrics
         if resumed_at is not None and path.is_file():  # drop what was logged after the checkpoint
             records = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
             keep = [r for r in records if r.get("step", 0) <= resumed_at and r.get("kind") != "final"]
-            text = "".join(json.dumps(r) + "\n" for r in keep)
-            atomic_write(path, lambda f: f.write(text), binary=False)
+            write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
         self.file = path.open("a", encoding="utf-8")
         if cfg.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(out_dir / "events"))
+                self.tb = SummaryWriter(str(run.events))
             except ImportError:  # tensorboard is optional
                 self.tb = None
 

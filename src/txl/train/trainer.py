@@ -10,24 +10,20 @@ memories restart at each epoch, as in the official loop. One step:
    mean loss because every process holds the same number of rows;
 3. the gradient norm is clipped to ``clip``; a non-finite loss or gradient is never applied (the step is
    skipped and counted, and ``max_nonfinite`` in a row stop the run);
-4. the optimizer steps, then the schedule (:mod:`txl.schedule`).
+4. the optimizer steps, then the schedule (:mod:`txl.train.schedule`).
 
 The trainer's :meth:`Trainer.state_dict` holds model, optimizer, schedule, grad scaler, counters, data
-position, RNG states and memories; :mod:`txl.checkpoint` writes it without pickle, and
+position, RNG states and memories; :mod:`txl.store.checkpoint` writes it without pickle, and
 ``Trainer(cfg, resume=RUN_DIR)`` continues bit for bit on a CPU (same thread count).
-Evaluation scores every token of a split exactly once, with memory, in nats; ppl = exp(loss), and for
-character/byte-level corpora bpc = loss / ln 2.
+Validation and the final evaluation are :mod:`txl.train.validation`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,46 +32,31 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from txl import __version__
-from txl.checkpoint import list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint, verify_checkpoint
-from txl.config import TXLConfig
-from txl.errors import CheckpointError, ConfigError, TXLError
-from txl.evaluate import evaluate
-from txl.io import atomic_write
-from txl.model import TransformerXLLM
-from txl.presets import model_preset
-from txl.schedule import Schedule, build_optimizer
+from txl.errors import ConfigError, TXLError
+from txl.model import TransformerXLLM, TXLConfig
+from txl.model.presets import model_preset
+from txl.store.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from txl.store.files import atomic_dir, write_json, write_text
+from txl.store.layout import TRAIN_INFO, RunDir
+from txl.train.batches import train_iterator
+from txl.train.config import TrainConfig
 from txl.train.distributed import Dist, resolve_device
-from txl.train.metrics import RunLog, postfix, progress, save_model_dir
-from txl.train_config import TrainConfig
-
-RUN_CONFIG, CHECKPOINTS, BEST, FINAL = "config.json", "checkpoints", "best", "final"
-_LENGTHS = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
+from txl.train.metrics import RunLog, postfix, progress
+from txl.train.schedule import Schedule, build_optimizer
+from txl.train.signals import stop_on_signals
+from txl.train.state import capture_rng, check_same_model, find_resume_checkpoint, restore_rng
+from txl.train.validation import score_split, test_lengths, validation_lengths
+from txl.version import __version__
 
 
 class TrainingDiverged(TXLError):
     """Too many consecutive non-finite losses or gradients; nothing of them was applied or saved."""
-
-
-def find_resume_checkpoint(path: str | Path) -> Path:
-    """The checkpoint to resume from: ``path`` itself if it is one, else the newest under ``path/checkpoints``."""
-    path = Path(path)
-    if (path / "MANIFEST.json").is_file():
-        return path
-    ckpts = list_checkpoints(path / CHECKPOINTS)
-    if not ckpts:
-        raise CheckpointError(f"no checkpoint to resume from in {path} (expected {path / CHECKPOINTS}/step_*/)")
-    return ckpts[-1]
-
-
-def _python_rng() -> list:
-    version, state, gauss = random.getstate()
-    return [version, list(state), gauss]
-
-
-def _numpy_rng() -> list:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 
 # ---------------------------------------------------------------------------------------------- the trainer
@@ -98,14 +79,14 @@ class Trainer:
                               f"= {world} x {cfg.batch_chunk}")
         model_preset(cfg.model, 10**7, **cfg.model_overrides)  # model keys/values checked before the data loads
         ckpt = find_resume_checkpoint(resume) if resume is not None else None
-        out_dir = Path(cfg.out_dir)
-        if ckpt is None and ((out_dir / RUN_CONFIG).is_file() or list_checkpoints(out_dir / CHECKPOINTS)):
-            raise ConfigError(f"{out_dir} already holds a run: continue it with `txl train --resume {out_dir}`, "
-                              "or give another --out-dir")
+        self.out_dir = Path(cfg.out_dir)
+        self.run = RunDir(self.out_dir)
+        if ckpt is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
+            raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
+                              f"{self.out_dir}`, or give another --out-dir")
         if ckpt is not None:
             verify_checkpoint(ckpt)
         self.dist = Dist(self.device)
-        self.out_dir = Path(cfg.out_dir)
         if corpus is None:
             from txl.data import load_corpus
 
@@ -134,7 +115,8 @@ class Trainer:
                 broadcast_buffers=False, find_unused_parameters=sparse_use)
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model)
-        self.train_iter = self._make_train_iter()
+        self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
+                                         world_size=self.dist.world_size, device=self.device)
 
         self.step = 0  # applied updates
         self.tokens = 0  # training target tokens consumed (all processes)
@@ -152,21 +134,6 @@ class Trainer:
             self._load(ckpt)
 
     # ------------------------------------------------------------------ data
-    def _make_train_iter(self) -> Any:
-        from txl.data import LMMultiFileIterator, LMOrderedIterator
-
-        c, cfg, d = self.corpus, self.cfg, self.dist
-        dev = self.device if self.device.startswith("cuda") else None
-        data = c.splits["train"]
-        common = dict(rank=d.rank, world_size=d.world_size, device=dev)
-        offsets = c.sentence_offsets("train")
-        if offsets is not None:
-            files = c.extras.get("train.file_offsets", np.asarray([0, len(offsets) - 1]))
-            return LMMultiFileIterator(data, offsets, files, cfg.batch_size, self.model_cfg.tgt_len,
-                                       self.model_cfg.ext_len, seed=cfg.seed, **common)
-        return LMOrderedIterator(data, cfg.batch_size, self.model_cfg.tgt_len, self.model_cfg.ext_len,
-                                 varlen=cfg.varlen, seed=cfg.seed, **common)
-
     def _batches(self) -> Any:
         while True:
             yield from self.train_iter
@@ -195,7 +162,9 @@ class Trainer:
             with sync:
                 with self._autocast():
                     out = model(input_ids[sl], targets[sl], mems)
-                loss = self.loss_hook(out.loss.float() / cfg.batch_chunk)  # official: loss.mean() / batch_chunk
+                # official: loss.mean() / batch_chunk; the Half loss averages the second half of the segment
+                seg_loss = out.nll[:, out.nll.size(1) // 2:].mean() if cfg.half_loss else out.loss
+                loss = self.loss_hook(seg_loss.float() / cfg.batch_chunk)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += loss.detach()
             new_mems.append(out.mems)
@@ -243,10 +212,7 @@ class Trainer:
         """Everything needed to continue exactly; memories and RNG states of all processes are gathered."""
         comm = self.device if self.device.startswith("cuda") else "cpu"
         mems = [self.dist.gather_rows(m, comm).cpu() for m in self.mems] if self.mems else None
-        torch_rng = self.dist.gather_rows(torch.get_rng_state()[None], comm).cpu()
-        cuda_rng = None
-        if self.device.startswith("cuda"):
-            cuda_rng = self.dist.gather_rows(torch.cuda.get_rng_state(self.device).to(comm)[None], comm).cpu()
+        rng = capture_rng(self.dist, self.device)
         return {
             "format": 1, "txl_version": __version__, "world_size": self.dist.world_size,
             "step": self.step, "tokens": self.tokens, "elapsed": self.elapsed,
@@ -256,7 +222,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "data": self.train_iter.state_dict(), "mems": mems, "mems_epoch": self.mems_epoch,
-            "rng": {"python": _python_rng(), "numpy": _numpy_rng(), "torch": torch_rng, "cuda": cuda_rng},
+            "rng": rng,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -275,23 +241,12 @@ class Trainer:
         rows = slice(self.dist.rank * per, (self.dist.rank + 1) * per)
         self.mems = [m[rows].to(self.device) for m in state["mems"]] if state.get("mems") else None
         self.mems_epoch = int(state.get("mems_epoch", 0))
-        rng = state["rng"]
-        random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-        kind, keys, pos, has_gauss, cached = rng["numpy"]
-        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
         same_world = int(state.get("world_size", 1)) == self.dist.world_size
-        r = self.dist.rank if same_world else 0
-        torch.set_rng_state(rng["torch"][r].to(torch.uint8).cpu())
-        if rng.get("cuda") is not None and self.device.startswith("cuda"):
-            torch.cuda.set_rng_state(rng["cuda"][r].to(torch.uint8).cpu(), self.device)
+        restore_rng(state["rng"], self.dist.rank if same_world else 0, self.device)
 
     def _load(self, path: Path) -> None:
         config, weights, state = load_checkpoint(path, map_location="cpu")
-        mine = self.model_cfg.to_dict()
-        diff = [k for k in mine if k not in _LENGTHS and config.get(k) != mine[k]]
-        if diff:
-            raise CheckpointError(f"{path} holds a model with {diff[0]}={config.get(diff[0])!r}, but this config "
-                                  f"builds {diff[0]}={mine[diff[0]]!r}")
+        check_same_model(config, self.model_cfg.to_dict(), path)
         state["model"] = weights
         self.load_state_dict(state)
         self.last_saved_step = self.step
@@ -303,33 +258,19 @@ class Trainer:
         path = None
         if self.dist.main:
             state.pop("model")
-            path = save_checkpoint(self.out_dir / CHECKPOINTS, self.step, self.model, self.model.built_config, state)
-            prune_checkpoints(self.out_dir / CHECKPOINTS, self.cfg.keep_checkpoints)
+            path = save_checkpoint(self.run.checkpoints, self.step, self.model.state_dict(),
+                                   self.model.config.to_json(), state)
+            prune_checkpoints(self.run.checkpoints, self.cfg.keep_checkpoints)
         self.last_saved_step = self.step
         self.dist.barrier()
         return path
 
     # ------------------------------------------------------------------ validation
     def validate(self, max_tokens: int | None) -> dict[str, float]:
-        """Official in-training validation: eval_tgt_len, memory extended to keep tgt_len + mem_len of context."""
-        m = self.model_cfg
-        tgt = self.cfg.eval_tgt_len or m.tgt_len
-        if m.mem_len == 0:
-            lengths = dict(ext_len=max(0, m.ext_len + m.tgt_len - tgt), mem_len=0)
-        else:
-            lengths = dict(ext_len=m.ext_len, mem_len=max(1, m.mem_len + m.tgt_len - tgt))
-        return self._evaluate(self.model, "valid", self.cfg.eval_batch_size, max_tokens=max_tokens, tgt_len=tgt,
-                              **lengths)
-
-    def _evaluate(self, model: TransformerXLLM, split: str, batch_size: int, **kwargs: Any) -> dict[str, Any]:
-        """:func:`txl.evaluate.evaluate` on a split of the training corpus, as a JSON-ready dict (with bpc)."""
-        data = self.corpus.splits[split]
-        max_tokens = kwargs.get("max_tokens")
-        n = len(data) if max_tokens is None else min(len(data), max_tokens + 1)
-        batch_size = min(batch_size, max(1, (n - 1) // 2))  # a short validation cut still gets a batch
-        res = evaluate(model, data, batch_size=batch_size, device=self.device, char_level=self.corpus.char_level,
-                       offsets=self.corpus.sentence_offsets(split), autocast=self._autocast(), **kwargs)
-        return {**res.to_dict(), "bpc": res.loss / math.log(2)}
+        """The official in-training validation (:func:`txl.train.validation.validation_lengths`)."""
+        return score_split(self.model, self.corpus, "valid", self.cfg.eval_batch_size, device=self.device,
+                           autocast=self._autocast(), max_tokens=max_tokens,
+                           **validation_lengths(self.model_cfg, self.cfg))
 
     def _validate_and_keep_best(self, log: RunLog) -> float:
         loss = math.nan
@@ -339,7 +280,7 @@ class Trainer:
             improved = loss < self.best_valid
             if improved:
                 self.best_valid, self.best_step = loss, self.step
-                save_model_dir(self.model, self.out_dir / BEST, {"step": self.step, "valid_loss": loss})
+                self._publish(self.run.best, {"step": self.step, "valid_loss": loss})
             log.valid(self.step, self.elapsed, val, self.metric, improved)
         loss = self.dist.broadcast_float(loss, self.device)
         self.schedule.on_eval(loss)
@@ -347,18 +288,15 @@ class Trainer:
 
     def final_evaluation(self) -> dict[str, Any]:
         """The best model on ``valid`` and ``test`` with the ``test_*`` (official ``eval.py``) settings."""
-        cfg, m = self.cfg, self.model_cfg
-        best = self.out_dir / BEST
+        cfg, best = self.cfg, self.run.best
         model = TransformerXLLM.from_pretrained(best, map_location=self.device) if best.is_dir() else self.model
-        tgt = cfg.test_tgt_len or cfg.eval_tgt_len or m.tgt_len
-        mem = cfg.test_mem_len if cfg.test_mem_len is not None else (m.mem_len and m.mem_len + m.tgt_len - tgt)
-        lengths = dict(tgt_len=tgt, mem_len=max(0, mem), clamp_len=cfg.test_clamp_len,
-                       same_length=cfg.test_same_length)
+        lengths = test_lengths(self.model_cfg, cfg)
         out: dict[str, Any] = {"model": str(best if best.is_dir() else "last"), **lengths,
                                "batch_size": cfg.test_batch_size}
         for split in ("valid", "test"):
             if split in self.corpus.splits:
-                out[split] = self._evaluate(model, split, cfg.test_batch_size, **lengths)
+                out[split] = score_split(model, self.corpus, split, cfg.test_batch_size, device=self.device,
+                                         autocast=self._autocast(), **lengths)
         return out
 
     # ------------------------------------------------------------------ the loop
@@ -371,47 +309,46 @@ class Trainer:
         log = RunLog(self.out_dir, main, cfg, resumed_at=self.step if self.resumed_from else None)
         if self.resumed_from is not None:
             log.event(self.step, self.elapsed, "resume", checkpoint=str(self.resumed_from))
-        restore = self._install_signal_handlers()
         bar = progress(cfg, self.step, main)
         start, t_last, tokens_last, losses = time.monotonic(), time.monotonic(), self.tokens, []
         elapsed0 = self.elapsed
         save_every = cfg.save_interval or cfg.eval_interval
         last_eval = -1
         try:
-            batches = self._batches()
-            while self.step < cfg.max_step and self.stop_reason is None:
-                if cfg.max_minutes is not None and time.monotonic() - start > cfg.max_minutes * 60:
-                    self.stop_request = self.stop_request or "time"
-                batch = next(batches)
-                lr = self.schedule.lr  # the rate this update runs with
-                out = self.train_step(batch.input_ids, batch.targets)
-                self.elapsed = elapsed0 + time.monotonic() - start
-                if not out["applied"]:
-                    log.event(self.step, self.elapsed, "nonfinite", loss=out["loss"], grad_norm=out["grad_norm"])
-                    if self.nonfinite_run >= cfg.max_nonfinite:
-                        raise TrainingDiverged(self._diverged_message())
-                    continue
-                losses.append(out["loss"])
-                if self.step % cfg.log_interval == 0:
-                    now = time.monotonic()
-                    tok_s = (self.tokens - tokens_last) / max(now - t_last, 1e-9)
-                    log.train(self.step, self.elapsed, float(np.mean(losses)), lr, tok_s,
-                              out["grad_norm"], self.tokens, self.nonfinite_total)
+            with stop_on_signals(self._request_stop):
+                batches = self._batches()
+                while self.step < cfg.max_step and self.stop_reason is None:
+                    if cfg.max_minutes is not None and time.monotonic() - start > cfg.max_minutes * 60:
+                        self.stop_request = self.stop_request or "time"
+                    batch = next(batches)
+                    lr = self.schedule.lr  # the rate this update runs with
+                    out = self.train_step(batch.input_ids, batch.targets)
+                    self.elapsed = elapsed0 + time.monotonic() - start
+                    if not out["applied"]:
+                        log.event(self.step, self.elapsed, "nonfinite", loss=out["loss"], grad_norm=out["grad_norm"])
+                        if self.nonfinite_run >= cfg.max_nonfinite:
+                            raise TrainingDiverged(self._diverged_message())
+                        continue
+                    losses.append(out["loss"])
+                    if self.step % cfg.log_interval == 0:
+                        now = time.monotonic()
+                        tok_s = (self.tokens - tokens_last) / max(now - t_last, 1e-9)
+                        log.train(self.step, self.elapsed, float(np.mean(losses)), lr, tok_s,
+                                  out["grad_norm"], self.tokens, self.nonfinite_total)
+                        if bar is not None:
+                            postfix(bar, float(np.mean(losses)), self.metric, lr, tok_s)
+                        t_last, tokens_last, losses = now, self.tokens, []
                     if bar is not None:
-                        postfix(bar, float(np.mean(losses)), self.metric, lr, tok_s)
-                    t_last, tokens_last, losses = now, self.tokens, []
-                if bar is not None:
-                    bar.update(1)
-                done = self.step >= cfg.max_step or self.stop_reason == "time"
-                if self.step % cfg.eval_interval == 0 or done:
-                    self._validate_and_keep_best(log)
-                    last_eval = self.step
-                if self.step % save_every == 0 or done or self.stop_reason:
-                    self.save_checkpoint()
+                        bar.update(1)
+                    done = self.step >= cfg.max_step or self.stop_reason == "time"
+                    if self.step % cfg.eval_interval == 0 or done:
+                        self._validate_and_keep_best(log)
+                        last_eval = self.step
+                    if self.step % save_every == 0 or done or self.stop_reason:
+                        self.save_checkpoint()
         finally:
             if bar is not None:
                 bar.close()
-            restore()
         if self.step != self.last_saved_step:  # e.g. a signal during a skipped step
             self.save_checkpoint()
         summary: dict[str, Any] = {"rank": self.dist.rank, "world_size": self.dist.world_size, "step": self.step,
@@ -420,48 +357,41 @@ class Trainer:
                                    "best_valid_loss": self.best_valid, "best_step": self.best_step,
                                    "nonfinite_steps": self.nonfinite_total, "last_eval_step": last_eval}
         if self.stop_reason is None and main:
-            save_model_dir(self.model, self.out_dir / FINAL, {"step": self.step})
+            self._publish(self.run.final, {"step": self.step})
             if cfg.final_eval:
                 summary["final"] = self.final_evaluation()
                 log.final(self.step, self.elapsed, summary["final"])
         if main:
-            text = json.dumps(summary, indent=2, default=float) + "\n"
-            atomic_write(self.out_dir / "results.json", lambda f: f.write(text), binary=False)
+            write_json(self.run.results, summary, sort_keys=False)
         log.close()
         self.dist.close()  # no collective after the loop: rank 0's final evaluation may take long
         return summary
 
     def _diverged_message(self) -> str:
-        ckpts = list_checkpoints(self.out_dir / CHECKPOINTS)
+        ckpts = list_checkpoints(self.run.checkpoints)
         last = f"the last good checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
         return (f"{self.nonfinite_run} consecutive non-finite losses/gradients after step {self.step} (none applied "
                 f"or saved); {last}; lower --lr or raise --clip, then `txl train --resume {self.out_dir} --lr ...`")
 
-    def _install_signal_handlers(self) -> Any:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-        def handler(signum: int, frame: Any) -> None:
-            if self.stop_request == "signal":  # a second signal: stop now
-                raise KeyboardInterrupt
-            self.stop_request = "signal"
-
-        for s in old:
-            signal.signal(s, handler)
-        return lambda: [signal.signal(s, h) for s, h in old.items()]
+    def _request_stop(self) -> bool:
+        """A stop signal: stop after this step (True), or at once if one was already received (False)."""
+        first = self.stop_request != "signal"
+        self.stop_request = "signal"
+        return first
 
     def _write_run_files(self) -> None:
         info = {"name": self.corpus.name, "vocab_size": len(self.corpus.vocab), "metric": self.metric,
                 "tokens": {k: int(v.shape[0]) for k, v in self.corpus.splits.items()}}
-        body = {"txl_version": __version__, "train": self.cfg.to_dict(), "model": self.model_cfg.to_dict(),
-                "world_size": self.dist.world_size, "dataset": info,
-                "parameters": self.model.num_parameters()}
-        text = json.dumps(body, indent=2, sort_keys=True) + "\n"
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.out_dir / RUN_CONFIG, lambda f: f.write(text), binary=False)
-        vocab_text = self.corpus.vocab.to_json()
-        atomic_write(self.out_dir / "vocab.json", lambda f: f.write(vocab_text), binary=False)
+        write_json(self.run.config, {"txl_version": __version__, "train": self.cfg.to_dict(),
+                                     "model": self.model_cfg.to_dict(), "world_size": self.dist.world_size,
+                                     "dataset": info, "parameters": self.model.num_parameters()})
+        write_text(self.run.vocab, self.corpus.vocab.to_json())
+
+    def _publish(self, directory: Path, info: dict[str, Any]) -> None:
+        """Replace the model directory ``best/`` or ``final/`` as a whole (weights, config, train_info.json)."""
+        with atomic_dir(directory) as tmp:
+            self.model.save_pretrained(tmp)
+            write_json(tmp / TRAIN_INFO, info, sort_keys=False)
 
 
 def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> dict[str, Any]:

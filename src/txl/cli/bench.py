@@ -1,0 +1,69 @@
+"""``txl bench``: throughput of txl against Hugging Face TransfoXL, measured in the same run
+(see :mod:`txl.experiments.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from txl.cli.args import parse_int_list
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark training/evaluation throughput against Hugging Face TransfoXL",
+                       description="Times txl and (if installed) Hugging Face TransfoXL side by side, alternating "
+                       "rounds, and prints txl/HF ratios. Cases: char, word (CPU), enwik8-base, wt103-base (GPU).")
+    p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
+    p.add_argument("--eval-mem-lens", default="128,512,1600", help="evaluation memory lengths (default: 128,512,1600)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per round (default: 3)")
+    p.add_argument("--repeats", type=int, default=5, help="alternating rounds; ratio = their median (default: 5)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
+    p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--batch-size", type=int, default=None, help="override the cases' batch size")
+    p.add_argument("--no-hf", action="store_true", help="time txl only")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    p.add_argument("--recompute", action="store_true",
+                   help="also time and measure txl training with recomputed attention (less memory)")
+    p.add_argument("--profile", choices=["txl", "hf"], default=None,
+                   help="print a torch.profiler table of training steps of the first case instead")
+    p.add_argument("--json", help="write the full report here")
+    p.add_argument("--markdown", help="append the Markdown table to this file")
+    p.set_defaults(func=run)
+    from txl.cli.experiment import add_eval_speed
+
+    kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed}",
+                             help="eval-speed: Transformer-XL vs the vanilla sliding window (paper Table 9)")
+    add_eval_speed(kinds, "eval-speed")
+
+
+def run(args: argparse.Namespace) -> int:
+    from txl.experiments.bench import BenchOptions, profile_train_step, run_benchmark, to_markdown
+
+    cases = [c for c in args.cases.split(",") if c]
+    if args.profile:
+        print(profile_train_step(cases[0], args.profile, batch=args.batch_size))
+        return 0
+    opts = BenchOptions(cases=cases, eval_mem_lens=parse_int_list(args.eval_mem_lens, "--eval-mem-lens"),
+                        steps=args.steps,
+                        repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
+                        threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,
+                        recompute=args.recompute,
+                        batch_size=args.batch_size)
+    report = run_benchmark(opts, log=lambda line: print(line, flush=True))
+    argv = sys.argv[sys.argv.index("bench"):] if "bench" in sys.argv else None
+    command = shlex.join(["txl", *argv]) if argv else shlex.join(["python", *sys.argv])
+    report["command"] = command
+    table = to_markdown(report, command)
+    print(table)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    if args.markdown:
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write(table + "\n")
+    return 0

@@ -1,0 +1,80 @@
+"""``txl convert``: official / Hugging Face checkpoints to and from txl model directories."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from txl.errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert official or Hugging Face TransfoXL weights to a txl model directory (or back)",
+        description="Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. "
+        "Export: --to official|hf MODEL_DIR. Files are read without unpickling code.",
+    )
+    p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model directory (--to)")
+    direction = p.add_mutually_exclusive_group(required=True)
+    direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
+    direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
+    p.add_argument("--config", help="official MemTransformerLM constructor kwargs as JSON (with --from official)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
+                   "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
+                   "PATH/vocab.pkl or PATH/vocab.bin by itself")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from txl.interop.hf import from_hf, hf_config_dict, to_hf_state_dict
+    from txl.interop.official import load_official, to_official
+    from txl.model import TransformerXLLM
+    from txl.store.files import write_json
+    from txl.store.layout import CONFIG, VOCAB, WEIGHTS
+    from txl.store.tensors import save_tensors
+
+    out = Path(args.out)
+    vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
+    if args.src == "official":
+        if not args.config:
+            raise ConfigError("--from official needs --config KWARGS.json (the MemTransformerLM constructor "
+                              "arguments the checkpoint was trained with)")
+        model = load_official(args.path, args.config)
+    elif args.src == "hf":
+        model = from_hf(args.path)
+    else:
+        model = TransformerXLLM.from_pretrained(args.path)
+        if args.dst == "official":
+            kwargs, state = to_official(model)
+            save_tensors(state, out / "official_state.safetensors")
+            write_json(out / "official_kwargs.json", kwargs, sort_keys=False)
+        else:
+            save_tensors(to_hf_state_dict(model), out / WEIGHTS)
+            write_json(out / CONFIG, hf_config_dict(model), sort_keys=False)
+        print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
+        return 0
+    if vocab is not None and len(vocab) != model.config.n_token:
+        raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={model.config.n_token}")
+    model.save_pretrained(out)
+    print(f"wrote txl model ({model.num_parameters():,} parameters) to {out}")
+    if vocab is not None:
+        vocab.save(out / VOCAB)
+        print(f"wrote vocabulary ({len(vocab):,} symbols) to {out / VOCAB}")
+    return 0
+
+
+def _import_vocab(args: argparse.Namespace):
+    """The vocabulary to write next to an imported model: --vocab, or an HF directory's vocab.pkl/bin."""
+    from txl.data import Vocab
+    from txl.interop.hf_vocab import find_hf_vocab, load_hf_vocab
+
+    path = Path(args.vocab) if args.vocab else None
+    if path is None and args.src == "hf" and Path(args.path).is_dir():
+        path = find_hf_vocab(args.path)
+    if path is None:
+        return None
+    if path.suffix == ".json":
+        return Vocab.load(path)
+    return load_hf_vocab(path)

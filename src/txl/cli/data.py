@@ -1,0 +1,84 @@
+"""``txl data fetch|prepare|info``: thin CLI over :mod:`txl.data`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from txl.data import fetch, known_datasets, load_corpus
+from txl.data.registry import get_spec
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``txl data`` and its ``fetch`` / ``prepare`` / ``info`` subcommands."""
+    p = sub.add_parser(
+        "data",
+        help="download, prepare and inspect datasets",
+        description=f"Datasets: {', '.join(known_datasets())}, or a path to your own text.",
+    )
+    dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("name", help="dataset name, or a text file / directory (prepare, info)")
+        q.add_argument("--data-dir", default=None, help="raw data folder (default: $TXL_DATA_DIR, then user cache)")
+
+    f = dsub.add_parser("fetch", help="download and verify a dataset's files")
+    common(f)
+    f.add_argument("--mirror", default=None, help="base URL replacing the canonical URLs' folder")
+    f.add_argument("--force", action="store_true", help="download again even if present")
+    for name, helptext in (("prepare", "tokenize once into the cache"), ("info", "print sizes and counts")):
+        q = dsub.add_parser(name, help=helptext)
+        common(q)
+        q.add_argument("--cache-dir", default=None, help="prepared-cache folder (default: $TXL_CACHE_DIR, ...)")
+        q.add_argument("--rebuild", action="store_true", help="rebuild the cache even if it is valid")
+        q.add_argument("--refuse-stale", action="store_true", help="fail instead of rebuilding a stale cache")
+        q.add_argument("--errors", choices=("strict", "replace"), default="strict", help="non-UTF-8 bytes")
+        q.add_argument("--level", choices=("word", "char", "byte"), default=None, help="user text: unit")
+        q.add_argument("--lower", action="store_true", default=None, help="user text: lower-case")
+        q.add_argument("--min-freq", type=int, default=None, help="user text: minimum count of a word")
+        q.add_argument("--max-size", type=int, default=None, help="user text: maximum vocabulary size")
+        q.add_argument("--tokenizer", default=None, help="user text: a Hugging Face tokenizers JSON")
+        q.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _is_known(name: str) -> bool:
+    try:
+        get_spec(name)
+        return True
+    except Exception:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``txl data ACTION``."""
+    if args.data_command == "fetch":
+        files = fetch(args.name, args.data_dir, mirror=args.mirror, force=args.force)
+        for path in files:
+            print(path)
+        return 0
+    options = {
+        "cache_dir": args.cache_dir,
+        "rebuild": args.rebuild,
+        "errors": args.errors,
+        "on_stale": "error" if args.refuse_stale else "rebuild",
+    }
+    if not _is_known(args.name):
+        user = {
+            "level": args.level,
+            "lower": args.lower,
+            "min_freq": args.min_freq,
+            "max_size": args.max_size,
+            "tokenizer": args.tokenizer,
+        }
+        options.update({k: v for k, v in user.items() if v is not None})
+    corpus = load_corpus(args.name, args.data_dir, **options)
+    info = corpus.info()
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{info['name']}: vocabulary {info['vocab_size']:,}, dtype {info['dtype']}, metric {info['metric']}")
+    for split, n in info["tokens"].items():
+        print(f"  {split:5s} {n:>13,} tokens  {info['bytes'][split]:>13,} bytes")
+    print(f"  cache {info['cache_dir']}")
+    return 0

@@ -1,0 +1,215 @@
+"""``txl recl`` and ``txl experiment {recl,ablation,eval-speed}``: the paper's experiments (:mod:`txl.experiments`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from txl.cli.args import parse_float_list, parse_int_list
+from txl.errors import ConfigError
+from txl.store.files import write_json, write_text
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _add_size(p: argparse.ArgumentParser, default_preset: str) -> None:
+    p.add_argument("--model-preset", default=default_preset, help=f"model size preset (default: {default_preset})")
+    for flag, kind in (("--n-layer", int), ("--d-model", int), ("--n-head", int), ("--d-inner", int),
+                       ("--dropout", float)):
+        p.add_argument(flag, type=kind, help="override the preset's value (d_head = d_model // n_head)")
+    p.add_argument("--pre-lnorm", action="store_true", default=None,
+                   help="layer norm on the input of each block (official pre_lnorm; steadier at high learning rates)")
+
+
+def _base_config(args: argparse.Namespace, n_token: int) -> Any:
+    from txl.model.presets import model_preset
+
+    over = {k: getattr(args, k) for k in ("n_layer", "d_model", "n_head", "d_inner", "dropout", "pre_lnorm")
+            if getattr(args, k, None) is not None}
+    cfg = model_preset(args.model_preset, n_token).replace(**over)
+    if "d_model" in over or "n_head" in over:
+        cfg = cfg.replace(d_head=cfg.d_model // cfg.n_head)
+    return cfg
+
+
+def _add_recl(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
+                   help="a model of the group (repeat for each); PATH as for `txl eval`")
+    p.add_argument("--method", action="append", default=[], metavar="NAME=memory|window",
+                   help="how a model's context c is measured (default: memory for attn_type 0/1, window for 2/3)")
+    p.add_argument("--dataset", required=True, help="dataset all models were trained on")
+    p.add_argument("--split", default="valid", choices=["valid", "test"], help="split (default: valid)")
+    p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    p.add_argument("--contexts", required=True, help="context grid, e.g. 32,64,96,128 (step Δ; paper: 100..1000)")
+    p.add_argument("--tokens", type=int, default=4096, help="scored tokens (default: 4096)")
+    p.add_argument("--start", type=int, help="first scored position (default: the largest context)")
+    p.add_argument("--r", default="0.1,0.5,1.0", help="fractions of hardest tokens (default: 0.1,0.5,1.0)")
+    p.add_argument("--threshold", type=float, default=0.01, help="relative gain threshold (default: 0.01)")
+    p.add_argument("--tgt-len", type=int, default=32, help="segment length of the memory method (default: 32)")
+    p.add_argument("--clamp-len", type=int, help="clamp relative distances (memory method)")
+    p.add_argument("--cache", help="per-token loss cache directory (default: OUT/cache)")
+    p.add_argument("--out", required=True, help="output directory: recl.json, recl.md, recl.png")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.set_defaults(func=run_recl)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    _add_recl(sub.add_parser("recl", help="relative effective context length of a model group (paper Table 8)",
+                             description="RECL as defined in the paper's Appendix C (see txl.experiments.recl)."))
+    p = sub.add_parser("experiment", help="the paper's experiments: recl, ablation (Tables 6, 10), eval-speed "
+                                          "(Table 9)")
+    ex = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    _add_recl(ex.add_parser("recl", help="same as `txl recl`"))
+
+    a = ex.add_parser("ablation", help="train and compare the Table 6 / Table 10 variants at a chosen scale",
+                      description="See txl.experiments.ablations. Resumable: finished variants are skipped.")
+    a.add_argument("--dataset", default="wt2", help="dataset (default: wt2; e.g. ptb, wt103, wt2-char)")
+    a.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    a.add_argument("--variants", default="table6",
+                   help="table6, table7, table10, or a comma-separated list such as rec-ours-full,norec-alrfou-half")
+    _add_size(a, "tiny")
+    a.add_argument("--tgt-len", type=int, default=32, help="training segment length T (default: 32)")
+    a.add_argument("--steps", type=int, default=500, help="training steps per variant (default: 500)")
+    a.add_argument("--batch-size", type=int, default=16, help="training batch (default: 16)")
+    a.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 1e-3)")
+    a.add_argument("--warmup", type=int, default=50, help="warm-up steps (default: 50)")
+    a.add_argument("--max-minutes", type=float, help="stop each variant's training after this many minutes")
+    a.add_argument("--attn-grid", help="evaluation attention lengths (default: T,2T,4T,8T)")
+    a.add_argument("--eval-tokens", type=int, help="score only the first N validation tokens")
+    a.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    a.add_argument("--out", required=True, help="output directory (one subdirectory per variant, ablations.md)")
+    a.set_defaults(func=run_ablation)
+
+    add_eval_speed(ex, "eval-speed")
+
+
+def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
+    """The Table 9 evaluation-speed command (``txl experiment eval-speed`` and ``txl bench eval-speed``)."""
+    s = sub.add_parser(name, help="per-token evaluation time, Transformer-XL vs vanilla window (Table 9)",
+                       description="See txl.experiments.speed.")
+    s.add_argument("--dataset", default="wt2", help="dataset whose tokens are read (default: wt2)")
+    s.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    s.add_argument("--split", default="valid", help="split (default: valid)")
+    s.add_argument("--attn-lens", help="attention lengths (default: 128,256,512,800; on cuda up to 3800)")
+    _add_size(s, "cpu-small")
+    s.add_argument("--tgt-len", type=int, default=128, help="XL evaluation segment length (default: 128)")
+    s.add_argument("--xl-batch", type=int, default=10, help="XL evaluation streams (default: 10, as eval.py)")
+    s.add_argument("--vanilla-attn-type", type=int, default=3, choices=[2, 3],
+                   help="vanilla encoding: 3 Al-Rfou et al. (default), 2 Vaswani et al.")
+    s.add_argument("--rows", type=int, help="vanilla windows per forward (default: by memory, at most 64)")
+    s.add_argument("--xl-tokens", type=int, default=2560, help="XL tokens timed per repeat (default: 2560)")
+    s.add_argument("--vanilla-tokens", type=int, help="vanilla tokens timed per repeat (default: one batch)")
+    s.add_argument("--repeats", type=int, default=3, help="alternating repeats, median kept (default: 3)")
+    s.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    s.add_argument("--out", help="write OUT/eval-speed.json, .md, .png")
+    s.set_defaults(func=run_eval_speed)
+
+
+# ---------------------------------------------------------------------------------------------- recl
+def run_recl(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from txl.data import load_corpus
+    from txl.experiments import recl as R
+    from txl.experiments.tables import plot_recl, recl_gain_table, recl_table
+    from txl.inference.loading import load_model
+    from txl.store.layout import weights_digest
+
+    contexts = parse_int_list(args.contexts, "--contexts", minimum=1)
+    r_values = parse_float_list(args.r, "--r")
+    methods = {}
+    for spec in args.method:
+        name, _, method = spec.partition("=")
+        if method not in R.METHODS:
+            raise ConfigError(f"--method {spec!r}: expected NAME=memory or NAME=window")
+        methods[name] = method
+    corpus = load_corpus(args.dataset, data_dir=args.data_dir)
+    members = []
+    for spec in args.model:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--model {spec!r}: expected NAME=PATH")
+        model, directory = load_model(path, device=args.device)
+        if model.config.n_token != len(corpus.vocab):
+            raise ConfigError(f"model {name} predicts {model.config.n_token} symbols, {args.dataset} has "
+                              f"{len(corpus.vocab)}")
+        members.append(R.GroupMember(name, model, weights_digest(directory), methods.get(name) or
+                                     R.default_method(model)))
+    unknown = set(methods) - {m.name for m in members}
+    if unknown:
+        raise ConfigError(f"--method names unknown model(s): {', '.join(sorted(unknown))}")
+    data = np.asarray(corpus.splits[args.split])
+    start = args.start if args.start is not None else max(contexts)
+    out = Path(args.out)
+    cache = R.LossCache(args.cache or out / "cache")
+    losses, caps = R.group_losses(members, data, contexts, start=start, tokens=args.tokens,
+                                  data_key={"dataset": args.dataset, "split": args.split}, cache=cache,
+                                  tgt_len=args.tgt_len, clamp_len=args.clamp_len, device=args.device, progress=_log)
+    result = R.compute_recl(losses, contexts, names=[m.name for m in members], r_values=r_values,
+                            threshold=args.threshold, max_context=caps)
+    doc = {**result.to_dict(), "dataset": args.dataset, "split": args.split, "start": start, "tokens": args.tokens,
+           "models": {m.name: {"path": spec.partition("=")[2], "digest": m.digest, "method": m.method,
+                               "attn_type": m.model.config.attn_type}
+                      for m, spec in zip(members, args.model)}}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "recl.json", doc, sort_keys=False)
+    text = recl_table(result)
+    gains = "\n".join(f"Relative gain g(c, c') in % (r = {r:g}):\n\n{recl_gain_table(result, r)}" for r in r_values)
+    write_text(out / "recl.md", text + "\n" + gains)
+    plot_recl(result, out / "recl.png", title=f"RECL on {args.dataset} {args.split} ({args.tokens} tokens)")
+    print(text)
+    print(f"wrote {out}/recl.json, recl.md, recl.png")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- ablation
+def run_ablation(args: argparse.Namespace) -> int:
+    from txl.data import load_corpus
+    from txl.experiments import ablations as A
+
+    tables = {"table6": A.TABLE6, "table7": A.TABLE7, "table10": A.TABLE10}
+    if args.variants in tables:
+        variants = list(tables[args.variants])
+    else:
+        variants = [A.parse_variant(v.strip()) for v in args.variants.split(",")]
+    T = args.tgt_len
+    grid = parse_int_list(args.attn_grid, "--attn-grid", minimum=1) if args.attn_grid else [T, 2 * T, 4 * T, 8 * T]
+    corpus = load_corpus(args.dataset, data_dir=args.data_dir)
+    base = _base_config(args, len(corpus.vocab))
+    rows = A.run_ablation(base, corpus, args.out, variants, tgt_len=T,
+                          steps=args.steps, attn_grid=grid, batch_size=args.batch_size, lr=args.lr,
+                          warmup=args.warmup, seed=args.seed, eval_tokens=args.eval_tokens,
+                          max_minutes=args.max_minutes, log=_log)
+    table = A.ablation_table(rows, char_level=corpus.char_level)
+    write_text(Path(args.out, "ablations.md"), table)
+    print(table)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- eval speed
+def run_eval_speed(args: argparse.Namespace) -> int:
+    from txl.data import load_corpus
+    from txl.experiments import speed as S
+    from txl.experiments.tables import plot_speed, speed_table
+
+    default = S.GPU_LENGTHS if str(args.device).startswith("cuda") else S.CPU_LENGTHS
+    lens = parse_int_list(args.attn_lens, "--attn-lens", minimum=1) if args.attn_lens else list(default)
+    corpus = load_corpus(args.dataset, data_dir=args.data_dir)
+    base = _base_config(args, len(corpus.vocab))
+    rows = S.eval_speed(base, corpus.splits[args.split], lens, tgt_len=args.tgt_len, xl_batch=args.xl_batch,
+                        vanilla_attn_type=args.vanilla_attn_type, rows=args.rows, xl_tokens=args.xl_tokens,
+                        vanilla_tokens=args.vanilla_tokens, repeats=args.repeats, device=args.device, progress=_log)
+    table = speed_table(rows)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "eval-speed.json", rows, sort_keys=False)
+        write_text(out / "eval-speed.md", table)
+        plot_speed(rows, out / "eval-speed.png")
+        print(f"wrote {out}/eval-speed.json, .md, .png")
+    return 0

@@ -1,0 +1,154 @@
+"""``txl train``: train a model (see :mod:`txl.train`); the flags are the fields of ``TrainConfig`` and ``TXLConfig``.
+
+A run's config is resolved as: training preset (``--preset``, or ``preset`` in the file) < config file
+(``--config run.toml|run.json``) < command-line flags. ``--resume RUN_DIR`` starts from the run's own
+``config.json`` instead, and flags given with it override it (e.g. a longer ``--max-step``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from txl.errors import ConfigError
+from txl.model import TXLConfig
+
+_SKIP = {"model_overrides", "n_token"}
+
+
+def _parser_for(annotation: str) -> Any:
+    kinds = str(annotation).replace(" ", "").split("|")
+    optional = "None" in kinds
+    base = kinds[0]
+
+    def parse(text: str) -> Any:
+        if optional and text.lower() in ("none", "null"):
+            return None
+        try:
+            if base == "int":
+                return int(text)
+            if base == "float":
+                return float(text)
+            if base == "bool":
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(text)
+                return text.lower() in ("true", "1", "yes")
+            if base.startswith("list"):
+                value = json.loads(text)
+                if not isinstance(value, list):
+                    raise ValueError(text)
+                return value
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise argparse.ArgumentTypeError(f"expected {'/'.join(kinds)}, got {text!r}") from exc
+        return text
+
+    return parse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from txl.model.presets import MODEL_PRESETS
+    from txl.train.config import TrainConfig
+    from txl.train.presets import TRAIN_PRESETS
+
+    p = sub.add_parser(
+        "train", help="train a Transformer-XL language model",
+        description="Train on a dataset known to `txl data` (default: the embedded WikiText-2). Multi-process: "
+                    "`torchrun --nproc_per_node N -m txl train ...`.",
+        epilog=f"training presets: {', '.join(TRAIN_PRESETS)}; model presets (--model): {', '.join(MODEL_PRESETS)}")
+    p.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME", help="a training preset (see below)")
+    p.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="a .toml or .json config")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run (or a checkpoint directory)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="set any config key, e.g. --set cutoffs=[2000,10000]")
+    defaults = TrainConfig()
+    train_group = p.add_argument_group("training (TrainConfig)")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _SKIP or f.name == "preset":
+            continue
+        _add_flag(train_group, f, f"(default: {getattr(defaults, f.name)})")
+    model_group = p.add_argument_group("model (TXLConfig fields over the model preset)")
+    for f in dataclasses.fields(TXLConfig):
+        if f.name not in _SKIP:
+            _add_flag(model_group, f, "")
+    p.set_defaults(func=run)
+
+
+def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field, help_text: str) -> None:
+    flag = "--" + f.name.replace("_", "-")
+    if str(f.type) == "bool":
+        group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=help_text)
+    else:
+        group.add_argument(flag, dest=f.name, type=_parser_for(f.type), default=argparse.SUPPRESS, help=help_text,
+                           metavar=f.name.upper())
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def resolve_config(args: argparse.Namespace) -> Any:
+    """The :class:`TrainConfig` of ``args`` (preset < file < flags; or the resumed run's config < flags)."""
+    from txl.store.layout import RunDir, is_checkpoint_dir
+    from txl.train.config import MODEL_KEYS, TrainConfig, read_config_file
+    from txl.train.presets import train_preset
+
+    flags = {k: v for k, v in vars(args).items() if k in {f.name for f in dataclasses.fields(TrainConfig)}
+             or k in MODEL_KEYS}
+    flags.pop("preset", None)
+    flags.update(_parse_set(args.overrides))
+    if args.resume:
+        run_dir = Path(args.resume)
+        if is_checkpoint_dir(run_dir):  # RUN_DIR/checkpoints/step_*
+            run_dir = RunDir.of_checkpoint(run_dir)
+        run = RunDir(run_dir)
+        if not run.config.is_file():
+            raise ConfigError(f"{run_dir} is not a txl run directory (no {run.config.name})")
+        cfg = TrainConfig.from_dict(read_config_file(run.config))
+        return TrainConfig.from_dict({**flags, "out_dir": str(run_dir)}, base=cfg)
+    file_values = read_config_file(args.config_file) if args.config_file else {}
+    preset = getattr(args, "preset", None) or file_values.get("preset")
+    base = train_preset(preset) if preset else None
+    cfg = TrainConfig.from_dict({**file_values, **({"preset": preset} if preset else {})}, base=base)
+    return TrainConfig.from_dict(flags, base=cfg)
+
+
+def run(args: argparse.Namespace) -> int:
+    from txl.train import train
+
+    cfg = resolve_config(args)
+    if args.print_config:
+        print(cfg.to_json(), end="")
+        return 0
+    summary = train(cfg, resume=args.resume)
+    if summary["rank"] != 0:  # under torchrun only the first process reports
+        return 0
+    metric = summary["metric"]
+    out = summary["out_dir"]
+    if summary["stopped"] != "max_step":
+        why = {"signal": "on a signal", "time": f"after --max-minutes {cfg.max_minutes}"}[summary["stopped"]]
+        print(f"txl train: stopped {why} at step {summary['step']}, checkpoint saved; "
+              f"continue with: txl train --resume {out}", file=sys.stderr)
+        return 0
+    final = summary.get("final")
+    if final:
+        parts = [f"{s} {metric} {final[s][metric]:.3f}" for s in ("valid", "test") if s in final]
+        print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; best model "
+              f"({final['model']}): {', '.join(parts)}")
+    else:
+        print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; models in {out}")
+    return 0

@@ -1,0 +1,31 @@
+"""Loading what inference needs from a directory: the model behind a model, checkpoint or run directory,
+and its vocabulary (layout: :mod:`txl.store.layout`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from txl.data import Vocab
+from txl.model import TransformerXLLM
+from txl.store.checkpoint import verify_checkpoint
+from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model_dir
+
+
+def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[TransformerXLLM, Path]:
+    """The model behind ``path`` (:func:`txl.store.layout.resolve_model_dir`) in eval mode, and its directory.
+
+    A checkpoint directory is verified against its ``MANIFEST.json`` SHA-256 sums first.
+    """
+    directory = resolve_model_dir(path)
+    if is_checkpoint_dir(directory):
+        verify_checkpoint(directory)
+    model = TransformerXLLM.from_pretrained(directory, map_location=device)
+    return model.eval(), directory
+
+
+def load_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Vocab:
+    """The vocabulary of a model directory: ``vocab`` if given, else the one :func:`txl.store.layout.find_vocab`
+    finds beside it (``MODEL_DIR/vocab.json``, or its run's)."""
+    return Vocab.load(find_vocab(model_dir, vocab))

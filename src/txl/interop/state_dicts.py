@@ -1,0 +1,57 @@
+"""Reading other libraries' state dicts (no pickle of code) and filling in the names of tied parameters."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from txl.errors import CheckpointError
+from txl.model import TransformerXLLM
+from txl.store.tensors import load_tensors
+
+
+def fill_tied(model: TransformerXLLM, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Add the names of tied parameters that a file left out (e.g. HF safetensors drops tied copies)."""
+    own = model.state_dict()
+    groups: dict[int, list[str]] = {}
+    for name, t in own.items():
+        groups.setdefault(t.data_ptr(), []).append(name)
+    state = dict(state)
+    for names in groups.values():
+        present = [n for n in names if n in state]
+        for other in present[1:]:
+            if not torch.equal(state[other], state[present[0]]):
+                raise CheckpointError(f"{present[0]} and {other} are tied in this config but hold different "
+                                      "values in the checkpoint (check tie_weight / tie_projs)")
+        if present:
+            for n in names:
+                state.setdefault(n, state[present[0]])
+    return state
+
+
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
+    """Read a state dict from ``.safetensors`` or a ``torch.save``'d dict (``weights_only=True``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if path.suffix == ".safetensors":
+        return load_tensors(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, EOFError) as exc:
+        raise CheckpointError(
+            f"{path} is not a plain state dict (it may be a whole pickled model as the official train.py saves; "
+            "txl does not unpickle code). In an environment that has the official code run "
+            "`torch.save(torch.load(PATH).state_dict(), 'state.pt')` and convert that file"
+        ) from exc
+    if isinstance(obj, dict):
+        for key in ("state_dict", "model_state_dict", "model"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+    return {k.removeprefix("module."): v for k, v in obj.items()}

@@ -1,0 +1,175 @@
+"""The layout of txl's directories on disk: every file name is defined here, once.
+
+**Model directory** (``save_pretrained``, a run's ``best/`` and ``final/``, a converted model)::
+
+    config.json          TXLConfig as JSON
+    model.safetensors    the state dict (tied names as aliases, see txl.store.tensors)
+    vocab.json           the vocabulary, when known (a training run keeps it one level up)
+    train_info.json      best/ and final/: the step (and validation loss) they were saved at
+
+**Checkpoint directory** ``RUN/checkpoints/step_XXXXXXXX/``: a model directory plus ``train_state.json``,
+``train_state.safetensors`` and ``MANIFEST.json`` (:mod:`txl.store.checkpoint`).
+
+**Run directory** (``txl train --out-dir RUN``), :class:`RunDir`::
+
+    config.json  vocab.json  metrics.jsonl  results.json  checkpoints/  best/  final/  events/
+
+**Prepared data cache** (:mod:`txl.data.cache`): ``{split}.npy``, ``vocab.json``, ``manifest.json``.
+
+:func:`resolve_model_dir` turns any of "model directory", "checkpoint directory" or "run directory" into
+the model directory behind it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from txl.errors import CheckpointError
+from txl.store.files import sha256_file, write_text
+from txl.store.tensors import load_tensors, save_tensors
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+VOCAB = "vocab.json"
+TRAIN_INFO = "train_info.json"
+MANIFEST = "MANIFEST.json"
+TRAIN_STATE_JSON = "train_state.json"
+TRAIN_STATE_TENSORS = "train_state.safetensors"
+METRICS = "metrics.jsonl"
+RESULTS = "results.json"
+CHECKPOINTS = "checkpoints"
+BEST = "best"
+FINAL = "final"
+EVENTS = "events"
+DATA_MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The paths of a training run directory."""
+
+    root: Path
+
+    def __init__(self, root: str | Path) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG
+
+    @property
+    def vocab(self) -> Path:
+        return self.root / VOCAB
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def results(self) -> Path:
+        return self.root / RESULTS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    @property
+    def best(self) -> Path:
+        return self.root / BEST
+
+    @property
+    def final(self) -> Path:
+        return self.root / FINAL
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS
+
+    @staticmethod
+    def of_checkpoint(path: str | Path) -> Path:
+        """The run directory of a checkpoint directory ``RUN/checkpoints/step_*``."""
+        return Path(path).parent.parent
+
+
+# ---------------------------------------------------------------------------------------------- model dirs
+def is_model_dir(path: str | Path) -> bool:
+    return (Path(path) / CONFIG).is_file() and (Path(path) / WEIGHTS).is_file()
+
+
+def is_checkpoint_dir(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def save_model_dir(directory: str | Path, state_dict: dict[str, torch.Tensor], config_json: str,
+                   vocab_json: str | None = None) -> Path:
+    """Write ``model.safetensors``, ``config.json`` (and ``vocab.json``) into ``directory``, each atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_tensors(state_dict, directory / WEIGHTS)
+    write_text(directory / CONFIG, config_json)
+    if vocab_json is not None:
+        write_text(directory / VOCAB, vocab_json)
+    return directory
+
+
+def load_model_dir(directory: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict[str, Any], dict]:
+    """``(config dict, state dict)`` of a model directory, with one-line errors for what is missing or bad."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"model directory not found: {directory}")
+    cfg_path = directory / CONFIG
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{cfg_path} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{cfg_path} must hold a JSON object")
+    return config, load_tensors(directory / WEIGHTS, map_location)
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The model directory behind ``path``: a model directory (``config.json`` + ``model.safetensors``, e.g.
+    ``RUN/best``), a checkpoint ``step_*`` directory, or a run directory (its ``best/``, else ``final/``,
+    else its newest ``checkpoints/step_*``)."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no such model or run directory: {path}")
+    if is_model_dir(path):
+        return path
+    run = RunDir(path)
+    for sub in (run.best, run.final):
+        if (sub / WEIGHTS).is_file():
+            return sub
+    steps = sorted(p for p in run.checkpoints.glob("step_*") if (p / WEIGHTS).is_file())
+    if steps:
+        return steps[-1]
+    raise CheckpointError(f"{path} holds no model: expected {CONFIG} + {WEIGHTS}, or a run directory with "
+                          f"{BEST}/, {FINAL}/ or {CHECKPOINTS}/step_*/")
+
+
+def find_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Path:
+    """The vocabulary file of a model: ``vocab`` if given, else ``MODEL_DIR/vocab.json``, else the one of the
+    run the directory belongs to (``RUN/best``, ``RUN/final``: one level up; ``RUN/checkpoints/step_*``: two)."""
+    if vocab is not None:
+        return Path(vocab)
+    model_dir = Path(model_dir)
+    candidates = [model_dir / VOCAB, model_dir.parent / VOCAB]
+    if model_dir.parent.name == CHECKPOINTS:
+        candidates.append(RunDir.of_checkpoint(model_dir) / VOCAB)
+    for cand in candidates:
+        if cand.is_file():
+            return cand
+    raise CheckpointError(f"no vocabulary for {model_dir}: neither {candidates[0]} nor {candidates[1]} exists; "
+                          f"pass --vocab PATH (a txl vocab JSON)")
+
+
+def weights_digest(directory: str | Path) -> str:
+    """SHA-256 (first 16 hex digits) of a model directory's ``model.safetensors``: a cache key for its outputs."""
+    return sha256_file(Path(directory) / WEIGHTS)[:16]

@@ -1,0 +1,218 @@
+"""Training configuration: :class:`TrainConfig`, apart from the model's :class:`~txl.model.config.TXLConfig`.
+
+Field names follow the official ``train.py`` flags where one exists (``lr``, ``warmup_step``,
+``max_step``, ``clip``, ``batch_chunk``, ``eval_tgt_len``, ``eta_min``, ``decay_rate``, ``lr_min``,
+``patience``, ``mom``, ``varlen``, ``seed``, ``log_interval``, ``eval_interval``). Model fields
+(``n_layer``, ``tgt_len``, ``mem_len``, ``dropout``, ...) are not duplicated here: they live in
+``model_overrides`` over the model preset ``model``, and a flat dict or file may give them at top
+level (``{"n_layer": 2}`` means ``model_overrides={"n_layer": 2}``), like the official flags.
+
+A config file (``.toml`` through stdlib ``tomllib``, or ``.json``) holds the same keys, optionally
+``preset = "NAME"`` as the base, and optionally a ``[model_overrides]`` table. The ``config.json`` of a
+run directory (``{"train": ..., "model": ...}``) is accepted as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txl.errors import ConfigError, did_you_mean
+from txl.model.config import TXLConfig
+from txl.store.files import parse_json_object
+
+OPTIMIZERS = ("adam", "sgd", "adagrad")
+SCHEDULERS = ("cosine", "inv_sqrt", "constant", "dev_perf")
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: model fields a training config may override (``n_token`` always comes from the dataset)
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(TXLConfig) if f.name != "n_token")
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``txl train`` needs besides the model architecture (see the module docstring)."""
+
+    # what to train
+    preset: str | None = None  # the training preset this config was built from (informational)
+    dataset: str = "wt2"
+    data_dir: str | None = None  # raw data folder (default: $TXL_DATA_DIR, then the user cache)
+    model: str = "cpu-small"  # a model preset of txl.model.presets.MODEL_PRESETS
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    out_dir: str = "runs/txl"
+    # batches (batch_size is the global batch over all processes, as one process would see it)
+    batch_size: int = 16
+    batch_chunk: int = 1  # split each process's rows into this many chunks, accumulating gradients
+    varlen: bool = False  # official --varlen: Gaussian segment lengths around tgt_len
+    # optimizer and schedule (official train.py)
+    optim: str = "adam"
+    lr: float = 2.5e-4
+    mom: float = 0.0  # SGD momentum
+    scheduler: str = "cosine"
+    warmup_step: int = 0
+    max_step: int = 100000
+    eta_min: float = 0.0  # cosine: the final learning rate
+    decay_rate: float = 0.5  # dev_perf: factor on a plateau
+    patience: int = 0  # dev_perf: evaluations without improvement before decaying
+    lr_min: float = 0.0  # dev_perf: lower bound
+    clip: float = 0.25  # gradient-norm clipping (<= 0 disables it)
+    # precision and speed
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, GPU)
+    compile: bool = False  # torch.compile the model
+    recompute: bool = False  # recompute attention probabilities in backward: less memory, ~10 % slower
+    half_loss: bool = False  # the loss of each segment's second half only (paper Table 6, "Half")
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # validation during training (official train.py: batch 10, eval_tgt_len, memory keeping tgt+mem)
+    eval_interval: int = 4000
+    eval_tgt_len: int | None = None  # None: the model's tgt_len
+    eval_batch_size: int = 10
+    eval_max_tokens: int | None = None  # score only the first N validation tokens during training
+    # final evaluation of the best model (the official eval.py settings of each run script)
+    final_eval: bool = True
+    test_tgt_len: int | None = None  # None: eval_tgt_len
+    test_mem_len: int | None = None  # None: the training memory
+    test_clamp_len: int | None = None  # None: the model's clamp_len
+    test_same_length: bool | None = None  # None: the model's same_length
+    test_batch_size: int = 10
+    # logging, checkpoints, limits
+    log_interval: int = 200
+    save_interval: int | None = None  # None: every eval_interval steps
+    keep_checkpoints: int = 2  # step_* directories kept (the best model is kept apart)
+    max_minutes: float | None = None  # stop (saving a checkpoint) after this much wall time
+    max_nonfinite: int = 10  # stop after this many consecutive non-finite losses/gradients
+    seed: int = 1111
+    progress: bool = True  # tqdm bar on rank 0
+    tensorboard: bool = True  # write events/ when torch.utils.tensorboard can be imported
+
+    def __post_init__(self) -> None:
+        self.model_overrides = dict(self.model_overrides or {})
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise a one-line :class:`ConfigError` naming the field, before any work starts."""
+        _typed(self)
+        for name in ("batch_size", "batch_chunk", "max_step", "eval_interval", "log_interval",
+                     "eval_batch_size", "test_batch_size", "max_nonfinite"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_tgt_len", "eval_max_tokens", "test_tgt_len", "save_interval"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.test_mem_len is not None and self.test_mem_len < 0:
+            raise ConfigError(f"test_mem_len must be >= 0, got {self.test_mem_len}")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        for name in ("warmup_step", "patience"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.batch_size % self.batch_chunk:
+            raise ConfigError(f"batch_size {self.batch_size} is not divisible by batch_chunk {self.batch_chunk}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.eta_min <= self.lr or not 0 <= self.lr_min <= self.lr:
+            raise ConfigError(f"eta_min and lr_min must be in [0, lr={self.lr}]")
+        if not 0 < self.decay_rate <= 1:
+            raise ConfigError(f"decay_rate must be in (0, 1], got {self.decay_rate}")
+        if self.mom < 0:
+            raise ConfigError(f"mom must be >= 0, got {self.mom}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"max_minutes must be > 0, got {self.max_minutes}")
+        for name, allowed in (("optim", OPTIMIZERS), ("scheduler", SCHEDULERS), ("precision", PRECISIONS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                hint = did_you_mean(value, allowed)
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{hint}")
+        if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        bad = [k for k in self.model_overrides if k not in MODEL_KEYS]
+        if bad:
+            raise ConfigError(f"unknown model config key {bad[0]!r}{did_you_mean(bad[0], MODEL_KEYS)}")
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, base: TrainConfig | None = None) -> TrainConfig:
+        """Build from a flat dict over ``base`` (default: the dataclass defaults).
+
+        Keys are ``TrainConfig`` fields or model fields (collected into ``model_overrides``); anything
+        else is a :class:`ConfigError` naming the closest known key.
+        """
+        train_keys = {f.name for f in dataclasses.fields(cls)}
+        values = base.to_dict() if base is not None else {}
+        overrides = dict(values.get("model_overrides", {}))
+        for key, value in data.items():
+            if key == "model_overrides":
+                if not isinstance(value, dict):
+                    raise ConfigError("model_overrides must be a table/object of model config keys")
+                overrides.update(value)
+            elif key in train_keys:
+                values[key] = value
+            elif key in MODEL_KEYS:
+                overrides[key] = value
+            else:
+                raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, [*train_keys, *MODEL_KEYS])}")
+        values["model_overrides"] = overrides
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"bad training config: {exc}") from exc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls.from_dict(parse_json_object(text, "training config"))
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The flat dict of a ``.toml``/``.json`` config file (a run's ``config.json`` is flattened)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a table/object")
+    if "train" in data and isinstance(data["train"], dict):  # a run directory's config.json
+        flat = dict(data["train"])
+        model = {k: v for k, v in data.get("model", {}).items() if k in MODEL_KEYS}
+        flat["model_overrides"] = {**model, **flat.get("model_overrides", {})}
+        return flat
+    return data
+
+
+def _typed(cfg: TrainConfig) -> None:
+    """Check each field's JSON/TOML/CLI value against its annotation (ints for ints, and so on)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        kinds = str(f.type).replace(" ", "").split("|")
+        if value is None and "None" in kinds:
+            continue
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+        }
+        if not any(ok.get(k, True) for k in kinds if k != "None"):
+            raise ConfigError(f"{f.name} must be {' or '.join(kinds)}, got {value!r}")
+        if "float" in kinds and isinstance(value, int):
+            setattr(cfg, f.name, float(value))

@@ -1,0 +1,89 @@
+"""txl convert: official and Hugging Face checkpoints in and out, vocabularies, refusals before writing."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+from tests.helpers import HF_SYMS as SYMS
+from tests.helpers import HostilePickle as _Evil
+from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
+from txl import TransformerXLLM, TXLConfig
+from txl.cli import main
+from txl.data import Vocab
+
+
+def _hf_dir(tmp_path, vocab_obj) -> str:
+    torch.manual_seed(0)
+    model = TransformerXLLM(TXLConfig(n_token=len(SYMS), n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32))
+    assert main(["convert", "--to", "hf", str(model.save_pretrained(tmp_path / "ours")), "--out",
+                 str(tmp_path / "hf")]) == 0
+    (tmp_path / "hf" / "vocab.pkl").write_bytes(pickle.dumps(vocab_obj))
+    return str(tmp_path / "hf")
+
+
+def test_convert_from_hf_writes_json_vocab(tmp_path, capsys) -> None:
+    hf = _hf_dir(tmp_path, _tokenizer_dict())
+    assert main(["convert", "--from", "hf", hf, "--out", str(tmp_path / "m")]) == 0
+    assert "vocabulary (10 symbols)" in capsys.readouterr().out
+    vocab = Vocab.load(tmp_path / "m" / "vocab.json")
+    assert vocab.idx2sym == SYMS and json.loads((tmp_path / "m" / "vocab.json").read_text())["eos"] == "<eos>"
+
+
+def test_convert_refuses_hostile_vocab_before_writing(tmp_path, capsys) -> None:
+    marker = tmp_path / "pwned"
+    hf = _hf_dir(tmp_path, {**_tokenizer_dict(), "x": _Evil(str(marker))})
+    capsys.readouterr()
+    assert main(["convert", "--from", "hf", hf, "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txl convert: error:") and "system" in err and err.count("\n") == 1
+    assert not marker.exists() and not (tmp_path / "m").exists()
+
+
+def _saved_model(tmp_path, **kw):
+    base = dict(n_token=60, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4,
+                cutoffs=[20, 40], div_val=2, tie_projs=[False, True, True], init_std=0.3, untie_r=True)
+    base.update(kw)
+    torch.manual_seed(0)
+    model = TransformerXLLM(TXLConfig(**base)).eval()
+    model.save_pretrained(tmp_path / "model")
+    return model
+
+
+def _nll(model, seed=0):
+    x = torch.randint(0, 60, (2, 4), generator=torch.Generator().manual_seed(seed))
+    return model(x, x).nll
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_convert_hf_export_loads_in_transformers_and_back(tmp_path, untie_r) -> None:
+    transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
+    model = _saved_model(tmp_path, untie_r=untie_r)
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    hf = transfo.TransfoXLLMHeadModel.from_pretrained(tmp_path / "hf")
+    ours_back = TransformerXLLM.from_pretrained(tmp_path / "model")
+    assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--out", str(tmp_path / "again")]) == 0
+    again = TransformerXLLM.from_pretrained(tmp_path / "again").eval()
+    torch.testing.assert_close(_nll(again), _nll(ours_back))
+    # HF's own weights equal ours (cluster rows in HF order)
+    torch.testing.assert_close(hf.crit.cluster_weight.flip(0), model.crit.cluster_weight)
+    torch.testing.assert_close(hf.transformer.layers[1].dec_attn.qkv_net.weight,
+                               model.layers[1].dec_attn.qkv_net.weight)
+
+
+def test_convert_official_round_trip(tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    model = _saved_model(tmp_path, untie_r=False, attn_type=2)
+    assert main(["convert", str(tmp_path / "model"), "--to", "official", "--out", str(tmp_path / "off")]) == 0
+    state = load_file(str(tmp_path / "off" / "official_state.safetensors"))
+    kwargs = json.loads((tmp_path / "off" / "official_kwargs.json").read_text())
+    assert kwargs["attn_type"] == 2 and "layers.0.dec_attn.kv_net.weight" in state
+    torch.save(state, tmp_path / "state.pt")  # an official state-dict checkpoint
+    assert main(["convert", str(tmp_path / "state.pt"), "--from", "official", "--config",
+                 str(tmp_path / "off" / "official_kwargs.json"), "--out", str(tmp_path / "back")]) == 0
+    back = TransformerXLLM.from_pretrained(tmp_path / "back").eval()
+    torch.testing.assert_close(_nll(back), _nll(model))

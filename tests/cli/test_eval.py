@@ -1,0 +1,66 @@
+"""txl eval: memory evaluation, sweeps, the vanilla window, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers import eval_model as _model
+from txl.cli import main
+
+
+@pytest.fixture
+def text_corpus(tmp_path, monkeypatch):
+    """A small user word corpus (its vocabulary size is what the model must predict)."""
+    from txl.data import load_corpus
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(30)]
+    lines = [" ".join(rng.choice(words, 12)) for _ in range(400)]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus = load_corpus(str(path))
+    model = _model(n_token=len(corpus.vocab))
+    model.save_pretrained(tmp_path / "model")
+    return path, tmp_path / "model", corpus
+
+
+def test_cli_eval_json_and_sweep(text_corpus, tmp_path, capsys) -> None:
+    path, model_dir, corpus = text_corpus
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--split", "test", "--batch-size", "1",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["tokens"] == len(corpus.splits["test"]) - 1 and doc["unscored"] == 1
+    assert {"loss", "ppl", "seconds", "tokens_per_s", "mem_len"} <= set(doc)
+    pytest.importorskip("matplotlib")
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--mem-len", "0,4,16", "--same-length",
+                 "--out", str(tmp_path / "sweep")]) == 0
+    rows = json.loads((tmp_path / "sweep" / "memory-sweep.json").read_text())
+    assert [r["mem_len"] for r in rows] == [0, 4, 16]
+    assert (tmp_path / "sweep" / "memory-sweep.png").stat().st_size > 0
+    assert "mem_len" in (tmp_path / "sweep" / "memory-sweep.md").read_text()
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--sliding-window", "8", "--max-tokens", "50"]) == 0
+    assert "50 tokens (1 not scored)" in capsys.readouterr().out  # max-tokens 50: tokens 1..50
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mem-len", "0,abc"], "--mem-len must be a comma-separated list"),
+    (["--mem-len", "-4"], "--mem-len values must be >= 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+])
+def test_cli_eval_bad_arguments_are_one_line_errors(text_corpus, capsys, argv, message) -> None:
+    path, model_dir, _ = text_corpus
+    assert main(["eval", str(model_dir), "--dataset", str(path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_cli_eval_missing_checkpoint_and_unknown_dataset(text_corpus, tmp_path, capsys) -> None:
+    path, model_dir, _ = text_corpus
+    assert main(["eval", str(tmp_path / "nope"), "--dataset", str(path)]) == 2
+    assert "no such model" in capsys.readouterr().err
+    assert main(["eval", str(model_dir), "--dataset", "no-such-dataset"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -1,0 +1,59 @@
+"""txl experiment / txl recl / txl bench eval-speed from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.helpers import eval_model
+from txl.cli import main
+
+
+def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(" ".join(rng.choice([f"w{i}" for i in range(20)], 10)) for _ in range(400)) + "\n")
+    out = tmp_path / "abl"
+    argv = ["experiment", "ablation", "--dataset", str(path), "--variants", "rec-ours-full", "--tgt-len", "8",
+            "--steps", "2", "--batch-size", "4", "--out", str(out)]
+    assert main(argv) == 0
+    assert "Ours" in (out / "ablations.md").read_text()
+    json.loads((out / "rec-ours-full" / "result.json").read_text())
+    pytest.importorskip("matplotlib")
+    for command in (["experiment", "eval-speed"], ["bench", "eval-speed"]):  # the same command, two names
+        speed = tmp_path / "-".join(command)
+        assert main([*command, "--dataset", str(path), "--model-preset", "tiny", "--attn-lens", "8",
+                     "--tgt-len", "4", "--xl-batch", "2", "--xl-tokens", "16", "--rows", "4", "--repeats", "1",
+                     "--out", str(speed)]) == 0
+        assert json.loads((speed / "eval-speed.json").read_text())[0]["attn_len"] == 8
+    capsys.readouterr()
+    assert main(["experiment", "ablation", "--dataset", str(path), "--variants", "rec-nope-full", "--out",
+                 str(out)]) == 2
+    assert "bad variant" in capsys.readouterr().err
+
+
+def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    from txl.cli import main
+    from txl.data import load_corpus
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(" ".join(rng.choice([f"w{i}" for i in range(20)], 10)) for _ in range(300)) + "\n")
+    n_token = len(load_corpus(str(path)).vocab)
+    eval_model(0, n_token=n_token).save_pretrained(tmp_path / "xl")
+    eval_model(3, n_token=n_token, tgt_len=12).save_pretrained(tmp_path / "van")
+    argv = ["recl", "--model", f"xl={tmp_path / 'xl'}", "--model", f"van={tmp_path / 'van'}", "--dataset", str(path),
+            "--contexts", "4,8,16", "--tokens", "100", "--tgt-len", "4", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "out" / "recl.json").read_text())
+    assert set(doc["recl"]) == {"xl", "van"} and doc["max_context"]["van"] == 12
+    assert (tmp_path / "out" / "recl.png").is_file() and "r = 0.1" in (tmp_path / "out" / "recl.md").read_text()
+    assert main(argv) == 0  # resumes from the cache
+    capsys.readouterr()
+    assert main([*argv[:-2], "--out", str(tmp_path / "o2"), "--method", "nobody=window"]) == 2
+    assert "unknown model" in capsys.readouterr().err

@@ -1,0 +1,38 @@
+"""txl generate: text, streams, JSON, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers import model_dir_with_vocab as _tiny
+from tests.helpers import word_vocab as _word_vocab
+from txl.cli import main
+
+
+def test_cli_generate_text_json_stream_and_errors(tmp_path, capsys) -> None:
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "12", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the game") and len(out) > len("the game\n")
+    assert main(["generate", str(model_dir), "--prompt", "the game zzz", "--max-new-tokens", "6", "--json",
+                 "--num-samples", "3", "--top-k", "5", "--stop-token", "<eos>"]) == 0
+    cap = capsys.readouterr()
+    assert "zzz" in cap.err and "warning" in cap.err
+    doc = json.loads(cap.out)
+    assert len(doc["samples"]) == 3 and doc["prompt_ids"][-1] == 1  # zzz -> <unk>
+    for s in doc["samples"]:
+        assert len(s["token_ids"]) == len(s["log_probs"]) == len(s["tokens"]) <= 6
+        assert all(lp <= 0 for lp in s["log_probs"])
+    assert main(["generate", str(model_dir), "--max-new-tokens", "5", "--stream", "--greedy"]) == 0
+    streamed = capsys.readouterr().out
+    assert main(["generate", str(model_dir), "--max-new-tokens", "5", "--greedy"]) == 0
+    assert capsys.readouterr().out == streamed
+    for argv, msg in [(["--top-p", "0"], "top_p"), (["--max-new-tokens", "-3"], "max_new_tokens"),
+                      (["--stream", "--num-samples", "2"], "--stream"), (["--vocab", str(tmp_path / "no.json")],
+                                                                          "cannot read vocabulary")]:
+        assert main(["generate", str(model_dir), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("txl generate: error:") and msg in err and err.count("\n") == 1
+    (model_dir / "vocab.json").unlink()
+    assert main(["generate", str(model_dir)]) == 2
+    assert "--vocab" in capsys.readouterr().err

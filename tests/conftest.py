@@ -1,0 +1,52 @@
+"""Fixtures shared by the whole suite (see ``tests/helpers.py``) and the test-run settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests import helpers
+from txl.model import TransformerXLLM, TXLConfig
+from txl.train.config import TrainConfig
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread per test: tiny models run faster so on 2 cores, and a busy machine cannot change
+    which kernels (and so which rounding) a test sees."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tiny_config() -> Callable[..., TXLConfig]:
+    """``tiny_config(**overrides)``: the tiny architecture of ``tests/helpers.py`` with overrides."""
+    return helpers.tiny_config
+
+
+@pytest.fixture
+def tiny_model() -> Callable[..., TransformerXLLM]:
+    """``tiny_model(seed=0, train=False, **overrides)``: a seeded tiny model."""
+    return helpers.tiny_model
+
+
+@pytest.fixture
+def word_corpus(tmp_path: Path) -> Path:
+    """A directory of ``train.txt``, ``valid.txt``, ``test.txt`` word sentences."""
+    return helpers.corpus_dir(tmp_path)
+
+
+@pytest.fixture
+def tiny_run(tmp_path: Path) -> Callable[..., TrainConfig]:
+    """``tiny_run(dataset=..., **overrides)``: a tiny training config writing to ``tmp_path/run``."""
+
+    def make(dataset: str = "unused", **kw: Any) -> TrainConfig:
+        return helpers.tiny_train_config(tmp_path / "run", dataset, **kw)
+
+    return make

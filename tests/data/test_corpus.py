@@ -1,0 +1,91 @@
+"""Real PTB / WikiText-2 preparation: published counts, official vocabulary order, cache behaviour."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import SHARED_DATA as SHARED
+from tests.helpers import needs_shared_data as needs_shared
+from txl.data import load_corpus
+from txl.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def official_reference(paths: list[Path], lower: bool) -> tuple[list[str], list[list[str]]]:
+    """The official Vocab rule, written the slow way: special first, Counter.most_common order."""
+    counter: Counter[str] = Counter()
+    per_file = []
+    for p in paths:
+        toks: list[str] = []
+        with gzip.open(p, "rt", encoding="utf-8") as f:
+            for line in f:
+                line = line.strip().lower() if lower else line.strip()
+                counter.update(line.split())
+                toks.extend([*line.split(), "<eos>"])
+        per_file.append(toks)
+    symbols = ["<eos>"] + [s for s, _ in counter.most_common() if s != "<eos>"]
+    return symbols, per_file
+
+
+@needs_shared
+def test_ptb_published_counts_and_official_vocab(cache: Path) -> None:
+    c = load_corpus("ptb", SHARED, cache_dir=cache)
+    assert {k: v.shape[0] for k, v in c.splits.items()} == {"train": 929_589, "valid": 73_760, "test": 82_430}
+    assert len(c.vocab) == 10_000
+    assert c.splits["train"].dtype == np.uint16 and isinstance(c.splits["train"], np.memmap)
+    assert not c.char_level and c.metric == "ppl"
+    paths = [SHARED / "ptb" / f"ptb.{s}.txt.gz" for s in ("train", "valid", "test")]
+    symbols, per_file = official_reference(paths, lower=True)
+    assert c.vocab.idx2sym == symbols
+    assert c.vocab.eos_idx == 0 and c.vocab.unk_idx == symbols.index("<unk>")
+    for split, toks in zip(("train", "valid", "test"), per_file):
+        assert c.vocab.decode(c.splits[split]) == toks
+
+
+@needs_shared
+def test_wt2_published_counts_and_official_vocab(cache: Path) -> None:
+    c = load_corpus("wt2", SHARED, cache_dir=cache)
+    assert {k: v.shape[0] for k, v in c.splits.items()} == {
+        "train": 2_088_628,
+        "valid": 217_646,
+        "test": 245_569,
+    }
+    assert len(c.vocab) == 33_278
+    paths = [SHARED / "wikitext-2" / f"wiki.{s}.tokens.gz" for s in ("train", "valid", "test")]
+    symbols, per_file = official_reference(paths, lower=False)
+    assert c.vocab.idx2sym == symbols
+    np.testing.assert_array_equal(c.splits["valid"], c.vocab.encode(per_file[1]))
+
+
+@needs_shared
+def test_wt2_char_rule(cache: Path) -> None:
+    c = load_corpus("wt2-char", SHARED, cache_dir=cache)
+    assert c.char_level and c.metric == "bpc" and c.vocab.idx2sym[0] == "<eos>"
+    with gzip.open(SHARED / "wikitext-2" / "wiki.valid.tokens.gz", "rt", encoding="utf-8") as f:
+        expected = [sym for line in f for sym in [*line.strip(), "<eos>"]]
+    assert c.vocab.decode(c.splits["valid"]) == expected
+    with gzip.open(SHARED / "wikitext-2" / "wiki.train.tokens.gz", "rt", encoding="utf-8") as f:
+        text = f.read()
+    n_lines = text.count("\n")
+    assert c.splits["train"].shape[0] == sum(len(ln.strip()) for ln in text.split("\n")[:-1]) + n_lines
+
+
+def test_missing_file_names_file_url_and_fix(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as info:
+        load_corpus("ptb", tmp_path, cache_dir=tmp_path / "c")
+    msg = str(info.value)
+    assert "\n" not in msg and str(tmp_path / "ptb" / "ptb.train.txt") in msg
+    assert "simple-examples.tgz" in msg and "txl data fetch ptb" in msg
+    with pytest.raises(DataError, match=r"enwik8\.zip.*http://mattmahoney\.net/dc/enwik8\.zip"):
+        load_corpus("enwik8", tmp_path, cache_dir=tmp_path / "c")
+
+

@@ -1,0 +1,141 @@
+"""Downloads from file:// and a 127.0.0.1 HTTP server: resume (Range), checksums, extraction, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from txl.data import download, fetch, load_corpus
+from txl.data import registry as corpora
+from txl.errors import DataError
+
+PAYLOAD = bytes(range(256)) * 4000  # 1,024,000 bytes
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files with single-range support; ``truncate`` cuts every body short once."""
+
+    truncate_once: ClassVar[list[bool]] = []
+    ranges_seen: ClassVar[list[str]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        body = path.read_bytes()
+        rng = self.headers.get("Range")
+        start = 0
+        if rng:
+            self.ranges_seen.append(rng)
+            start = int(rng.split("=")[1].split("-")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        chunk = body[start:]
+        if self.truncate_once:
+            self.truncate_once.pop()
+            chunk = chunk[: len(chunk) // 3]
+        self.wfile.write(chunk)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = lambda *a, **k: RangeHandler(*a, directory=str(root), **k)  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    RangeHandler.truncate_once.clear()
+    RangeHandler.ranges_seen.clear()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", root
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_file_url_download_and_checksum(tmp_path: Path) -> None:
+    src = tmp_path / "blob.bin"
+    src.write_bytes(PAYLOAD)
+    dest = download(src.as_uri(), tmp_path / "out" / "blob.bin", sha256=SHA, progress=False)
+    assert dest.read_bytes() == PAYLOAD
+    with pytest.raises(DataError, match=r"sha256 .* does not match"):
+        download(src.as_uri(), tmp_path / "out" / "bad.bin", sha256="0" * 64, progress=False)
+    assert not (tmp_path / "out" / "bad.bin").exists() and not (tmp_path / "out" / "bad.bin.part").exists()
+    with pytest.raises(DataError, match=r"cannot download .*place it at"):
+        download((tmp_path / "absent").as_uri(), tmp_path / "out" / "x", progress=False)
+
+
+def test_http_truncated_download_resumes_with_range(server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = server
+    (root / "blob.bin").write_bytes(PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    RangeHandler.truncate_once.append(True)
+    with pytest.raises(DataError, match="truncated at 341333 of 1024000 bytes"):
+        download(f"{url}/blob.bin", dest, sha256=SHA, progress=False)
+    assert not dest.exists() and dest.with_name("blob.bin.part").stat().st_size == 341_333
+    download(f"{url}/blob.bin", dest, sha256=SHA, progress=False)
+    assert RangeHandler.ranges_seen == ["bytes=341333-"]
+    assert dest.read_bytes() == PAYLOAD and not dest.with_name("blob.bin.part").exists()
+
+
+def test_http_checksum_mismatch_removes_partial(server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = server
+    (root / "blob.bin").write_bytes(PAYLOAD[:-1] + b"X")
+    dest = tmp_path / "blob.bin"
+    with pytest.raises(DataError, match="partial download was removed"):
+        download(f"{url}/blob.bin", dest, sha256=SHA, progress=False)
+    assert not dest.exists() and not dest.with_name("blob.bin.part").exists()
+
+
+def _ptb_tgz(lines: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for split, body in lines.items():
+            info = tarfile.TarInfo(f"./simple-examples/data/ptb.{split}.txt")
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+def test_fetch_dataset_from_mirror_verifies_members(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, root = server
+    bodies = {"train": b"a b c\nb c\n", "valid": b"a b\n", "test": b"c a\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(bodies))
+    spec = corpora.DATASETS["ptb"]
+    res = spec.resources[0]
+    members = tuple(
+        dataclasses.replace(m, sha256=hashlib.sha256(bodies[m.dest.split(".")[1]]).hexdigest()) for m in res.members
+    )
+    patched = dataclasses.replace(spec, resources=(dataclasses.replace(res, members=members),))
+    monkeypatch.setitem(corpora.DATASETS, "ptb", patched)
+    files = fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert not (tmp_path / "data" / "ptb" / "simple-examples.tgz").exists()
+    c = load_corpus("ptb", tmp_path / "data", cache_dir=tmp_path / "c")
+    assert c.splits["train"].shape[0] == 7
+    # with the real published checksums the fake archive is refused and nothing is promoted
+    monkeypatch.setitem(corpora.DATASETS, "ptb", spec)
+    with pytest.raises(DataError, match="does not match its published size/sha256"):
+        fetch("ptb", tmp_path / "data2", mirror=url, progress=False)
+    assert not list((tmp_path / "data2" / "ptb").iterdir())  # neither members nor the bad archive
+
+

@@ -1,0 +1,36 @@
+"""The benchmark harness (txl.bench) compares like with like: same weights, same outputs, counted FLOPs."""
+
+from __future__ import annotations
+
+from txl import TXLConfig
+from txl.experiments.bench import to_markdown
+
+
+def test_markdown_rows_carry_the_command() -> None:
+    summary = {"txl": {"tok_per_s": 200.0, "mfu": 0.5}, "hf": {"tok_per_s": 100.0}, "ratio": 2.0}
+    report = {"options": {"dtype": "fp32", "compile": False},
+              "env": {"device": "cpu", "torch": "x", "threads": 2, "matmul_peak_gflops": 100.0},
+              "results": [{"case": "char", "train": summary, "eval": {"512": summary},
+                           "memory": {"txl": {"step_peak_mib": 7.0}, "hf": {"step_peak_mib": 10.0}, "ratio": 0.7}}]}
+    table = to_markdown(report, "txl bench --cases char")
+    rows = [line for line in table.splitlines() if line.startswith("| char")]
+    assert len(rows) == 3 and all("`txl bench --cases char`" in r for r in rows)
+    assert "**2.00**" in rows[0] and "**0.70**" in rows[2]
+
+
+def test_run_with_recompute_runner(monkeypatch) -> None:
+    """A whole (tiny) benchmark run: txl, txl with recompute and, if installed, HF, one table."""
+    from txl.experiments import bench
+
+    tiny = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
+    monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**tiny), 2))
+    opts = bench.BenchOptions(cases=["tiny"], eval_mem_lens=[12], steps=1, repeats=2, warmup=0, memory=False,
+                              recompute=True, threads=1)
+    report = bench.run_benchmark(opts, log=lambda line: None)
+    train = report["results"][0]["train"]
+    assert train["txl"]["tok_per_s"] > 0 and train[bench.RECOMPUTE]["tok_per_s"] > 0
+    assert bench.RECOMPUTE not in report["results"][0]["eval"]["12"]  # nothing to recompute without a gradient
+    table = to_markdown(report, "txl bench --cases tiny")
+    assert "| tiny | train tok/s, recompute |" in table
+    if report["results"][0]["hf"]:
+        assert "ratio_" + bench.RECOMPUTE in train and report["results"][0]["max_abs_nll_diff"] < 1e-5

@@ -1,0 +1,164 @@
+"""Shared pieces of the tests: seeded tiny models (HF-tester sizes), a small structured word corpus, and a
+tiny training run. ``conftest.py`` exposes them as fixtures; modules that need them at import time (for
+``parametrize``) import them from here."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter, OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from txl.model import TransformerXLLM, TXLConfig
+from txl.train.config import TrainConfig
+
+#: The default tiny architecture: 2 layers, d_model 16, 2 heads of 8 (seconds on a CPU, every branch used).
+TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=6, init_std=0.3)
+
+
+def tiny_config(**overrides: Any) -> TXLConfig:
+    """:data:`TINY` with ``overrides``."""
+    return TXLConfig(**{**TINY, **overrides})
+
+
+def tiny_model(seed: int = 0, *, train: bool = False, **overrides: Any) -> TransformerXLLM:
+    """A tiny model initialized under ``torch.manual_seed(seed)``, in eval mode unless ``train``."""
+    torch.manual_seed(seed)
+    return TransformerXLLM(tiny_config(**overrides)).train(train)
+
+
+WORDS = (
+    "the", "cat", "dog", "sat", "ran", "on", "under", "a", "mat", "log", "big", "small", "red", "blue", "one",
+    "two", "three", "and", "then", "it", "was", "very", "quite", "not", "so", "here", "there", "up", "down",
+)
+
+
+def corpus_dir(root: Path, n_train: int = 400, n_eval: int = 120) -> Path:
+    """``root/corpus/{train,valid,test}.txt``: word sentences with some structure (a model can learn them)."""
+    rng = random.Random(0)
+    d = Path(root) / "corpus"
+    d.mkdir(parents=True, exist_ok=True)
+
+    def text(n: int) -> str:
+        words: list[str] = []
+        lines = []
+        while len(words) < n:
+            a, b = rng.choice(WORDS), rng.choice(WORDS)
+            line = f"the {a} {b} sat on the {b} {a}"
+            lines.append(line)
+            words += line.split()
+        return "\n".join(lines) + "\n"
+
+    for split, n in (("train", n_train), ("valid", n_eval), ("test", n_eval)):
+        (d / f"{split}.txt").write_text(text(n), encoding="utf-8")
+    return d
+
+
+def tiny_train_config(out_dir: Path, dataset: str = "unused", **kw: Any) -> TrainConfig:
+    """A run of the ``tiny`` model shape (d_model 16) that takes well under a second per step."""
+    model = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6, dropout=0.0)
+    for key in list(kw):
+        if key in model or key in ("cutoffs", "div_val", "tie_projs", "dropatt", "same_length", "clamp_len"):
+            model[key] = kw.pop(key)
+    base: dict[str, Any] = dict(dataset=dataset, model="tiny", model_overrides=model, out_dir=str(out_dir),
+                                batch_size=4, lr=3e-3, warmup_step=2, max_step=8, eval_interval=4, log_interval=1,
+                                eval_max_tokens=200, save_interval=2, final_eval=False, progress=False,
+                                tensorboard=False, seed=7)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+#: An adaptive-softmax tiny model (3 clusters, div_val 2, tied projections): every weight-mapping path.
+ADAPTIVE = dict(n_token=60, mem_len=4, cutoffs=[20, 40], div_val=2, tie_projs=[False, True, True])
+
+
+def adaptive_model(seed: int = 0, **overrides: Any) -> TransformerXLLM:
+    """:func:`tiny_model` with :data:`ADAPTIVE`."""
+    return tiny_model(seed, **{**ADAPTIVE, **overrides})
+
+
+def assert_same_outputs(a: TransformerXLLM, b: TransformerXLLM) -> None:
+    """The two models give bit-identical NLL on a fixed batch."""
+    x = torch.randint(0, a.config.n_token, (2, 4), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a(x, x).nll, b(x, x).nll, atol=0, rtol=0)
+
+
+#: The repository root (the checkout under test).
+REPO = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``txl`` subprocess: this checkout's sources, one thread, a private data cache."""
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TXL_CACHE_DIR": str(tmp_path / "cache"),
+            "PYTHONPATH": str(REPO / "src"), **extra}
+
+
+
+def eval_model(attn_type: int = 0, **overrides: Any) -> TransformerXLLM:
+    """A tiny model for evaluation tests: segments of 8, a memory of 8 for relative encodings, none for absolute."""
+    lengths = dict(tgt_len=8, mem_len=8 if attn_type in (0, 1) else 0)
+    return tiny_model(attn_type=attn_type, **{**lengths, **overrides})
+
+
+def token_data(n: int = 203, seed: int = 0, n_token: int = TINY["n_token"]) -> Any:
+    """``n`` random token ids below ``n_token`` (a NumPy array)."""
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, n_token, n)
+
+
+def model_dir_with_vocab(root: Path, vocab: Any, seed: int = 0) -> tuple[TransformerXLLM, Path]:
+    """A tiny model for ``vocab`` saved with its vocabulary as ``root/m`` (what ``txl generate`` reads)."""
+    model = tiny_model(seed, n_token=len(vocab), mem_len=4, train=True)
+    model.save_pretrained(root / "m")
+    vocab.save(root / "m" / "vocab.json")
+    return model, root / "m"
+
+
+#: A word vocabulary with WikiText conventions (``@-@``, ``@,@``), clitics and brackets.
+WIKI_WORDS = ["<eos>", "<unk>", "the", "game", "was", "well", "@-@", "known", ",", ".", "1", "@,@", "000", "(", ")",
+              "'s", "=", "It", "n't", "do"]
+
+
+def word_vocab() -> Any:
+    """:data:`WIKI_WORDS` as a vocabulary with ``<eos>`` and ``<unk>``."""
+    from txl.data import Vocab
+
+    return Vocab(WIKI_WORDS, special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>")
+
+
+#: A Hugging Face TransfoXL vocabulary (its tokenizer pickles these symbols).
+HF_SYMS = ["<eos>", "the", ",", ".", "of", "<unk>", "and", "@-@", "Valkyria", "é"]
+
+
+def hf_tokenizer_dict() -> dict:
+    """What TransfoXLTokenizer.save_vocabulary pickles (its __dict__), for a small vocabulary."""
+    return {
+        "counter": Counter({s: 100 - i for i, s in enumerate(HF_SYMS[1:])}),
+        "special": ["<eos>"], "min_freq": 0, "max_size": None, "lower_case": False, "delimiter": None,
+        "vocab_file": None, "never_split": ("<unk>", "<eos>", "<formula>"),
+        "idx2sym": list(HF_SYMS), "sym2idx": OrderedDict((s, i) for i, s in enumerate(HF_SYMS)),
+        "eos_idx": 0, "unk_idx": 5,
+    }
+
+
+class HostilePickle:
+    """Unpickling it would run a shell command that creates ``path`` (so a test can see it did not run)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+#: The real datasets of the workplace (Penn Treebank, WikiText-2): ``$TXL_DATA_DIR``, else ``../shared/data``.
+SHARED_DATA = Path(os.environ.get("TXL_DATA_DIR") or REPO.parent / "shared" / "data")
+HAVE_SHARED_DATA = (SHARED_DATA / "ptb" / "ptb.train.txt.gz").is_file() and (SHARED_DATA / "wikitext-2").is_dir()
+needs_shared_data = pytest.mark.skipif(not HAVE_SHARED_DATA, reason=f"real datasets not found at {SHARED_DATA}")

@@ -1,0 +1,38 @@
+"""Loading what inference needs: the model behind any directory (verified when it is a checkpoint), in eval mode,
+and its vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import assert_same_outputs, eval_model
+from txl.data import Vocab
+from txl.errors import CheckpointError
+from txl.inference.loading import load_model, load_vocab
+from txl.store.checkpoint import save_checkpoint
+
+
+def test_load_model_resolves_run_dirs_and_returns_eval_mode(tmp_path) -> None:
+    model = eval_model()
+    model.save_pretrained(tmp_path / "run" / "best")
+    loaded, directory = load_model(tmp_path / "run")
+    assert directory == tmp_path / "run" / "best" and not loaded.training
+    assert_same_outputs(model, loaded)
+
+
+def test_a_corrupt_checkpoint_is_refused(tmp_path) -> None:
+    model = eval_model()
+    ckpt = save_checkpoint(tmp_path / "checkpoints", 3, model.state_dict(), model.config.to_json(), {"step": 3})
+    assert load_model(ckpt)[1] == ckpt
+    weights = ckpt / "model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    blob[-1] ^= 0xFF
+    weights.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_model(ckpt)
+
+
+def test_load_vocab_from_the_run(tmp_path) -> None:
+    eval_model().save_pretrained(tmp_path / "run" / "best")
+    Vocab(["a", "b"]).save(tmp_path / "run" / "vocab.json")
+    assert load_vocab(tmp_path / "run" / "best").idx2sym == ["a", "b"]

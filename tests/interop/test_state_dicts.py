@@ -1,0 +1,58 @@
+"""Reading other libraries' state dicts without unpickling code; tied names filled in or refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import adaptive_model
+from txl import CheckpointError
+from txl.interop.official import from_official, to_official
+from txl.interop.state_dicts import fill_tied, read_state_dict
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def test_whole_pickled_model_is_refused(tmp_path, capsys) -> None:
+    torch.save({"model": Evil()}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="does not unpickle"):
+        read_state_dict(tmp_path / "model.pt")
+    assert "pwned" not in capsys.readouterr().out
+
+
+def test_tied_names_with_different_values_are_refused() -> None:
+    kwargs, state = to_official(adaptive_model())
+    state = dict(state)
+    state["crit.out_layers.1.weight"] = state["crit.out_layers.1.weight"] + 1.0
+    with pytest.raises(CheckpointError, match="tied"):
+        from_official(kwargs, state)
+
+
+def test_read_state_dict_formats(tmp_path) -> None:
+    """safetensors and plain ``torch.save``'d dicts (also wrapped as ``{"state_dict": ...}`` with ``module.``)."""
+    from txl.store.tensors import save_tensors
+
+    state = {"a.weight": torch.randn(3, 2), "b": torch.zeros(4)}
+    save_tensors(state, tmp_path / "s.safetensors")
+    torch.save({"state_dict": {"module." + k: v for k, v in state.items()}}, tmp_path / "w.pt")
+    for path in (tmp_path / "s.safetensors", tmp_path / "w.pt"):
+        got = read_state_dict(path)
+        assert set(got) == set(state) and all(torch.equal(got[k], state[k]) for k in state)
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="state dict of tensors"):
+        read_state_dict(tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="not found"):
+        read_state_dict(tmp_path / "missing.pt")
+
+
+def test_fill_tied_adds_the_missing_names_of_tied_parameters() -> None:
+    model = adaptive_model()
+    state = model.state_dict()
+    tied = "crit.out_layers.1.weight"  # tied to word_emb.emb_layers.1.weight
+    assert state[tied].data_ptr() == state["word_emb.emb_layers.1.weight"].data_ptr()
+    partial = {k: v for k, v in state.items() if k != tied}
+    filled = fill_tied(model, partial)
+    assert torch.equal(filled[tied], state[tied]) and set(filled) == set(state)

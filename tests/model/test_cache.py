@@ -1,0 +1,103 @@
+"""The inference cache (memory keys/values, W_kR R) gives exactly what the plain formulas give."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from txl import InferenceCache, TransformerXLLM, TXLConfig
+from txl.errors import ConfigError
+
+V = 40
+
+
+@pytest.mark.parametrize("kw", [
+    dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, pre_lnorm=True),
+    dict(attn_type=0, same_length=True, clamp_len=5), dict(attn_type=0, ext_len=3),
+    dict(attn_type=0, mem_len=4), dict(attn_type=0, mem_len=30), dict(attn_type=1, pre_lnorm=True, mem_len=20),
+])
+def test_memory_kv_cache_equals_projecting_memory(kw: dict) -> None:
+    """Keys/values of the memory cached from earlier segments == projecting the memory again."""
+    base = dict(n_token=V, n_layer=3, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=8,
+                init_std=0.3)
+    model = TransformerXLLM(TXLConfig(**{**base, **kw})).eval()
+    gen = torch.Generator().manual_seed(4)
+    mems_a = mems_b = None
+    cache = InferenceCache()
+    projected: list[int] = []
+    for layer in model.layers:  # count the memory projections the cache saves
+        layer.dec_attn._memory_kv = _counting(layer.dec_attn._memory_kv, projected)
+    with torch.no_grad():
+        for seg in range(5):
+            qlen = 1 if seg >= 3 else 6 + model.config.ext_len  # also one token at a time, as generation
+            x = torch.randint(0, V, (2, qlen), generator=gen)
+            ref = model(x, x, mems_a)
+            before = len(projected)
+            out = model(x, x, mems_b, cache=cache)
+            assert len(projected) == before  # served from the cache: the memory is not projected again
+            torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-6)
+            for a, b in zip(out.mems, ref.mems):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+            mems_a, mems_b = ref.mems, out.mems
+        # Memories that are not the ones the cache produced are projected anew (the same values as without it)
+        other = [m[:, 1:].clone() for m in mems_b]
+        torch.testing.assert_close(model(x, x, other, cache=cache).nll, model(x, x, other).nll)
+    with pytest.raises(ConfigError, match="no_grad"):
+        model(x, x, mems_b, cache=cache)
+
+
+def _counting(fn, calls: list[int]):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+    return wrapped
+
+
+@pytest.mark.parametrize("attn_type", [2, 3])
+def test_memory_kv_cache_off_for_absolute_positions(attn_type: int) -> None:
+    model = TransformerXLLM(TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                      tgt_len=6, mem_len=6, attn_type=attn_type)).eval()
+    x = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(1))
+    cache = InferenceCache()
+    with torch.no_grad():
+        out = model(x, x, None, cache=cache)
+        # their memories get position embeddings: nothing to reuse, the plain formula runs
+        torch.testing.assert_close(model(x, x, out.mems, cache=cache).nll, model(x, x, out.mems).nll)
+        assert cache._kv == [] and cache._tables == {}
+
+
+def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
+    """Inference reuses W_kR R across forwards (suffix of a longer table): the same scores as projecting
+    R again, for growing and shrinking K, other clamp_len, and after the weights change."""
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=40,
+                    init_std=0.3)
+    model = TransformerXLLM(cfg).eval()
+    gen = torch.Generator().manual_seed(2)
+    cache = InferenceCache()
+
+    def both(x: torch.Tensor, mems, **lengths) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        lengths = cfg.lengths(**lengths)
+        with torch.no_grad():
+            fast = model(x, x, mems, lengths=lengths, cache=cache)
+        ref = model(x, x, mems, lengths=lengths)  # with a gradient: W_kR R projected in full
+        torch.testing.assert_close(fast.nll, ref.nll.detach(), rtol=1e-5, atol=1e-6)
+        return fast.nll, fast.mems
+
+    mems = None
+    for _ in range(12):  # K grows one token at a time (generation), the cache doubles
+        _, mems = both(torch.randint(0, V, (2, 1), generator=gen), mems)
+    assert cache._tables[0][1].size(0) >= 12
+    both(torch.randint(0, V, (2, 4), generator=gen), None)  # short K again
+    both(torch.randint(0, V, (2, 4), generator=gen), mems, clamp_len=3)
+    with torch.no_grad():  # an in-place update (as an optimizer step) bumps the version counter
+        for layer in model.layers:
+            layer.dec_attn.r_net.weight.mul_(-1.5)
+    both(torch.randint(0, V, (2, 4), generator=gen), mems)
+    model.load_state_dict(TransformerXLLM(cfg).state_dict())  # load_state_dict too
+    both(torch.randint(0, V, (2, 4), generator=gen), mems)
+    with torch.no_grad():  # a write through .data bypasses the version counter: clear() is the documented way
+        for layer in model.layers:
+            layer.dec_attn.r_net.weight.data.copy_(torch.randn(16, 16, generator=gen))
+    cache.clear()
+    both(torch.randint(0, V, (2, 4), generator=gen), mems)
+    assert not any("cache" in k for k in model.state_dict())  # a cache, not state

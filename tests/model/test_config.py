@@ -1,0 +1,112 @@
+"""TXLConfig (official names, frozen, validation with clear errors, JSON round-trip) and the per-forward Lengths."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from txl import ConfigError, Lengths, TransformerXLLM, TXLConfig
+from txl.store.files import write_text
+
+
+def test_official_constructor_names_are_fields() -> None:
+    official = ["n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "dropout", "dropatt",
+                "tie_weight", "d_embed", "div_val", "tie_projs", "pre_lnorm", "tgt_len", "ext_len", "mem_len",
+                "cutoffs", "same_length", "attn_type", "clamp_len", "sample_softmax"]
+    names = {f.name for f in dataclasses.fields(TXLConfig)}
+    assert set(official) <= names
+    assert "untie_r" in names
+
+
+def test_json_round_trip(tmp_path) -> None:
+    cfg = TXLConfig(n_token=100, cutoffs=[10, 50], div_val=2, tie_projs=[False, True, True], d_embed=64,
+                    untie_r=True, same_length=True, clamp_len=30)
+    path = write_text(tmp_path / "config.json", cfg.to_json())
+    assert TXLConfig.from_json(path) == cfg
+    assert TXLConfig.from_dict(cfg.to_dict()) == cfg
+    assert TXLConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_d_embed_defaults_to_d_model() -> None:
+    assert TXLConfig(n_token=10, d_model=48, d_head=12).d_embed == 48
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(mem_len=-1), "mem_len"),
+        (dict(ext_len=-2), "ext_len"),
+        (dict(n_head=0), "n_head"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(attn_type=7), "attn_type"),
+        (dict(cutoffs=[50, 20]), "increasing"),
+        (dict(cutoffs=[20, 100]), "n_token"),
+        (dict(cutoffs=[20], tie_projs=[False, True, True]), "tie_projs"),
+        (dict(attn_type=3, d_model=64, n_head=4, d_head=8), "n_head\\*d_head"),
+        (dict(d_model=33, d_head=11, n_head=3), "even"),
+        (dict(same_length=True, mem_len=0), "same_length"),
+        (dict(untie_r=True, attn_type=1), "untie_r"),
+        (dict(div_val=4, cutoffs=[10, 20, 30, 40], d_embed=16), "div_val"),
+        (dict(sample_softmax=10, div_val=2, cutoffs=[20]), "sample_softmax"),
+        (dict(init="xavier"), "init"),
+    ],
+)
+def test_impossible_configs_fail_clearly(kwargs, message) -> None:
+    base = dict(n_token=100, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32)
+    base.update(kwargs)
+    with pytest.raises(ConfigError, match=message):
+        TXLConfig(**base)
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2])
+def test_official_allows_d_model_other_than_heads(attn_type: int) -> None:
+    """The official code projects n_head*d_head back to d_model, so they may differ for attn_type 0-2."""
+    cfg = TXLConfig(n_token=10, d_model=32, n_head=3, d_head=7, d_inner=16, n_layer=1, attn_type=attn_type)
+    model = TransformerXLLM(cfg)
+    assert model.layers[0].dec_attn.qkv_net.weight.shape == (3 * 21, 32)
+    assert model.layers[0].dec_attn.o_net.weight.shape == (32, 21)
+    out = model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
+    assert out.nll.shape == (2, 5) and out.mems[0].shape == (2, 5, 32)
+
+
+def test_unknown_key_is_rejected_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"unknown model config key 'mem_lenn' \(did you mean 'mem_len'\?\)"):
+        TXLConfig.from_dict({"n_token": 10, "mem_lenn": 5})
+    with pytest.raises(ConfigError, match="n_token"):
+        TXLConfig.from_dict({"n_layer": 2})
+
+
+def test_bad_json(tmp_path) -> None:
+    bad = tmp_path / "c.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        TXLConfig.from_json(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        TXLConfig.from_json(tmp_path / "missing.json")
+
+
+def test_config_is_frozen_and_replace_validates() -> None:
+    cfg = TXLConfig(n_token=10)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.mem_len = 5  # type: ignore[misc]
+    assert cfg.replace(mem_len=5).mem_len == 5 and cfg.mem_len == 128
+    with pytest.raises(ConfigError, match="mem_len"):
+        cfg.replace(mem_len=-1)
+
+
+def test_lengths_default_to_the_config_and_are_validated() -> None:
+    cfg = TXLConfig(n_token=10, mem_len=8, ext_len=2, clamp_len=5, same_length=True)
+    assert cfg.lengths() == Lengths(mem_len=8, ext_len=2, clamp_len=5, same_length=True)
+    assert cfg.lengths(mem_len=100, clamp_len=None) == Lengths(mem_len=100, ext_len=2, clamp_len=5, same_length=True)
+    for bad, match in ((dict(mem_len=-1), "mem_len"), (dict(ext_len=-1), "ext_len"), (dict(clamp_len=1.5), "clamp"),
+                       (dict(mem_len=0), "same_length"), (dict(same_length="yes"), "same_length")):
+        with pytest.raises(ConfigError, match=match):
+            cfg.lengths(**bad)
+
+
+def test_max_context_is_bounded_only_for_learned_absolute_positions() -> None:
+    assert TXLConfig(n_token=10, attn_type=3, d_model=64, n_head=2, d_head=32, tgt_len=8, mem_len=4).max_context == 12
+    for attn_type in (0, 1, 2):
+        assert TXLConfig(n_token=10, attn_type=attn_type).max_context is None

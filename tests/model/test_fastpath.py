@@ -1,0 +1,207 @@
+"""The fast paths of attention/positional/memory equal the plain formulas they replace.
+
+* ``shift_padded`` on scores whose zero column comes from a zero key row == the paper's pad/view shift;
+* ``attend`` without gradient (``scaled_dot_product_attention``) == with gradient (``baddbmm`` + softmax)
+  == a plain ``softmax((q k^T + p) * scale + mask) v``, for every ``attn_type``;
+* the whole model under ``no_grad`` == with gradient;
+* the memory update copies only the kept positions, as ``cat([mem, hid])[beg:end]``;
+* the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
+* the fused ``relu_dropout`` of the feed-forward == ``ReLU`` then dropout with the same mask, values and
+  gradients, keeping only its output for backward;
+* ``recompute`` (attention) gives the same loss and gradients as the default path (dropout and dropatt on,
+  every ``attn_type``) and keeps fewer bytes for backward;
+* (GPU) a tiny model gives the same NLL on CUDA as on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from txl import TransformerXLLM, TXLConfig
+from txl.model.fastpath import CompactDropout as Dropout
+from txl.model.fastpath import MaskCache, attend, mask_bias, relu_dropout, shift_padded
+from txl.model.memory import additive_mask, causal_mask
+
+V = 40
+
+
+def _official_rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """The official ``_rel_shift`` (pad a zero column, view as [K+1, Q], drop a row, view back), batch-first."""
+    *lead, q, k = x.shape
+    padded = torch.cat([x.new_zeros(*lead, q, 1), x], dim=-1)
+    return padded.view(*lead, k + 1, q)[..., 1:, :].reshape(*lead, q, k)
+
+
+@pytest.mark.parametrize("qlen,mlen", [(1, 0), (4, 0), (3, 5), (6, 6), (2, 9)])
+def test_zero_key_row_shift_equals_official_shift(qlen: int, mlen: int) -> None:
+    gen = torch.Generator().manual_seed(qlen * 7 + mlen)
+    klen = qlen + mlen
+    q = torch.randn(2, 3, qlen, 5, generator=gen)
+    r = torch.randn(klen, 3, 5, generator=gen)  # [K, H, E]
+    reference = _official_rel_shift(q @ r.permute(1, 2, 0))
+    r_ext = torch.cat([r.new_zeros(1, 3, 5), r])  # [K+1, H, E]
+    fast = shift_padded(q @ r_ext.permute(1, 2, 0))
+    torch.testing.assert_close(fast, reference, rtol=1e-6, atol=1e-6)
+    # the head-major layout the relative strategy uses gives the same view
+    hm = torch.bmm(q.transpose(0, 1).reshape(3, 2 * qlen, 5), r_ext.permute(1, 2, 0)).view(3, 2, qlen, klen + 1)
+    torch.testing.assert_close(shift_padded(hm).transpose(0, 1), reference, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("with_p", [True, False])
+def test_attend_paths_equal_plain_softmax(with_p: bool) -> None:
+    gen = torch.Generator().manual_seed(1)
+    B, H, Q, M, E = 2, 3, 5, 4, 8
+    K = Q + M
+    q, k, v = (torch.randn(B, H, n, E, generator=gen) for n in (Q, K, K))
+    p = torch.randn(B, H, Q, K, generator=gen) if with_p else None
+    mask = additive_mask(causal_mask(qlen=Q, mlen=M, mem_len=M, same_length=True, device=q.device), q.dtype)
+    scale = E**-0.5
+    plain = torch.softmax((q @ k.transpose(-1, -2) + (p if with_p else 0)) * scale + mask, -1) @ v
+    with torch.no_grad():
+        fused = attend(q, k, v, p, mask, scale=scale, dropatt=0.0)
+    qg = q.clone().requires_grad_()
+    explicit = attend(qg, k, v, p, mask, scale=scale, dropatt=0.0)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(explicit, plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
+@pytest.mark.parametrize("same_length", [False, True])
+def test_model_no_grad_equals_grad_path(attn_type: int, same_length: bool) -> None:
+    torch.manual_seed(0)
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=5,
+                    attn_type=attn_type, same_length=same_length, clamp_len=3 if same_length else -1,
+                    pre_lnorm=attn_type == 2, init_std=0.3)
+    model = TransformerXLLM(cfg).eval()
+    x = torch.randint(0, V, (3, 4), generator=torch.Generator().manual_seed(2))
+    mems = model(x).mems
+    with_grad = model(x, x, mems)
+    with torch.no_grad():
+        without = model(x, x, mems)
+    torch.testing.assert_close(without.nll, with_grad.nll, rtol=1e-5, atol=1e-5)
+    for a, b in zip(without.mems, with_grad.mems):
+        torch.testing.assert_close(a, b)
+
+
+def test_cached_mask_bias_equals_fresh_mask() -> None:
+    cpu = torch.device("cpu")
+    for same_length in (False, True):
+        for mem_len in (3, 6):
+            fresh = additive_mask(causal_mask(qlen=4, mlen=6, mem_len=mem_len, same_length=same_length,
+                                              device=cpu), torch.float32)
+            cached = mask_bias(qlen=4, mlen=6, mem_len=mem_len, same_length=same_length, device=cpu,
+                               dtype=torch.float32)
+            assert torch.equal(fresh, cached)
+
+
+def test_mask_cache_is_bounded_in_bytes() -> None:
+    cache = MaskCache(max_bytes=4 * 100 * (101 + 102))  # room for a [100, 101] and a [100, 102] float mask
+    cpu = torch.device("cpu")
+    for mlen in (0, 1, 2, 200):
+        cache.get(qlen=100, mlen=mlen, mem_len=0, same_length=False, device=cpu, dtype=torch.float32)
+        assert cache.nbytes <= cache.max_bytes
+    assert len(cache._masks) == 2 and cache.nbytes == 4 * 100 * (101 + 102)  # the newest two that fit
+    big = cache.get(qlen=100, mlen=200, mem_len=0, same_length=False, device=cpu, dtype=torch.float32)
+    assert big.shape == (100, 300)  # too large to keep, still returned
+
+
+def test_dropout_keeps_distribution_and_scale() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(200_000, requires_grad=True)
+    drop = Dropout(0.25)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.01
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.75))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # gradient = mask * scale
+    assert torch.equal(drop.eval()(x), x)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+def test_relu_dropout_equals_relu_then_dropout(p: float) -> None:
+    h = torch.randn(64, 300, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    g = torch.randn(64, 300, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(5)
+    out = relu_dropout(h, p, training=True)
+    torch.manual_seed(5)
+    keep = torch.rand_like(h) >= p  # the mask the fused op draws (same generator state)
+    ref_h = h.detach().clone().requires_grad_(True)
+    ref = torch.relu(ref_h) * keep * (1.0 / (1.0 - p))
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    torch.testing.assert_close(h.grad, ref_h.grad, rtol=1e-7, atol=0)
+    if p > 0:
+        assert abs((out != 0).float().mean().item() - 0.5 * (1 - p)) < 0.02  # half positive, then kept
+        # Only the output is kept for backward (shared with the next Linear): 4 bytes per element.
+        kept: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            relu_dropout(h, p, training=True)
+        assert [t.shape for t in kept] == [h.shape] and kept[0].dtype == h.dtype
+    assert torch.equal(relu_dropout(h, p, training=False), torch.relu(h))
+
+
+def _saved_bytes(fn) -> int:
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
+def test_recompute_equals_default(attn_type: int) -> None:
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8,
+                    attn_type=attn_type, dropout=0.2, dropatt=0.2, init_std=0.3, pre_lnorm=attn_type == 2,
+                    **(dict(cutoffs=[10, 20], div_val=2) if attn_type in (0, 2) else {}))  # adaptive softmax too
+    torch.manual_seed(0)
+    plain = TransformerXLLM(cfg).train()
+    fast = TransformerXLLM(cfg).train()
+    fast.load_state_dict(plain.state_dict())
+    fast.recompute(True)
+    x = torch.randint(0, V, (3, 8), generator=torch.Generator().manual_seed(3))
+    mems_p = mems_f = None
+    for seg in range(3):
+        torch.manual_seed(10 + seg)
+        out_p = plain(x, x, mems_p)
+        out_p.loss.backward()
+        torch.manual_seed(10 + seg)
+        out_f = fast(x, x, mems_f)
+        out_f.loss.backward()
+        torch.testing.assert_close(out_f.nll, out_p.nll, rtol=0, atol=0)
+        for (name, a), b in zip(plain.named_parameters(), fast.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
+        mems_p, mems_f = out_p.mems, out_f.mems
+    saved_plain = _saved_bytes(lambda: plain(x, x, mems_p))
+    saved_fast = _saved_bytes(lambda: fast(x, x, mems_f))
+    assert saved_fast < saved_plain
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu() -> None:
+    torch.manual_seed(0)
+    cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6,
+                    cutoffs=[10, 20], div_val=2, init_std=0.3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = TransformerXLLM(cfg).eval()
+    gpu = TransformerXLLM(cfg).eval().cuda()
+    gpu.load_state_dict(model.state_dict())
+    x = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(3))
+    mems_c = mems_g = None
+    for _ in range(3):
+        out_c, out_g = model(x, x, mems_c), gpu(x.cuda(), x.cuda(), mems_g)
+        mems_c, mems_g = out_c.mems, out_g.mems
+        torch.testing.assert_close(out_g.nll.cpu(), out_c.nll, rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            torch.testing.assert_close(gpu(x.cuda(), x.cuda(), mems_g).nll.cpu(),
+                                       model(x, x, mems_c).nll, rtol=1e-4, atol=1e-4)
+
+

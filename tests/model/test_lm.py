@@ -1,0 +1,208 @@
+"""TransformerXLLM behaviour: batch-first API, functional memory, recurrence invariant, softmax variants."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers import TINY
+from tests.helpers import adaptive_model as _model
+from tests.helpers import assert_same_outputs as _same_outputs
+from tests.helpers import tiny_model as tiny
+from txl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
+
+V = TINY["n_token"]
+
+
+def test_output_shapes_and_memories() -> None:
+    model = tiny()
+    x = torch.randint(0, V, (3, 4))
+    out = model(x, targets=x, return_log_probs=True)
+    assert out.nll.shape == (3, 4) and out.loss.shape == ()
+    assert torch.allclose(out.loss, out.nll.mean())
+    assert out.log_probs.shape == (3, 4, V)
+    assert len(out.mems) == model.config.n_layer + 1
+    assert all(m.shape == (3, 4, 16) and not m.requires_grad for m in out.mems)
+    out2 = model(x, mems=out.mems)
+    assert all(m.shape == (3, 6, 16) for m in out2.mems)  # capped at mem_len
+    assert model.init_mems(5)[0].shape == (5, 0, 16)
+
+
+def test_input_memories_are_not_mutated() -> None:
+    for attn_type in range(4):
+        model = tiny(attn_type=attn_type, mem_len=8, tgt_len=4)
+        x = torch.randint(0, V, (2, 4))
+        mems = model(x).mems
+        copies = [m.clone() for m in mems]
+        model(x, mems=mems)
+        assert all(torch.equal(a, b) for a, b in zip(mems, copies)), attn_type
+
+
+@pytest.mark.parametrize("attn_type", [0, 1])
+def test_recurrence_equals_full_context(attn_type: int) -> None:
+    """Relative encodings: 3 segments with enough memory == one pass over the whole sequence."""
+    model = tiny(attn_type=attn_type, tgt_len=4, mem_len=12)
+    seq = torch.randint(0, V, (2, 13))
+    x, y = seq[:, :-1], seq[:, 1:]
+    full = model(x, y).nll
+    mems, parts = None, []
+    for s in range(3):
+        out = model(x[:, 4 * s:4 * s + 4], y[:, 4 * s:4 * s + 4], mems)
+        mems = out.mems
+        parts.append(out.nll)
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_recurrence_with_limited_memory_equals_sliding_context() -> None:
+    """With mem_len M, segment s sees exactly the M previous positions (per layer), nothing earlier."""
+    model = tiny(tgt_len=4, mem_len=4)
+    seq = torch.randint(0, V, (2, 13))
+    x, y = seq[:, :-1], seq[:, 1:]
+    mems = model(x[:, 0:4], y[:, 0:4]).mems
+    second = model(x[:, 4:8], y[:, 4:8], mems)
+    # The same segment computed from a fresh start over [segment 1; segment 2] must agree on segment 2
+    # only if segment 1 itself had no memory, which is the case here.
+    joint = model(x[:, 0:8], y[:, 0:8]).nll[:, 4:]
+    torch.testing.assert_close(second.nll, joint, atol=1e-5, rtol=1e-5)
+    third = model(x[:, 8:12], y[:, 8:12], second.mems).nll
+    joint2 = model(x[:, 0:12], y[:, 0:12]).nll[:, 8:]
+    assert (third - joint2).abs().max() > 1e-4  # segment 1 is out of reach of segment 3: not equal
+
+
+def test_ext_len_memory_ends_where_extended_context_begins() -> None:
+    """Official ext_len: the last ext_len positions are re-read as context, so memory excludes them."""
+    model = tiny(tgt_len=4, ext_len=2, mem_len=6)
+    seq = torch.randint(0, V, (2, 11))
+    out1 = model(seq[:, 0:4], seq[:, 1:5])
+    assert out1.mems[0].size(1) == 2  # 4 positions, last 2 kept back for the next segment's context
+    # next segment: ext context = positions 2..3, targets for positions 4..7
+    out2 = model(seq[:, 2:8], seq[:, 5:9], out1.mems)
+    assert out2.nll.shape == (2, 4)
+    # all earlier positions in memory + the extended context form exactly the full history
+    full = tiny(tgt_len=4, ext_len=2, mem_len=6)(seq[:, 0:8], seq[:, 1:9]).nll[:, 4:]
+    torch.testing.assert_close(out2.nll, full, atol=1e-5, rtol=1e-5)
+
+
+def test_mem_len_zero_has_no_memory() -> None:
+    model = tiny(mem_len=0)
+    x = torch.randint(0, V, (2, 4))
+    out = model(x, x)
+    assert out.mems == [] and model.init_mems(2) == []
+
+
+def test_evaluation_lengths_are_an_argument() -> None:
+    model = tiny(tgt_len=4, mem_len=4)
+    lengths = model.config.lengths(mem_len=16, clamp_len=3, same_length=True)
+    mems = None
+    for _ in range(5):
+        mems = model(torch.randint(0, V, (1, 4)), mems=mems, lengths=lengths).mems
+    assert mems[0].size(1) == 16 and model.config.mem_len == 4  # the model is not changed
+    assert model(torch.randint(0, V, (1, 4)), mems=mems).mems[0].size(1) == 4  # the config's lengths again
+    with pytest.raises(ConfigError):
+        model.config.lengths(mem_len=-1)
+
+
+def test_bad_shapes_fail_clearly() -> None:
+    model = tiny()
+    with pytest.raises(ConfigError, match="batch, time"):
+        model(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ConfigError, match="targets"):
+        model(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ConfigError, match="memory tensors"):
+        model(torch.zeros(2, 4, dtype=torch.long), mems=[torch.zeros(2, 1, 16)])
+
+
+def test_attn_type_3_too_long_segment_is_a_clear_error() -> None:
+    model = tiny(attn_type=3, tgt_len=4, mem_len=2)
+    with pytest.raises(ConfigError, match="learned 6 positions"):
+        model(torch.zeros(1, 7, dtype=torch.long))
+
+
+def test_tied_weights_share_storage() -> None:
+    model = tiny(cutoffs=[10, 30], div_val=2, tie_projs=[False, True, True])
+    assert model.crit.out_layers[1].weight is model.word_emb.emb_layers[1].weight
+    assert model.crit.out_projs[1] is model.word_emb.emb_projs[1]
+    assert model.crit.out_projs[0] is not model.word_emb.emb_projs[0]
+    untied = tiny(tie_weight=False)
+    assert untied.crit.out_layers[0].weight is not untied.word_emb.emb_layers[0].weight
+
+
+def test_official_initialization_statistics() -> None:
+    torch.manual_seed(0)
+    cfg = TXLConfig(n_token=3000, n_layer=2, n_head=4, d_model=64, d_head=16, d_inner=256, cutoffs=[1000],
+                    div_val=2, tie_weight=False)
+    model = TransformerXLLM(cfg)
+    qkv = model.layers[0].dec_attn.qkv_net.weight
+    assert abs(qkv.std().item() - 0.02) < 0.002
+    assert abs(model.word_emb.emb_projs[0].std().item() - 0.01) < 0.001
+    assert abs(model.layers[0].pos_ff.layer_norm.weight.mean().item() - 1.0) < 0.01
+    assert model.layers[0].pos_ff.CoreNet[0].bias.abs().max() == 0
+    assert model.crit.out_layers[0].bias.abs().max() == 0
+    assert model.crit.cluster_bias.abs().max() == 0
+    uni = TransformerXLLM(TXLConfig(n_token=300, init="uniform", init_range=0.05))
+    w = uni.layers[0].dec_attn.o_net.weight
+    assert w.abs().max() <= 0.05 and w.abs().max() > 0.045
+
+
+def test_dropout_only_in_training() -> None:
+    model = tiny(dropout=0.5, dropatt=0.5)
+    x = torch.randint(0, V, (2, 4))
+    a, b = model(x, x).nll, model(x, x).nll
+    assert torch.equal(a, b)
+    model.train()
+    assert not torch.equal(model(x, x).nll, model(x, x).nll)
+
+
+def test_float64_model_keeps_float64_nll() -> None:
+    model = tiny(cutoffs=[10, 30], div_val=2).double()
+    x = torch.randint(0, V, (2, 4))
+    out = model(x, x, return_log_probs=True)
+    assert out.nll.dtype == torch.float64 and out.log_probs.dtype == torch.float64
+
+
+@pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
+def test_save_load_round_trip(tmp_path, attn_type: int) -> None:
+    model = _model(attn_type=attn_type)
+    model.save_pretrained(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    loaded = TransformerXLLM.from_pretrained(tmp_path / "m")
+    assert loaded.config == model.config
+    assert loaded.crit.out_layers[1].weight is loaded.word_emb.emb_layers[1].weight  # ties restored
+    _same_outputs(model, loaded)
+
+
+def test_evaluation_lengths_leave_the_saved_config_alone(tmp_path) -> None:
+    model = _model(attn_type=1)
+    model(torch.zeros(1, 4, dtype=torch.long), lengths=model.config.lengths(mem_len=50))
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["mem_len"] == 4
+    TransformerXLLM.from_pretrained(tmp_path)
+
+
+def test_corrupt_or_missing_files_fail_clearly(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="not found"):
+        TransformerXLLM.from_pretrained(tmp_path / "nope")
+    model = _model()
+    model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        TransformerXLLM.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text("{broken")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        TransformerXLLM.from_pretrained(tmp_path)
+
+
+def test_weights_that_do_not_fit_the_config(tmp_path) -> None:
+    _model().save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["d_inner"] = 64
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="wrong shape"):
+        TransformerXLLM.from_pretrained(tmp_path)
+    cfg["bogus"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="bogus"):
+        TransformerXLLM.from_pretrained(tmp_path)

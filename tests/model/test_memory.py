@@ -1,0 +1,50 @@
+"""Segment-level recurrence (paper Sec. 3.2): the memory update and the causal masks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from txl.model.memory import additive_mask, causal_mask, kept_range, update_mems
+
+
+@pytest.mark.parametrize("mlen,qlen,mem_len,ext_len", [(0, 4, 6, 0), (6, 4, 6, 0), (3, 4, 6, 0), (6, 4, 3, 0),
+                                                       (2, 5, 4, 2), (0, 3, 8, 1)])
+def test_update_mems_equals_cat_slice(mlen: int, qlen: int, mem_len: int, ext_len: int) -> None:
+    mems = [torch.randn(2, mlen, 3)]
+    hids = [torch.randn(2, qlen, 3, requires_grad=True)]
+    end = mlen + max(0, qlen - ext_len)
+    beg = max(0, end - mem_len)
+    (new,) = update_mems(hids, mems, mlen=mlen, qlen=qlen, mem_len=mem_len, ext_len=ext_len)
+    assert torch.equal(new, torch.cat([mems[0], hids[0]], 1)[:, beg:end])
+    assert not new.requires_grad
+
+
+@pytest.mark.parametrize("qlen,mlen,mem_len", [(4, 0, 4), (4, 4, 4), (3, 6, 6), (5, 2, 4), (1, 8, 8)])
+def test_causal_mask_sees_the_past_only(qlen: int, mlen: int, mem_len: int) -> None:
+    mask = causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=False, device=torch.device("cpu"))
+    for i in range(qlen):
+        assert not mask[i, : mlen + i + 1].any() and mask[i, mlen + i + 1:].all()
+
+
+@pytest.mark.parametrize("qlen,mlen,mem_len", [(4, 4, 4), (3, 6, 6), (5, 2, 4), (2, 8, 8), (4, 0, 6)])
+def test_same_length_gives_every_query_the_same_number_of_keys(qlen: int, mlen: int, mem_len: int) -> None:
+    """Query i sees min(mem_len, mlen + i + 1) keys (itself included): mem_len once that much context exists."""
+    mask = causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=True, device=torch.device("cpu"))
+    assert (~mask).sum(1).tolist() == [min(mem_len, mlen + i + 1) for i in range(qlen)]
+    for i in range(qlen):  # what each query sees is a contiguous run ending at its own position
+        seen = (~mask[i]).nonzero().flatten()
+        assert seen.max() == mlen + i and (seen.diff() == 1).all()
+
+
+def test_additive_mask_is_zero_or_minus_infinity() -> None:
+    mask = causal_mask(qlen=3, mlen=2, mem_len=2, same_length=False, device=torch.device("cpu"))
+    bias = additive_mask(mask, torch.float32)
+    assert torch.equal(bias == 0, ~mask) and torch.isinf(bias[mask]).all()
+
+
+def test_kept_range_leaves_the_extended_context_out() -> None:
+    assert kept_range(mlen=6, qlen=4, mem_len=6, ext_len=0) == (4, 10)
+    assert kept_range(mlen=6, qlen=4, mem_len=6, ext_len=2) == (2, 8)
+    assert kept_range(mlen=0, qlen=3, mem_len=8, ext_len=1) == (0, 2)
+    assert kept_range(mlen=3, qlen=4, mem_len=0, ext_len=0) == (7, 7)

@@ -1,0 +1,90 @@
+"""The one owner of directory layouts: file names, run directories, model directories, and resolving a model,
+checkpoint or run directory to the model directory behind it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from txl.errors import CheckpointError
+from txl.store.layout import (
+    CONFIG,
+    VOCAB,
+    WEIGHTS,
+    RunDir,
+    find_vocab,
+    is_model_dir,
+    load_model_dir,
+    resolve_model_dir,
+    save_model_dir,
+    weights_digest,
+)
+
+
+def _write(directory, seed: int = 0):
+    state = {"w": torch.randn(3, 2, generator=torch.Generator().manual_seed(seed))}
+    state["tied"] = state["w"]  # a tied name: stored once, restored as the same tensor
+    return save_model_dir(directory, state, json.dumps({"n_token": 3}), vocab_json='{"symbols": []}')
+
+
+def test_model_dir_round_trip_with_tied_names_and_vocab(tmp_path) -> None:
+    d = _write(tmp_path / "m")
+    assert sorted(p.name for p in d.iterdir()) == sorted([CONFIG, WEIGHTS, VOCAB]) and is_model_dir(d)
+    config, state = load_model_dir(d)
+    assert config == {"n_token": 3} and state["tied"] is state["w"]
+
+
+def test_resolve_model_checkpoint_and_run_dirs(tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    _write(run.checkpoints / "step_00000002")
+    _write(run.checkpoints / "step_00000010")
+    assert resolve_model_dir(run.root) == run.checkpoints / "step_00000010"  # the newest checkpoint
+    _write(run.final)
+    assert resolve_model_dir(run.root) == run.final
+    _write(run.best)
+    assert resolve_model_dir(run.root) == run.best  # best before final before checkpoints
+    assert resolve_model_dir(run.best) == run.best
+    with pytest.raises(CheckpointError, match="no such"):
+        resolve_model_dir(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="holds no model"):
+        resolve_model_dir(tmp_path / "empty")
+
+
+def test_run_dir_names_and_checkpoint_parent(tmp_path) -> None:
+    run = RunDir(tmp_path)
+    assert (run.config.name, run.vocab.name, run.metrics.name, run.results.name) == (
+        "config.json", "vocab.json", "metrics.jsonl", "results.json")
+    assert RunDir.of_checkpoint(run.checkpoints / "step_00000004") == tmp_path
+
+
+def test_find_vocab_beside_the_model_or_in_its_run(tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    _write(run.best)
+    (run.best / VOCAB).unlink()
+    with pytest.raises(CheckpointError, match="--vocab"):
+        find_vocab(run.best)
+    run.vocab.write_text("{}")
+    assert find_vocab(run.best) == run.vocab
+    _write(run.checkpoints / "step_00000001")
+    (run.checkpoints / "step_00000001" / VOCAB).unlink()
+    assert find_vocab(run.checkpoints / "step_00000001") == run.vocab
+    assert find_vocab(run.best, tmp_path / "given.json") == tmp_path / "given.json"
+
+
+def test_missing_or_broken_model_dirs_fail_clearly(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="not found"):
+        load_model_dir(tmp_path / "nope")
+    d = _write(tmp_path / "m")
+    (d / CONFIG).write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="JSON object"):
+        load_model_dir(d)
+
+
+def test_weights_digest_is_the_weights_file_sha256(tmp_path) -> None:
+    a, c = _write(tmp_path / "a"), _write(tmp_path / "c", seed=1)
+    assert weights_digest(a) == hashlib.sha256((a / WEIGHTS).read_bytes()).hexdigest()[:16]
+    assert weights_digest(a) != weights_digest(c)

@@ -1,0 +1,54 @@
+"""Multi-process training: ``torchrun --nproc_per_node 2`` (gloo, CPU) equals one process on the same global batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.helpers import corpus_dir, subprocess_env
+from tests.helpers import tiny_train_config as tiny_cfg
+
+pytestmark = pytest.mark.integration
+
+
+def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *cmd], env=subprocess_env(tmp_path), capture_output=True, text=True,
+                          timeout=180)
+
+
+def _losses(run: Path) -> list[float]:
+    return [r["train_loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+def test_two_gloo_processes_equal_one_process(tmp_path) -> None:
+    data = corpus_dir(tmp_path)
+    # adaptive softmax (DDP with find_unused_parameters), memories, batch_chunk inside each process
+    cfg = tiny_cfg(tmp_path / "x", dataset=str(data), max_step=4, batch_size=8, batch_chunk=2, cutoffs=[10, 25],
+                   div_val=2, tie_projs=[False, True, True])
+    for name in ("one", "two"):
+        (tmp_path / f"{name}.json").write_text(dataclasses.replace(cfg, out_dir=str(tmp_path / name)).to_json())
+    single = _run(["-m", "txl", "train", "--config", str(tmp_path / "one.json")], tmp_path)
+    assert single.returncode == 0, single.stderr
+    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "txl", "train",
+                  "--config", str(tmp_path / "two.json")], tmp_path)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "config.json").read_text())["world_size"] == 2
+    torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")),
+                               rtol=1e-6, atol=1e-6)
+    step = "checkpoints/step_00000004"
+    a, b = (load_file(str(tmp_path / n / step / "model.safetensors")) for n in ("one", "two"))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6, msg=k)
+    # the checkpoint holds the memories of the whole global batch, gathered in rank order
+    sa, sb = (load_file(str(tmp_path / n / step / "train_state.safetensors")) for n in ("one", "two"))
+    for k in (k for k in sa if k.startswith(".mems")):
+        torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-5, msg=k)
