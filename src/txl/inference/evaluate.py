@@ -4,8 +4,9 @@
 lengths (``tgt_len``, ``ext_len``, ``mem_len``, ``clamp_len``, ``same_length``; the model's unless given),
 the split is cut by the official ordered iterator into ``batch_size`` contiguous streams of
 ``n_step = N // batch_size`` tokens, the segments of every stream are read in order with the memories carried
-from one segment to the next (:class:`txl.model.Stream`), and the result is ``sum(seq_len * mean_nll) / sum(seq_len)`` over segments, which is the mean NLL (nats) over every
-scored token. ``ppl = exp(loss)``; for character/byte-level corpora ``bpc = loss / ln 2``.
+from one segment to the next (:class:`txl.model.Stream`), and the result is
+``sum(seq_len * mean_nll) / sum(seq_len)`` over segments, which is the mean NLL (nats) over every scored token.
+``ppl = exp(loss)``; for character/byte-level corpora ``bpc = loss / ln 2``.
 
 Which tokens are scored (reported as ``tokens`` and ``unscored``): stream ``b`` holds corpus tokens
 ``[b * n_step, (b + 1) * n_step)``; each of its tokens except the first is a target exactly once. So
