@@ -4,11 +4,11 @@ One tiny model (random weights, 4 layers, d_model 128, 10k-word vocabulary), gre
 ``--new-tokens`` tokens after a ``--prompt-len`` prompt, memory covering the whole text so that all three
 compute the same thing:
 
-* ``txl incremental``: :func:`txl.generate.generate`: each step is a ``[B, 1]`` segment over the memories;
-* ``naive recompute``: :func:`txl.generate.reference_generate` (``mode="full"``): a forward over the
+* ``txl incremental``: :func:`txl.inference.generate.generate`: each step is a ``[B, 1]`` segment over the memories;
+* ``naive recompute``: :func:`txl.inference.generate.reference_generate` (``mode="full"``): a forward over the
   whole context at every step (what a Transformer without a cache does);
 * ``HF TransfoXL``: ``TransfoXLLMHeadModel.generate`` of transformers (deprecated TransfoXL, same weights via
-  :func:`txl.convert.to_hf_state_dict`); if its ``generate`` fails in the installed release, its forward
+  :func:`txl.interop.hf.build_hf`); if its ``generate`` fails in the installed release, its forward
   with ``mems`` is looped by hand and the table says so.
 
 Prints a Markdown table and writes JSON (``--out``). Usage::
@@ -24,10 +24,10 @@ import platform
 import time
 
 import torch
-from txl.bench import hf_type_as_patch
-from txl.generate import generate, reference_generate
 
 from txl import TransformerXLLM, TXLConfig
+from txl.inference.generate import generate, reference_generate
+from txl.interop.hf import build_hf, hf_compat
 
 
 def _model(n_token: int, seed: int) -> TransformerXLLM:
@@ -39,16 +39,8 @@ def _model(n_token: int, seed: int) -> TransformerXLLM:
 
 
 def _hf_model(model: TransformerXLLM, mem_len: int):
-    from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
-    from txl._cli.convert import _hf_config
-    from txl.convert import to_hf_state_dict
-
-    cfg = _hf_config(model)
-    cfg["mem_len"] = mem_len
-    hf = TransfoXLLMHeadModel(TransfoXLConfig(**cfg)).eval()
-    missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
-    shared = ("inv_freq", "dec_attn.r_w_bias", "dec_attn.r_r_bias")  # buffers, and HF's aliases of tied u, v
-    assert not [k for k in missing if not k.endswith(shared)] and not unexpected, (missing, unexpected)
+    hf = build_hf(model).eval()  # the same weights, loaded strictly
+    hf.reset_memory_length(mem_len)
     return hf
 
 
@@ -59,7 +51,7 @@ def _timed(fn):
 
 
 def _hf_run(hf, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, str]:
-    with hf_type_as_patch(), torch.no_grad():
+    with hf_compat(), torch.no_grad():
         try:
             out = hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
                               eos_token_id=None)

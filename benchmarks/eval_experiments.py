@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from txl._cli import main
+from txl.cli import main
 
 STEPS = ("speed", "train", "sweep", "recl")
 

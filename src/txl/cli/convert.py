@@ -28,11 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from txl.interop.hf import from_hf, hf_config_dict, to_hf_state_dict
+    from txl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
     from txl.interop.official import load_official, to_official
     from txl.model import TransformerXLLM
     from txl.store.files import write_json
-    from txl.store.layout import CONFIG, VOCAB, WEIGHTS
+    from txl.store.layout import VOCAB
     from txl.store.tensors import save_tensors
 
     out = Path(args.out)
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
             save_tensors(state, out / "official_state.safetensors")
             write_json(out / "official_kwargs.json", kwargs, sort_keys=False)
         else:
-            save_tensors(to_hf_state_dict(model), out / WEIGHTS)
-            write_json(out / CONFIG, hf_config_dict(model), sort_keys=False)
+            save_tensors(to_hf_state_dict(model), out / HF_WEIGHTS[0])
+            write_json(out / HF_CONFIG, hf_config_dict(model), sort_keys=False)
         print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
         return 0
     if vocab is not None and len(vocab) != model.config.n_token:

@@ -127,16 +127,9 @@ class LMOrderedIterator:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serializable position (and generator state for ``varlen``)."""
-        return {
-            "kind": "ordered",
-            "position": self.position,
-            "epoch": self.epoch,
-            "n_step": self.n_step,
-            "batch_size": self.batch_size,
-            "tgt_len": self.tgt_len,
-            "varlen": self.varlen,
-            "rng": self._rng.bit_generator.state if self.varlen else None,
-        }
+        fields = ("position", "epoch", "n_step", "batch_size", "tgt_len", "varlen")
+        return {"kind": "ordered", **{k: getattr(self, k) for k in fields},
+                "rng": self._rng.bit_generator.state if self.varlen else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` (the data and batch geometry must be the same)."""
@@ -234,14 +227,7 @@ class LMShuffledIterator:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serializable position: epoch, batches done, seed (orders are re-derived from them)."""
-        return {
-            "kind": "shuffled",
-            "epoch": self.epoch,
-            "done": self.done,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "tgt_len": self.tgt_len,
-        }
+        return {"kind": "shuffled", **{k: getattr(self, k) for k in ("epoch", "done", "seed", "batch_size", "tgt_len")}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` (replays the sentence fill without building skipped batches)."""

@@ -19,7 +19,7 @@ from txl.data.builders import Built
 from txl.data.vocab import Vocab
 from txl.errors import DataError
 from txl.store.files import atomic_dir, sha256_file, write_json
-from txl.store.layout import DATA_MANIFEST as MANIFEST
+from txl.store.layout import CACHE_MANIFEST as MANIFEST
 from txl.store.layout import VOCAB
 from txl.version import __version__
 

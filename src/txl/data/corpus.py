@@ -17,6 +17,7 @@ from txl.data.rawtext import with_compressed_variants
 from txl.data.registry import ASSETS_DIR, DatasetSpec, find_resource, get_spec
 from txl.data.vocab import Vocab
 from txl.errors import DataError
+from txl.store.layout import VOCAB
 
 log = logging.getLogger(__name__)
 PREP_VERSION = 1  # bump when a preparation rule changes: older caches are then rebuilt
@@ -272,7 +273,7 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
         )
     splits = load_arrays(cache_dir, manifest["splits"])
     extras = load_arrays(cache_dir, manifest.get("extras", {}))
-    return Corpus(label, Vocab.load(cache_dir / "vocab.json"), splits, char_level, cache_dir, manifest, extras)
+    return Corpus(label, Vocab.load(cache_dir / VOCAB), splits, char_level, cache_dir, manifest, extras)
 
 
 def _aliases() -> set[str]:

@@ -82,6 +82,16 @@ LM1B_ROOT = "1-billion-word-language-modeling-benchmark-r13output"
 LM1B_HELDOUT = f"{LM1B_ROOT}/heldout-monolingual.tokenized.shuffled/news.en.heldout-00000-of-00050"
 LM1B_TRAIN_GLOB = f"{LM1B_ROOT}/training-monolingual.tokenized.shuffled/news.en-*"
 
+def _mahoney(name: str, title: str, sha256: str | None, archive_size: int | None, notes: str) -> DatasetSpec:
+    """enwik8 / text8: one 10^8-byte file zipped at mattmahoney.net (the archive's checksum is not published;
+    the member's is, for enwik8)."""
+    files = {s: (f"{name}/{name}.zip!{name}", f"{name}/{name}") for s in ("train", "valid", "test")}
+    archive = Resource(f"http://mattmahoney.net/dc/{name}.zip", f"{name}.zip", size=archive_size,
+                       members=(Member(name, None, sha256, 100_000_000),))
+    return DatasetSpec(name, title, name, name, files, (archive,), license="Wikipedia text, CC BY-SA / GFDL",
+                       notes=notes)
+
+
 _PTB_RES = Resource(
     _PTB_URL,
     "simple-examples.tgz",
@@ -168,41 +178,11 @@ DATASETS: dict[str, DatasetSpec] = {
             license=_WT_LICENSE,
             notes="267,735 vocabulary counted on train only, <eos> per line",
         ),
-        DatasetSpec(
-            "enwik8",
-            "enwik8 (Hutter Prize)",
-            "enwik8",
-            "enwik8",
-            {s: ("enwik8/enwik8.zip!enwik8", "enwik8/enwik8") for s in ("train", "valid", "test")},
-            (
-                Resource(
-                    "http://mattmahoney.net/dc/enwik8.zip",
-                    "enwik8.zip",
-                    size=36_445_475,  # the archive's checksum is not published; its member's is
-                    members=(Member("enwik8", None, ENWIK8_SHA256, 100_000_000),),
-                ),
-            ),
-            license="Wikipedia text, CC BY-SA / GFDL",
-            notes="bytes; last 2x5M are valid/test; newline bytes dropped (official scripts); 204 symbols",
-        ),
-        DatasetSpec(
-            "text8",
-            "text8",
-            "text8",
-            "text8",
-            {s: ("text8/text8.zip!text8", "text8/text8") for s in ("train", "valid", "test")},
-            (
-                Resource(
-                    "http://mattmahoney.net/dc/text8.zip",
-                    "text8.zip",
-                    # No checksum of text8.zip or text8 is published in shared/data/README.md:
-                    # the member is verified by its size (10^8 characters) only.
-                    members=(Member("text8", None, None, 100_000_000),),
-                ),
-            ),
-            license="Wikipedia text, CC BY-SA / GFDL",
-            notes="characters a-z and '_' (space); last 2x5M are valid/test; 27 symbols",
-        ),
+        _mahoney("enwik8", "enwik8 (Hutter Prize)", ENWIK8_SHA256, 36_445_475,
+                 "bytes; last 2x5M are valid/test; newline bytes dropped (official scripts); 204 symbols"),
+        # No checksum of text8.zip or text8 is published in shared/data/README.md: the member is verified by its
+        # size (10^8 characters) only.
+        _mahoney("text8", "text8", None, None, "characters a-z and '_' (space); last 2x5M are valid/test; 27 symbols"),
         DatasetSpec(
             "lm1b",
             "One Billion Word",

@@ -150,7 +150,7 @@ class Vocab:
         """Read a vocabulary written by :meth:`save`."""
         try:
             return cls.from_json(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read vocabulary {path}: {exc}") from None
 
     def sha256(self) -> str:

@@ -59,6 +59,7 @@ import numpy as np
 
 from txl.errors import ConfigError, DataError
 from txl.store.files import atomic_write, write_json
+from txl.store.layout import CACHE_MANIFEST
 
 METHODS = ("memory", "window")
 
@@ -182,7 +183,7 @@ class LossCache:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.manifest_path = self.dir / "manifest.json"
+        self.manifest_path = self.dir / CACHE_MANIFEST
         self.entries: dict[str, dict[str, Any]] = {}
         if self.manifest_path.is_file():
             try:

@@ -19,7 +19,6 @@ Hugging Face ``transformers`` (4.35-4.57, where TransfoXL lives under ``models.d
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,11 @@ from torch import Tensor
 from txl.errors import CheckpointError, ConfigError
 from txl.interop.state_dicts import fill_tied, read_state_dict
 from txl.model import TransformerXLLM, TXLConfig
+from txl.store.files import read_json
+
+#: The files of a Hugging Face model directory (``save_pretrained``): its config and, newest first, its weights.
+HF_CONFIG = "config.json"
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 _HF_RENAMES = {"vocab_size": "n_token", "tie_word_embeddings": "tie_weight"}
 _HF_IGNORED = {
@@ -110,14 +114,11 @@ def to_hf_state_dict(model: TransformerXLLM) -> dict[str, Tensor]:
 def from_hf(path: str | Path) -> TransformerXLLM:
     """Load a Hugging Face TransfoXL directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``)."""
     path = Path(path)
-    cfg_file = path / "config.json"
+    cfg_file = path / HF_CONFIG
     if not cfg_file.is_file():
         raise CheckpointError(f"{cfg_file} not found (expected a Hugging Face model directory)")
-    try:
-        hf_cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{cfg_file} is not valid JSON: {exc}") from exc
-    for weights in ("model.safetensors", "pytorch_model.bin"):
+    hf_cfg = read_json(cfg_file, error=CheckpointError)
+    for weights in HF_WEIGHTS:
         if (path / weights).is_file():
             return from_hf_state_dict(config_from_hf(hf_cfg), read_state_dict(path / weights))
     raise CheckpointError(f"no model.safetensors or pytorch_model.bin in {path}")

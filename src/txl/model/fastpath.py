@@ -14,7 +14,7 @@ fast path                   replaces (the plain formula)                        
 :class:`CompactDropout`     ``nn.Dropout``                                        a 1-byte mask kept (CPU)
 :class:`ReLUDropout`        ``Dropout(ReLU(h))`` of the feed-forward              only the output kept (4 bytes
                                                                                   per element instead of 9)
-:func:`recomputed`          the attention core kept for backward                  recomputed in backward
+:func:`recomputed`          the attention scores kept for backward                recomputed in backward
                                                                                   (``TransformerXLLM.recompute``)
 :func:`mask_bias`           ``additive_mask(causal_mask(...))`` each forward      built once per set of lengths,
                                                                                   cache bounded in bytes

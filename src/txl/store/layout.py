@@ -14,7 +14,8 @@
 
     config.json  vocab.json  metrics.jsonl  results.json  checkpoints/  best/  final/  events/
 
-**Prepared data cache** (:mod:`txl.data.cache`): ``{split}.npy``, ``vocab.json``, ``manifest.json``.
+**Prepared data cache** (:mod:`txl.data.cache`): ``{split}.npy``, ``vocab.json``, ``manifest.json``; the RECL
+loss cache (:mod:`txl.experiments.recl`) keeps a ``manifest.json`` too.
 
 :func:`resolve_model_dir` turns any of "model directory", "checkpoint directory" or "run directory" into
 the model directory behind it.
@@ -23,7 +24,6 @@ the model directory behind it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,49 +46,17 @@ CHECKPOINTS = "checkpoints"
 BEST = "best"
 FINAL = "final"
 EVENTS = "events"
-DATA_MANIFEST = "manifest.json"
+CACHE_MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
 class RunDir:
-    """The paths of a training run directory."""
-
-    root: Path
+    """The paths of a training run directory: ``root`` and one attribute per file or folder in it."""
 
     def __init__(self, root: str | Path) -> None:
-        object.__setattr__(self, "root", Path(root))
-
-    @property
-    def config(self) -> Path:
-        return self.root / CONFIG
-
-    @property
-    def vocab(self) -> Path:
-        return self.root / VOCAB
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS
-
-    @property
-    def results(self) -> Path:
-        return self.root / RESULTS
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / CHECKPOINTS
-
-    @property
-    def best(self) -> Path:
-        return self.root / BEST
-
-    @property
-    def final(self) -> Path:
-        return self.root / FINAL
-
-    @property
-    def events(self) -> Path:
-        return self.root / EVENTS
+        self.root = Path(root)
+        self.config, self.vocab, self.metrics, self.results = (self.root / n for n in (CONFIG, VOCAB, METRICS, RESULTS))
+        self.checkpoints, self.best, self.final, self.events = (
+            self.root / n for n in (CHECKPOINTS, BEST, FINAL, EVENTS))
 
     @staticmethod
     def of_checkpoint(path: str | Path) -> Path:

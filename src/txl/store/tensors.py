@@ -22,16 +22,20 @@ FORMAT_VERSION = "1"
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
     """Save a state dict to safetensors atomically, writing shared storages once (aliases in metadata)."""
-    canonical: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    canonical: dict[tuple, str] = {}
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
-    for name, t in tensors.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+    storages: set[int] = set()
+    for name, t in tensors.items():  # the same storage, place, shape, strides and dtype: the same tensor
+        ptr = t.untyped_storage().data_ptr()
+        key = (ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         if key in canonical:
             aliases[name] = canonical[key]
-        else:
-            canonical[key] = name
-            unique[name] = t.detach().contiguous().cpu()
+            continue
+        canonical[key] = name
+        t = t.detach().contiguous().cpu()
+        unique[name] = t.clone() if ptr in storages else t  # another view of a saved storage: its own copy
+        storages.add(ptr)
     meta = {"format": "pt", "txl_format_version": FORMAT_VERSION, _ALIASES_KEY: json.dumps(aliases)}
     meta.update(metadata or {})
     with atomic_path(path) as tmp:

@@ -176,21 +176,21 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".toml":
-        import tomllib
-
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read ({exc})") from None
+    if path.suffix != ".toml":
+        data = parse_json_object(text, str(path))
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            raise ConfigError("TOML config files need Python >= 3.11 (tomllib); use a .json config") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a table/object")
     if "train" in data and isinstance(data["train"], dict):  # a run directory's config.json
         flat = dict(data["train"])
         model = {k: v for k, v in data.get("model", {}).items() if k in MODEL_KEYS}

@@ -17,6 +17,7 @@ class RunLog:
 
     def __init__(self, out_dir: Path, main: bool, cfg: TrainConfig, resumed_at: int | None) -> None:
         self.file = self.tb = None
+        self.main = main
         if not main:
             return
         run = RunDir(out_dir)
@@ -54,7 +55,8 @@ class RunLog:
             self.tb.add_scalar("valid/loss", val["loss"], step)
             self.tb.add_scalar(f"valid/{metric}", val[metric], step)
         msg = f"step {step}: valid loss {val['loss']:.4f}, {metric} {val[metric]:.3f}" + (" (best)" if best else "")
-        _print(msg)
+        if self.main:
+            _print(msg)
 
     def event(self, step: int, t: float, name: str, **kw: Any) -> None:
         self._write({"kind": "event", "step": step, "time": round(t, 3), "event": name, **kw})

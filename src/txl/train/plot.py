@@ -17,7 +17,7 @@ from txl.store.layout import RunDir
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``RUN_DIR/metrics.jsonl`` (a :class:`DataError` if there are none)."""
+    """The records of ``RUN_DIR/metrics.jsonl`` (a :class:`DataError` if the file is missing or a line is not JSON)."""
     path = RunDir(run_dir).metrics
     if not path.is_file():
         raise DataError(f"{path} not found: RUN_DIR must be a `txl train` output directory")

@@ -25,18 +25,37 @@ def _train(**kw: Any) -> TrainConfig:
     return TrainConfig(**base)
 
 
+#: The official run scripts' training and ``eval.py`` settings: batch, warmup, max_step, eval_tgt_len (validation
+#: segments), then the final evaluation's tgt_len, mem_len, clamp_len (all with same_length) and batch.
+OFFICIAL_RUNS: dict[str, dict[str, Any]] = {
+    "enwik8-base": dict(batch_size=22, warmup_step=0, max_step=400000, eval_tgt_len=128, test_tgt_len=80,
+                        test_mem_len=2100, test_clamp_len=820),
+    "enwik8-large": dict(batch_size=64, warmup_step=4000, max_step=400000, eval_tgt_len=128, test_tgt_len=128,
+                         test_mem_len=3800, test_clamp_len=1000),
+    "wt103-base": dict(batch_size=60, warmup_step=0, max_step=200000, eval_tgt_len=150, test_tgt_len=64,
+                       test_mem_len=640, test_clamp_len=400),
+    "wt103-large": dict(batch_size=128, warmup_step=16000, max_step=4000000, eval_tgt_len=128, test_tgt_len=128,
+                        test_mem_len=1600, test_clamp_len=1000),
+    "lm1b-base": dict(batch_size=224, warmup_step=20000, max_step=500000, eval_tgt_len=32, test_tgt_len=32,
+                      test_mem_len=128, test_clamp_len=-1, test_batch_size=64),
+    "lm1b-large": dict(batch_size=512, warmup_step=30000, max_step=1200000, eval_tgt_len=32, test_tgt_len=32,
+                       test_mem_len=128, test_clamp_len=-1, test_batch_size=8),
+}
+
+
+def _official(name: str) -> TrainConfig:
+    """The run script ``name`` (its dataset is the name's first part; the model is the preset of the same name)."""
+    return _train(preset=name, dataset=name.split("-")[0], model=name, test_same_length=True, **OFFICIAL_RUNS[name])
+
+
 def train_enwik8_base() -> TrainConfig:
     """``run_enwik8_base.sh``: 12L/512, tgt = mem = 512, batch 22, 400k steps, no warmup; eval 80/2100/820."""
-    return _train(preset="enwik8-base", dataset="enwik8", model="enwik8-base", batch_size=22, warmup_step=0,
-                  max_step=400000, eval_tgt_len=128, test_tgt_len=80, test_mem_len=2100, test_clamp_len=820,
-                  test_same_length=True)
+    return _official("enwik8-base")
 
 
 def train_enwik8_large() -> TrainConfig:
     """``run_enwik8_large.sh``: 24L/1024, tgt = mem = 768, batch 64, warmup 4k, 400k; eval 128/3800/1000."""
-    return _train(preset="enwik8-large", dataset="enwik8", model="enwik8-large", batch_size=64, warmup_step=4000,
-                  max_step=400000, eval_tgt_len=128, test_tgt_len=128, test_mem_len=3800, test_clamp_len=1000,
-                  test_same_length=True)
+    return _official("enwik8-large")
 
 
 def train_text8_base() -> TrainConfig:
@@ -52,30 +71,22 @@ def train_text8_large() -> TrainConfig:
 
 def train_wt103_base() -> TrainConfig:
     """``run_wt103_base.sh``: 16L/410 adaptive, tgt = mem = 150, batch 60, 200k steps; eval 64/640/400."""
-    return _train(preset="wt103-base", dataset="wt103", model="wt103-base", batch_size=60, warmup_step=0,
-                  max_step=200000, eval_tgt_len=150, test_tgt_len=64, test_mem_len=640, test_clamp_len=400,
-                  test_same_length=True)
+    return _official("wt103-base")
 
 
 def train_wt103_large() -> TrainConfig:
     """``run_wt103_large.sh``: 18L/1024 div_val 4, tgt = mem = 384, batch 128, warmup 16k, 4M steps."""
-    return _train(preset="wt103-large", dataset="wt103", model="wt103-large", batch_size=128, warmup_step=16000,
-                  max_step=4000000, eval_tgt_len=128, test_tgt_len=128, test_mem_len=1600, test_clamp_len=1000,
-                  test_same_length=True)
+    return _official("wt103-large")
 
 
 def train_lm1b_base() -> TrainConfig:
     """``run_lm1b_base.sh``: 18L/1024 div_val 4, tgt = mem = 32, batch 224, warmup 20k, 500k; eval batch 64."""
-    return _train(preset="lm1b-base", dataset="lm1b", model="lm1b-base", batch_size=224, warmup_step=20000,
-                  max_step=500000, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
-                  test_same_length=True, test_batch_size=64)
+    return _official("lm1b-base")
 
 
 def train_lm1b_large() -> TrainConfig:
     """``run_lm1b_large.sh``: 24L/1280 div_val 4, tgt = mem = 32, batch 512, warmup 30k, 1.2M; eval batch 8."""
-    return _train(preset="lm1b-large", dataset="lm1b", model="lm1b-large", batch_size=512, warmup_step=30000,
-                  max_step=1200000, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
-                  test_same_length=True, test_batch_size=8)
+    return _official("lm1b-large")
 
 
 def train_ptb() -> TrainConfig:

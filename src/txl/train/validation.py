@@ -4,7 +4,8 @@
   every query keeps ``tgt_len + mem_len`` of context (``mem_len + tgt_len - eval_tgt_len``; without memory,
   the difference goes to ``ext_len``), batch ``eval_batch_size``.
 * **Final evaluation** of the best model on valid and test: the ``test_*`` settings (each official run
-  script's ``eval.py`` branch), falling back to the validation lengths.
+  script's ``eval.py`` branch), falling back to ``eval_tgt_len`` and the memory that keeps ``tgt_len + mem_len``
+  of context (0 without memory; validation keeps at least 1).
 
 Scores are :func:`txl.inference.evaluate.evaluate`'s: mean NLL in nats over every scored token; ppl = exp(loss),
 bpc = loss / ln 2.

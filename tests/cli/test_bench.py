@@ -1,0 +1,87 @@
+"""txl bench: a tiny case end to end (JSON report, Markdown rows with the command) and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from txl import TXLConfig
+from txl.cli import main
+
+TINY = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
+
+
+@pytest.fixture
+def tiny_case(monkeypatch):
+    """A ``tiny`` benchmark case; a fixed matmul peak (its measurement takes longer than the whole case) and no
+    Hugging Face (the tests use --no-hf; importing transformers would take seconds)."""
+    from txl.experiments import bench
+    from txl.experiments.bench import report
+
+    monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**TINY), 2))
+    monkeypatch.setattr(report, "matmul_peak", lambda device, dtype: 1e9)
+    monkeypatch.setattr(report, "hf_available", lambda: False)
+
+
+def test_bench_writes_json_and_markdown_with_the_command(tiny_case, tmp_path, monkeypatch, capsys) -> None:
+    out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "bench.md"
+    out_md.write_text("earlier results\n", encoding="utf-8")
+    argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "4,8", "--no-hf", "--no-memory", "--steps", "1",
+            "--repeats", "1", "--threads", "1", "--json", str(out_json), "--markdown", str(out_md)]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/txl", *argv])  # as the console script sees it
+    assert main(argv) == 0
+    command = shlex.join(["txl", *argv])
+
+    report = json.loads(out_json.read_text(encoding="utf-8"))
+    assert report["command"] == command
+    opts = report["options"]
+    assert opts["cases"] == ["tiny"] and opts["eval_mem_lens"] == [4, 8] and opts["steps"] == 1
+    assert opts["repeats"] == 1 and opts["hf"] is False and opts["memory"] is False and opts["threads"] == 1
+    (res,) = report["results"]
+    assert res["case"] == "tiny" and res["batch_size"] == 2 and res["hf"] is False and "memory" not in res
+    assert res["config"]["n_token"] == 30 and set(res["eval"]) == {"4", "8"}
+    assert res["train"]["txl"]["tok_per_s"] > 0 and "hf" not in res["train"] and "ratio" not in res["train"]
+
+    md = out_md.read_text(encoding="utf-8")
+    assert md.startswith("earlier results\n")  # appended
+    rows = [line for line in md.splitlines() if line.startswith("| tiny |")]
+    assert [r.split(" | ")[1] for r in rows] == ["train tok/s", "eval tok/s, mem 4", "eval tok/s, mem 8"]
+    assert all(r.endswith(f"| `{command}` |") for r in rows)
+    stdout = capsys.readouterr().out
+    assert "[tiny] train: txl" in stdout and rows[0] in stdout  # the log and the table
+
+
+def test_bench_batch_size_and_python_command(tiny_case, tmp_path, monkeypatch) -> None:
+    """Run as ``python -m txl`` without ``bench`` in sys.argv, the command recorded is the Python one."""
+    monkeypatch.setattr(sys, "argv", ["x.py", "--flag"])
+    argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "4", "--no-hf", "--no-memory", "--steps", "1",
+            "--repeats", "1", "--batch-size", "4", "--json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert report["command"] == "python x.py --flag"
+    assert report["results"][0]["batch_size"] == 4 and report["options"]["batch_size"] == 4
+    assert not (tmp_path / "bench.md").exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    ("128,abc", "--eval-mem-lens must be a comma-separated list of integers, got '128,abc'"),
+    ("-4", "--eval-mem-lens values must be >= 0, got -4"),
+    ("", "--eval-mem-lens must be a comma-separated list of integers"),
+])
+def test_bad_eval_mem_lens_is_a_one_line_error(tmp_path, capsys, value: str, message: str) -> None:
+    out_json = tmp_path / "r.json"
+    assert main(["bench", "--eval-mem-lens", value, "--no-hf", "--json", str(out_json)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("txl bench: error: ") and message in err and len(err.splitlines()) == 1
+    assert captured.out == "" and not out_json.exists()  # nothing was run
+
+
+def test_unknown_case_is_a_one_line_error(tiny_case, capsys) -> None:
+    assert main(["bench", "--cases", "tiny,nope", "--eval-mem-lens", "4", "--no-hf", "--no-memory",
+                 "--steps", "1", "--repeats", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("txl bench: error: unknown benchmark case 'nope'") and len(err.splitlines()) == 1

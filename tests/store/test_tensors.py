@@ -1,0 +1,130 @@
+"""Safetensors state dicts: round trip, tied names stored once, unreadable files refused (``txl.store.tensors``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from txl.errors import CheckpointError
+from txl.store.tensors import FORMAT_VERSION, load_tensors, save_tensors
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "w": torch.randn(3, 4, generator=g),
+        "b": torch.randn(4, generator=g).to(torch.float16),
+        "ids": torch.arange(5, dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(2.5),
+        "t": torch.randn(4, 3, generator=g).t(),  # not contiguous
+    }
+
+
+def _stored_keys(path: Path) -> set[str]:
+    with safe_open(str(path), framework="pt") as f:
+        return set(f.keys())
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    with safe_open(str(path), framework="pt") as f:
+        return f.metadata()
+
+
+def test_round_trip_keeps_names_dtypes_shapes_and_values(tmp_path: Path) -> None:
+    state = _state()
+    path = save_tensors(state, tmp_path / "sub" / "w.safetensors")
+    assert path == tmp_path / "sub" / "w.safetensors" and [p.name for p in path.parent.iterdir()] == [path.name]
+    back = load_tensors(path)
+    assert set(back) == set(state)
+    for name, t in state.items():
+        assert back[name].dtype == t.dtype and back[name].device.type == "cpu"
+        assert torch.equal(back[name], t)
+
+
+def test_tied_names_are_stored_once_and_restored_as_aliases(tmp_path: Path) -> None:
+    w = torch.nn.Parameter(torch.randn(5, 2))
+    other = torch.randn(5, 2)
+    state = {"emb.weight": w, "out.weight": w, "proj": other, "proj_tied": other, "free": w.detach().clone()}
+    path = save_tensors(state, tmp_path / "w.safetensors")
+    assert _stored_keys(path) == {"emb.weight", "proj", "free"}  # the first name of each storage
+    assert json.loads(_metadata(path)["txl_aliases"]) == {"out.weight": "emb.weight", "proj_tied": "proj"}
+    back = load_tensors(path)
+    assert set(back) == set(state)
+    assert back["out.weight"] is back["emb.weight"] and back["proj_tied"] is back["proj"]
+    assert back["free"] is not back["emb.weight"]
+    assert torch.equal(back["out.weight"], w.detach())
+    assert torch.equal(back["proj_tied"], other)
+
+
+def test_parameters_are_saved_without_autograd(tmp_path: Path) -> None:
+    lin = torch.nn.Linear(3, 2)
+    back = load_tensors(save_tensors(dict(lin.state_dict(keep_vars=True)), tmp_path / "w.safetensors"))
+    assert not back["weight"].requires_grad
+    assert torch.equal(back["weight"], lin.weight.detach())
+
+
+def test_a_transposed_view_of_the_same_storage_is_not_an_alias(tmp_path: Path) -> None:
+    a = torch.arange(4.0).view(2, 2)
+    back = load_tensors(save_tensors({"a": a, "a_t": a.t(), "bits": a.view(torch.int32)}, tmp_path / "w.safetensors"))
+    assert torch.equal(back["a_t"], a.t()) and torch.equal(back["bits"], a.view(torch.int32))
+
+
+def test_overlapping_views_are_saved_as_copies(tmp_path: Path) -> None:
+    a = torch.arange(6.0)
+    back = load_tensors(save_tensors({"a": a, "tail": a[2:]}, tmp_path / "w.safetensors"))
+    assert torch.equal(back["tail"], a[2:]) and torch.equal(back["a"], a)
+
+
+def test_metadata_entries_are_kept(tmp_path: Path) -> None:
+    path = save_tensors({"x": torch.ones(2)}, tmp_path / "w.safetensors", metadata={"step": "12", "note": "é"})
+    meta = _metadata(path)
+    assert meta["step"] == "12" and meta["note"] == "é"
+    assert meta["format"] == "pt" and meta["txl_format_version"] == FORMAT_VERSION
+    assert json.loads(meta["txl_aliases"]) == {}
+    assert set(load_tensors(path)) == {"x"}  # metadata entries are not tensors
+
+
+def test_saving_replaces_an_existing_file_atomically(tmp_path: Path) -> None:
+    path = save_tensors({"x": torch.ones(2)}, tmp_path / "w.safetensors")
+    save_tensors({"y": torch.zeros(3)}, path)
+    assert set(load_tensors(path)) == {"y"} and [p.name for p in tmp_path.iterdir()] == ["w.safetensors"]
+
+
+def test_missing_file_gives_checkpoint_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="weights file not found"):
+        load_tensors(tmp_path / "absent.safetensors")
+    with pytest.raises(CheckpointError, match="weights file not found"):
+        load_tensors(tmp_path)  # a directory is not a weights file
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_unreadable_file_gives_checkpoint_error(tmp_path: Path, damage: str) -> None:
+    path = save_tensors({"w": torch.randn(16, 16)}, tmp_path / "w.safetensors")
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x00garbage" * 20, "empty": b""}[damage])
+    with pytest.raises(CheckpointError, match="is not a readable safetensors file") as exc:
+        load_tensors(path)
+    assert str(path) in str(exc.value)
+
+
+def test_bad_alias_metadata_gives_checkpoint_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    save_file({"w": torch.ones(2)}, str(path), metadata={"txl_aliases": json.dumps({"v": "missing"})})
+    with pytest.raises(CheckpointError, match="alias 'v' names a missing tensor 'missing'"):
+        load_tensors(path)
+    save_file({"w": torch.ones(2)}, str(path), metadata={"txl_aliases": "{not json"})
+    with pytest.raises(CheckpointError, match="unreadable alias metadata"):
+        load_tensors(path)
+
+
+def test_plain_safetensors_file_without_txl_metadata_loads(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    save_file({"w": torch.arange(3.0)}, str(path))
+    back = load_tensors(path)
+    assert set(back) == {"w"} and back["w"].equal(torch.arange(3.0))

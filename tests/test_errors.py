@@ -1,0 +1,60 @@
+"""The exception hierarchy, ``did_you_mean`` suggestions and ``check_int`` validation (``txl.errors``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import txl
+from txl.errors import CheckpointError, ConfigError, DataError, TXLError, check_int, did_you_mean
+
+
+def test_hierarchy() -> None:
+    for cls in (ConfigError, CheckpointError, DataError):
+        assert issubclass(cls, TXLError) and issubclass(cls, Exception)
+    assert issubclass(ConfigError, ValueError)  # argument/config code that catches ValueError still works
+    assert not issubclass(TXLError, ValueError)
+    assert len({ConfigError, CheckpointError, DataError}) == 3
+    assert not issubclass(DataError, CheckpointError) and not issubclass(CheckpointError, DataError)
+    with pytest.raises(TXLError):
+        raise DataError("x")
+    with pytest.raises(ValueError, match="bad"):
+        raise ConfigError("bad")
+
+
+def test_errors_are_exported_from_the_package() -> None:
+    assert (txl.TXLError, txl.ConfigError, txl.CheckpointError, txl.DataError) == (
+        TXLError, ConfigError, CheckpointError, DataError)
+
+
+def test_did_you_mean() -> None:
+    known = ["train", "eval", "generate", "convert"]
+    assert did_you_mean("trian", known) == " (did you mean 'train'?)"
+    assert did_you_mean("generat", iter(known)) == " (did you mean 'generate'?)"  # any iterable
+    assert did_you_mean("zzzzzz", known) == ""
+    assert did_you_mean("train", []) == ""
+    assert did_you_mean(12, ["12a", "x"]) == " (did you mean '12a'?)"  # a non-string name is compared as text
+
+
+@pytest.mark.parametrize(("value", "minimum"), [(1, 1), (7, 1), (0, 0), (-3, -3), (10**12, 5)])
+def test_check_int_accepts_integers_at_or_above_the_minimum(value: int, minimum: int) -> None:
+    assert check_int("n", value, minimum) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "minimum", "message"),
+    [
+        (0, 1, "batch_size must be a positive integer, got 0"),
+        (-1, 1, "batch_size must be a positive integer, got -1"),
+        (True, 1, "batch_size must be a positive integer, got True"),  # bools are not integers here
+        (False, 0, "batch_size must be an integer >= 0, got False"),
+        (2.0, 1, "batch_size must be a positive integer, got 2.0"),
+        ("3", 1, "batch_size must be a positive integer, got '3'"),
+        (None, 0, "batch_size must be an integer >= 0, got None"),
+        (1, 2, "batch_size must be an integer >= 2, got 1"),
+        (-2, -1, "batch_size must be an integer >= -1, got -2"),
+    ],
+)
+def test_check_int_refuses_with_a_one_line_config_error(value: object, minimum: int, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        check_int("batch_size", value, minimum)
+    assert str(exc.value) == message

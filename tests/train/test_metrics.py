@@ -1,0 +1,147 @@
+"""Run outputs: metrics.jsonl records, their trimming on resume, nothing off rank 0, the progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.helpers import tiny_train_config
+from txl.train.metrics import RunLog, postfix, progress
+
+VAL = {"loss": 2.0, "ppl": math.exp(2.0), "bpc": 2.0 / math.log(2), "tokens": 120}
+
+
+def _records(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _log_steps(log: RunLog, steps, loss: float = 3.0) -> None:
+    for step in steps:
+        log.train(step, step * 0.5, loss, 1e-3, 1000.0, 0.5, step * 24, 0)
+
+
+def test_records_are_json_lines_with_their_keys(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = RunLog(run, True, tiny_train_config(run), resumed_at=None)
+    log.train(1, 0.12345, 3.5, 1e-3, 1234.56, 0.75, 24, 2)
+    log.valid(2, 1.0, VAL, "ppl", True)
+    log.valid(4, 2.0, VAL, "bpc", False)
+    log.event(3, 1.5, "nonfinite", loss=math.inf, grad_norm=1.0)
+    log.final(4, 2.5, {"model": "best", "valid": {"loss": 2.0}})
+    log.close()
+    train, valid, valid_bpc, event, final = _records(run)
+    assert train == {"kind": "train", "step": 1, "time": 0.123, "train_loss": 3.5, "lr": 1e-3, "tokens_per_s": 1234.6,
+                     "grad_norm": 0.75, "tokens": 24, "nonfinite": 2}
+    assert valid == {"kind": "valid", "step": 2, "time": 1.0, "valid_loss": 2.0, "valid_ppl": VAL["ppl"],
+                     "tokens": 120, "best": True}
+    assert valid_bpc["valid_bpc"] == VAL["bpc"] and "valid_ppl" not in valid_bpc and valid_bpc["best"] is False
+    assert event == {"kind": "event", "step": 3, "time": 1.5, "event": "nonfinite", "loss": math.inf, "grad_norm": 1.0}
+    assert final == {"kind": "final", "step": 4, "time": 2.5, "model": "best", "valid": {"loss": 2.0}}
+    out = capsys.readouterr().out
+    assert "step 2: valid loss 2.0000, ppl 7.389 (best)" in out and "step 4: valid loss 2.0000, bpc 2.885\n" in out
+
+
+def test_every_record_is_flushed_at_once(tmp_path) -> None:
+    """A run killed between two records keeps every record written so far."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = RunLog(run, True, tiny_train_config(run), resumed_at=None)
+    _log_steps(log, [1, 2])
+    assert [r["step"] for r in _records(run)] == [1, 2]
+    log.close()
+
+
+def test_resume_drops_what_was_logged_after_the_checkpoint(tmp_path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = tiny_train_config(run)
+    log = RunLog(run, True, cfg, resumed_at=None)
+    _log_steps(log, range(1, 7))
+    log.valid(4, 2.0, VAL, "ppl", True)
+    log.event(5, 2.5, "nonfinite", loss=math.nan, grad_norm=math.nan)
+    log.final(6, 3.0, {"model": "best"})
+    log.close()
+
+    log = RunLog(run, True, cfg, resumed_at=4)
+    kept = _records(run)
+    assert [(r["kind"], r["step"]) for r in kept] == [("train", 1), ("train", 2), ("train", 3), ("train", 4),
+                                                      ("valid", 4)]
+    log.event(4, 2.0, "resume", checkpoint="step_4")
+    _log_steps(log, [5], loss=1.0)
+    log.close()
+    records = _records(run)
+    assert records[:5] == kept and records[5]["event"] == "resume" and records[6]["train_loss"] == 1.0
+
+
+def test_resuming_a_finished_run_drops_its_final_record(tmp_path) -> None:
+    """Resumed at its last step (to train longer), a finished run's final evaluation no longer holds."""
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = tiny_train_config(run)
+    log = RunLog(run, True, cfg, resumed_at=None)
+    _log_steps(log, [1, 2])
+    log.final(2, 1.0, {"model": "best"})
+    log.close()
+    RunLog(run, True, cfg, resumed_at=2).close()
+    assert [(r["kind"], r["step"]) for r in _records(run)] == [("train", 1), ("train", 2)]
+
+
+def test_resume_without_a_checkpoint_step_appends(tmp_path) -> None:
+    """``resumed_at=None`` (a fresh run object on an existing file) trims nothing, finals included."""
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = tiny_train_config(run)
+    log = RunLog(run, True, cfg, resumed_at=None)
+    _log_steps(log, [1, 2])
+    log.final(2, 1.0, {})
+    log.close()
+    RunLog(run, True, cfg, resumed_at=None).close()
+    assert [r["kind"] for r in _records(run)] == ["train", "train", "final"]
+
+
+def test_other_processes_write_nothing(tmp_path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 9}\n', encoding="utf-8")
+    log = RunLog(run, False, tiny_train_config(run, tensorboard=True), resumed_at=2)
+    assert log.file is None and log.tb is None
+    _log_steps(log, [3])
+    log.event(3, 1.0, "resume")
+    log.final(3, 1.0, {})
+    log.close()
+    assert (run / "metrics.jsonl").read_text(encoding="utf-8") == '{"kind": "train", "step": 9}\n'  # not trimmed
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # no events/ either
+
+
+def test_progress_bar_only_when_asked_and_on_rank_0(tmp_path) -> None:
+    assert progress(tiny_train_config(tmp_path, progress=False), 0, True) is None
+    assert progress(tiny_train_config(tmp_path, progress=True), 0, False) is None
+    bar = progress(tiny_train_config(tmp_path, progress=True, max_step=8), 3, True)
+    try:
+        assert bar is not None and bar.total == 8 and bar.n == 3
+    finally:
+        bar.close()
+
+
+class _Bar:
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict, bool]] = []
+
+    def set_postfix(self, values: dict, refresh: bool = True) -> None:
+        self.calls.append((values, refresh))
+
+
+@pytest.mark.parametrize("metric, shown", [("ppl", f"{math.exp(2.0):.2f}"), ("bpc", f"{2.0 / math.log(2):.2f}")])
+def test_postfix_shows_the_runs_metric(metric: str, shown: str) -> None:
+    bar = _Bar()
+    postfix(bar, 2.0, metric, 2.5e-4, 1234.4)
+    assert bar.calls == [({"loss": "2.000", metric: shown, "lr": "2.50e-04", "tok/s": "1234"}, False)]
+
+
+def test_postfix_survives_a_huge_loss() -> None:
+    bar = _Bar()
+    postfix(bar, 1e6, "ppl", 1e-3, 1.0)  # exp(1e6) would overflow
+    assert bar.calls[0][0]["ppl"] == f"{math.exp(50.0):.2f}"
