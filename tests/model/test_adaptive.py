@@ -5,15 +5,14 @@ from __future__ import annotations
 import torch
 
 from tests.helpers import TINY
-from tests.helpers import tiny_model as tiny
 from txl.model.adaptive import LogUniformSampler, sampled_logits
 
 V = TINY["n_token"]
 
 
-def test_nll_equals_log_prob_gather() -> None:
+def test_nll_equals_log_prob_gather(tiny_model) -> None:
     for kw in (dict(), dict(cutoffs=[10, 30], div_val=2), dict(cutoffs=[10, 30], div_val=1, d_embed=8)):
-        model = tiny(**kw)
+        model = tiny_model(**kw)
         x = torch.randint(0, V, (2, 4))
         y = torch.randint(0, V, (2, 4))
         out = model(x, y, return_log_probs=True)
@@ -49,8 +48,8 @@ def test_sampled_logits_mask_hits_and_correct_true_column() -> None:
     assert logits[1, 2] == -1e30  # row 1's target (2) is also a sampled negative
 
 
-def test_sampled_softmax_model_trains_and_evaluates_with_full_softmax() -> None:
-    model = tiny(sample_softmax=10, n_token=V)
+def test_sampled_softmax_model_trains_and_evaluates_with_full_softmax(tiny_model) -> None:
+    model = tiny_model(sample_softmax=10, n_token=V)
     assert model.out_layer.weight is model.word_emb.emb_layers[0].weight
     x = torch.randint(0, V, (2, 4))
     model.train()

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from tests.helpers import tiny_model
 from txl.model.fastpath import mask_bias
 from txl.model.positional import sinusoid
 from txl.model.segment import Segment
@@ -57,7 +56,7 @@ def _explicit_attention(attn, pos, h: torch.Tensor, mem: torch.Tensor, clamp_len
 
 
 @pytest.mark.parametrize("clamp_len", [-1, 2])
-def test_relative_attention_is_the_papers_formula(clamp_len: int) -> None:
+def test_relative_attention_is_the_papers_formula(clamp_len: int, tiny_model) -> None:
     model = tiny_model(n_layer=1, clamp_len=clamp_len).double()
     attn = model.layers[0].dec_attn
     gen = torch.Generator().manual_seed(0)
@@ -72,7 +71,7 @@ def test_relative_attention_is_the_papers_formula(clamp_len: int) -> None:
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
-def test_memory_only_feeds_keys_and_values() -> None:
+def test_memory_only_feeds_keys_and_values(tiny_model) -> None:
     """Queries come from the segment only: changing the memory changes the output, the segment's queries do not
     move to the memory, and with no memory the layer is plain causal self-attention over the segment."""
     model = tiny_model(n_layer=1).double()
@@ -91,7 +90,7 @@ def test_memory_only_feeds_keys_and_values() -> None:
                                atol=1e-10)
 
 
-def test_pre_lnorm_normalizes_the_input_and_the_memory_and_adds_the_residual_outside() -> None:
+def test_pre_lnorm_normalizes_the_input_and_the_memory_and_adds_the_residual_outside(tiny_model) -> None:
     model = tiny_model(n_layer=1, pre_lnorm=True).double()
     attn = model.layers[0].dec_attn
     gen = torch.Generator().manual_seed(2)
@@ -106,7 +105,7 @@ def test_pre_lnorm_normalizes_the_input_and_the_memory_and_adds_the_residual_out
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
-def test_feed_forward_is_linear_relu_linear_with_residual() -> None:
+def test_feed_forward_is_linear_relu_linear_with_residual(tiny_model) -> None:
     model = tiny_model(n_layer=1, dropout=0.3).double()
     ff = model.layers[0].pos_ff
     lin1, lin2 = ff.CoreNet[0], ff.CoreNet[3]
@@ -123,7 +122,7 @@ def test_feed_forward_is_linear_relu_linear_with_residual() -> None:
                      "layer_norm.weight", "layer_norm.bias"}  # the official parameter names
 
 
-def test_decoder_layer_is_attention_then_feed_forward() -> None:
+def test_decoder_layer_is_attention_then_feed_forward(tiny_model) -> None:
     model = tiny_model(n_layer=1).double()
     layer = model.layers[0]
     gen = torch.Generator().manual_seed(4)

@@ -10,14 +10,13 @@ import torch
 from tests.helpers import TINY
 from tests.helpers import adaptive_model as _model
 from tests.helpers import assert_same_outputs as _same_outputs
-from tests.helpers import tiny_model as tiny
 from txl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
 
 V = TINY["n_token"]
 
 
-def test_output_shapes_and_memories() -> None:
-    model = tiny()
+def test_output_shapes_and_memories(tiny_model) -> None:
+    model = tiny_model()
     x = torch.randint(0, V, (3, 4))
     out = model(x, targets=x, return_log_probs=True)
     assert out.nll.shape == (3, 4) and out.loss.shape == ()
@@ -30,9 +29,9 @@ def test_output_shapes_and_memories() -> None:
     assert model.init_mems(5)[0].shape == (5, 0, 16)
 
 
-def test_input_memories_are_not_mutated() -> None:
+def test_input_memories_are_not_mutated(tiny_model) -> None:
     for attn_type in range(4):
-        model = tiny(attn_type=attn_type, mem_len=8, tgt_len=4)
+        model = tiny_model(attn_type=attn_type, mem_len=8, tgt_len=4)
         x = torch.randint(0, V, (2, 4))
         mems = model(x).mems
         copies = [m.clone() for m in mems]
@@ -41,9 +40,9 @@ def test_input_memories_are_not_mutated() -> None:
 
 
 @pytest.mark.parametrize("attn_type", [0, 1])
-def test_recurrence_equals_full_context(attn_type: int) -> None:
+def test_recurrence_equals_full_context(attn_type: int, tiny_model) -> None:
     """Relative encodings: 3 segments with enough memory == one pass over the whole sequence."""
-    model = tiny(attn_type=attn_type, tgt_len=4, mem_len=12)
+    model = tiny_model(attn_type=attn_type, tgt_len=4, mem_len=12)
     seq = torch.randint(0, V, (2, 13))
     x, y = seq[:, :-1], seq[:, 1:]
     full = model(x, y).nll
@@ -55,9 +54,9 @@ def test_recurrence_equals_full_context(attn_type: int) -> None:
     torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_recurrence_with_limited_memory_equals_sliding_context() -> None:
+def test_recurrence_with_limited_memory_equals_sliding_context(tiny_model) -> None:
     """With mem_len M, segment s sees exactly the M previous positions (per layer), nothing earlier."""
-    model = tiny(tgt_len=4, mem_len=4)
+    model = tiny_model(tgt_len=4, mem_len=4)
     seq = torch.randint(0, V, (2, 13))
     x, y = seq[:, :-1], seq[:, 1:]
     mems = model(x[:, 0:4], y[:, 0:4]).mems
@@ -71,9 +70,9 @@ def test_recurrence_with_limited_memory_equals_sliding_context() -> None:
     assert (third - joint2).abs().max() > 1e-4  # segment 1 is out of reach of segment 3: not equal
 
 
-def test_ext_len_memory_ends_where_extended_context_begins() -> None:
+def test_ext_len_memory_ends_where_extended_context_begins(tiny_model) -> None:
     """Official ext_len: the last ext_len positions are re-read as context, so memory excludes them."""
-    model = tiny(tgt_len=4, ext_len=2, mem_len=6)
+    model = tiny_model(tgt_len=4, ext_len=2, mem_len=6)
     seq = torch.randint(0, V, (2, 11))
     out1 = model(seq[:, 0:4], seq[:, 1:5])
     assert out1.mems[0].size(1) == 2  # 4 positions, last 2 kept back for the next segment's context
@@ -81,19 +80,19 @@ def test_ext_len_memory_ends_where_extended_context_begins() -> None:
     out2 = model(seq[:, 2:8], seq[:, 5:9], out1.mems)
     assert out2.nll.shape == (2, 4)
     # all earlier positions in memory + the extended context form exactly the full history
-    full = tiny(tgt_len=4, ext_len=2, mem_len=6)(seq[:, 0:8], seq[:, 1:9]).nll[:, 4:]
+    full = tiny_model(tgt_len=4, ext_len=2, mem_len=6)(seq[:, 0:8], seq[:, 1:9]).nll[:, 4:]
     torch.testing.assert_close(out2.nll, full, atol=1e-5, rtol=1e-5)
 
 
-def test_mem_len_zero_has_no_memory() -> None:
-    model = tiny(mem_len=0)
+def test_mem_len_zero_has_no_memory(tiny_model) -> None:
+    model = tiny_model(mem_len=0)
     x = torch.randint(0, V, (2, 4))
     out = model(x, x)
     assert out.mems == [] and model.init_mems(2) == []
 
 
-def test_evaluation_lengths_are_an_argument() -> None:
-    model = tiny(tgt_len=4, mem_len=4)
+def test_evaluation_lengths_are_an_argument(tiny_model) -> None:
+    model = tiny_model(tgt_len=4, mem_len=4)
     lengths = model.config.lengths(mem_len=16, clamp_len=3, same_length=True)
     mems = None
     for _ in range(5):
@@ -104,8 +103,8 @@ def test_evaluation_lengths_are_an_argument() -> None:
         model.config.lengths(mem_len=-1)
 
 
-def test_bad_shapes_fail_clearly() -> None:
-    model = tiny()
+def test_bad_shapes_fail_clearly(tiny_model) -> None:
+    model = tiny_model()
     with pytest.raises(ConfigError, match="batch, time"):
         model(torch.zeros(4, dtype=torch.long))
     with pytest.raises(ConfigError, match="targets"):
@@ -114,18 +113,18 @@ def test_bad_shapes_fail_clearly() -> None:
         model(torch.zeros(2, 4, dtype=torch.long), mems=[torch.zeros(2, 1, 16)])
 
 
-def test_attn_type_3_too_long_segment_is_a_clear_error() -> None:
-    model = tiny(attn_type=3, tgt_len=4, mem_len=2)
+def test_attn_type_3_too_long_segment_is_a_clear_error(tiny_model) -> None:
+    model = tiny_model(attn_type=3, tgt_len=4, mem_len=2)
     with pytest.raises(ConfigError, match="learned 6 positions"):
         model(torch.zeros(1, 7, dtype=torch.long))
 
 
-def test_tied_weights_share_storage() -> None:
-    model = tiny(cutoffs=[10, 30], div_val=2, tie_projs=[False, True, True])
+def test_tied_weights_share_storage(tiny_model) -> None:
+    model = tiny_model(cutoffs=[10, 30], div_val=2, tie_projs=[False, True, True])
     assert model.crit.out_layers[1].weight is model.word_emb.emb_layers[1].weight
     assert model.crit.out_projs[1] is model.word_emb.emb_projs[1]
     assert model.crit.out_projs[0] is not model.word_emb.emb_projs[0]
-    untied = tiny(tie_weight=False)
+    untied = tiny_model(tie_weight=False)
     assert untied.crit.out_layers[0].weight is not untied.word_emb.emb_layers[0].weight
 
 
@@ -146,8 +145,8 @@ def test_official_initialization_statistics() -> None:
     assert w.abs().max() <= 0.05 and w.abs().max() > 0.045
 
 
-def test_dropout_only_in_training() -> None:
-    model = tiny(dropout=0.5, dropatt=0.5)
+def test_dropout_only_in_training(tiny_model) -> None:
+    model = tiny_model(dropout=0.5, dropatt=0.5)
     x = torch.randint(0, V, (2, 4))
     a, b = model(x, x).nll, model(x, x).nll
     assert torch.equal(a, b)
@@ -155,8 +154,8 @@ def test_dropout_only_in_training() -> None:
     assert not torch.equal(model(x, x).nll, model(x, x).nll)
 
 
-def test_float64_model_keeps_float64_nll() -> None:
-    model = tiny(cutoffs=[10, 30], div_val=2).double()
+def test_float64_model_keeps_float64_nll(tiny_model) -> None:
+    model = tiny_model(cutoffs=[10, 30], div_val=2).double()
     x = torch.randint(0, V, (2, 4))
     out = model(x, x, return_log_probs=True)
     assert out.nll.dtype == torch.float64 and out.log_probs.dtype == torch.float64

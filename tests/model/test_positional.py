@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import tiny_model
 from txl.errors import ConfigError
 from txl.model.fastpath import mask_bias
 from txl.model.positional import (
@@ -52,7 +51,7 @@ def test_sinusoid_is_the_transformer_embedding() -> None:
 
 
 @pytest.mark.parametrize("clamp_len", [-1, 3])
-def test_relative_sinusoid_terms_b_and_d(clamp_len: int) -> None:
+def test_relative_sinusoid_terms_b_and_d(clamp_len: int, tiny_model) -> None:
     """P_ij = (q_i + v)^T W_kR R_{min(M+i-j, clamp)}: terms (b) + (d) of the paper, for every visible key."""
     model = tiny_model(n_layer=1)
     pos, r_net = model.pos_enc, model.layers[0].dec_attn.r_net
@@ -73,13 +72,13 @@ def test_relative_sinusoid_terms_b_and_d(clamp_len: int) -> None:
     assert torch.equal(pos.content_bias(0), pos.r_w_bias)
 
 
-def test_untied_biases_are_per_layer() -> None:
+def test_untied_biases_are_per_layer(tiny_model) -> None:
     model = tiny_model(untie_r=True)
     assert model.pos_enc.r_w_bias.shape == (2, 2, 8)
     assert torch.equal(model.pos_enc.content_bias(1), model.pos_enc.r_w_bias[1])
 
 
-def test_relative_learned_shaw_reuses_the_farthest_row_beyond_the_table() -> None:
+def test_relative_learned_shaw_reuses_the_farthest_row_beyond_the_table(tiny_model) -> None:
     """Shaw et al.: P_ij = q_i^T E_{M+i-j} + b_{M+i-j}, learned per layer; distances past the table (K > max_klen)
     read its farthest row, as officially."""
     model = tiny_model(attn_type=1, tgt_len=2, mem_len=2)  # a table of 4 distances, rows for distances 3..0
@@ -99,7 +98,7 @@ def test_relative_learned_shaw_reuses_the_farthest_row_beyond_the_table() -> Non
             torch.testing.assert_close(p[0, :, i, j], want.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_absolute_sinusoid_adds_positions_to_the_input_and_the_first_memory() -> None:
+def test_absolute_sinusoid_adds_positions_to_the_input_and_the_first_memory(tiny_model) -> None:
     model = tiny_model(attn_type=2)
     seg = _segment(model, 3, 2)
     emb = torch.zeros(1, 3, 16)
@@ -114,7 +113,7 @@ def test_absolute_sinusoid_adds_positions_to_the_input_and_the_first_memory() ->
     assert isinstance(model.pos_enc, AbsoluteSinusoid) and not model.pos_enc.memory_position_free
 
 
-def test_absolute_learned_adds_right_aligned_rows_at_every_layer() -> None:
+def test_absolute_learned_adds_right_aligned_rows_at_every_layer(tiny_model) -> None:
     model = tiny_model(attn_type=3, tgt_len=3, mem_len=2)  # 5 learned positions
     pos = model.pos_enc
     with torch.no_grad():
@@ -129,7 +128,7 @@ def test_absolute_learned_adds_right_aligned_rows_at_every_layer() -> None:
         pos.layer_inputs(0, torch.zeros(1, 6, 16), None, _segment(model, 6, 0))
 
 
-def test_build_positional_is_the_one_reader_of_attn_type() -> None:
+def test_build_positional_is_the_one_reader_of_attn_type(tiny_model) -> None:
     kinds = {0: RelativeSinusoid, 1: RelativeLearned, 2: AbsoluteSinusoid, 3: AbsoluteLearned}
     for attn_type, cls in kinds.items():
         assert type(build_positional(tiny_model(attn_type=attn_type).config)) is cls

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import tiny_model
 from txl.model import Stream, eval_mode
 
 
@@ -14,7 +13,7 @@ def _segments(n: int = 4, qlen: int = 4, n_token: int = 50) -> list[torch.Tensor
     return [torch.randint(0, n_token, (2, qlen), generator=gen) for _ in range(n)]
 
 
-def test_stream_equals_carrying_the_memories_by_hand() -> None:
+def test_stream_equals_carrying_the_memories_by_hand(tiny_model) -> None:
     model = tiny_model()
     lengths = model.config.lengths(mem_len=10, same_length=True)
     text = Stream(model, lengths)
@@ -28,7 +27,7 @@ def test_stream_equals_carrying_the_memories_by_hand() -> None:
     assert text.mems[0].size(1) == 10 and model.config.mem_len == 6  # the model itself is not changed
 
 
-def test_the_cache_changes_nothing_but_the_work() -> None:
+def test_the_cache_changes_nothing_but_the_work(tiny_model) -> None:
     model = tiny_model()
     cached, plain = Stream(model), Stream(model, cache=False)
     assert plain.cache is None
@@ -38,7 +37,7 @@ def test_the_cache_changes_nothing_but_the_work() -> None:
     assert cached.cache is not None and cached.cache._kv  # the keys/values were kept
 
 
-def test_with_a_gradient_the_cache_stays_out() -> None:
+def test_with_a_gradient_the_cache_stays_out(tiny_model) -> None:
     model = tiny_model(train=True)
     text = Stream(model)
     for x in _segments(2):
@@ -46,7 +45,7 @@ def test_with_a_gradient_the_cache_stays_out() -> None:
     assert text.mems[0].size(1) == 6 and text.cache._kv == []
 
 
-def test_reset_starts_the_text_over() -> None:
+def test_reset_starts_the_text_over(tiny_model) -> None:
     model = tiny_model()
     text = Stream(model)
     x = _segments(1)[0]
@@ -58,7 +57,7 @@ def test_reset_starts_the_text_over() -> None:
         torch.testing.assert_close(text(x, x).nll, first)
 
 
-def test_eval_mode_restores_the_mode_even_on_error() -> None:
+def test_eval_mode_restores_the_mode_even_on_error(tiny_model) -> None:
     model = tiny_model(train=True)
     with eval_mode(model):
         assert not model.training

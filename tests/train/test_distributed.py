@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import corpus_dir, subprocess_env
+from tests.helpers import subprocess_env
 from tests.helpers import tiny_train_config as tiny_cfg
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,8 @@ def _losses(run: Path) -> list[float]:
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
-def test_two_gloo_processes_equal_one_process(tmp_path) -> None:
-    data = corpus_dir(tmp_path)
+def test_two_gloo_processes_equal_one_process(tmp_path, word_corpus) -> None:
+    data = word_corpus
     # adaptive softmax (DDP with find_unused_parameters), memories, batch_chunk inside each process
     cfg = tiny_cfg(tmp_path / "x", dataset=str(data), max_step=4, batch_size=8, batch_chunk=2, cutoffs=[10, 25],
                    div_val=2, tie_projs=[False, True, True])

@@ -84,8 +84,8 @@ def _cfg_json(cfg, out_dir: Path) -> str:
     return dataclasses.replace(cfg, out_dir=str(out_dir)).to_json()
 
 
-def test_sigterm_finishes_the_step_saves_and_exits_0(tmp_path) -> None:
-    data = corpus_dir(tmp_path)
+def test_sigterm_finishes_the_step_saves_and_exits_0(tmp_path, word_corpus) -> None:
+    data = word_corpus
     run = tmp_path / "run"
     cfg = tiny_cfg(run, dataset=str(data), max_step=100000, save_interval=100000, eval_interval=100000)
     (tmp_path / "cfg.json").write_text(cfg.to_json())
@@ -114,8 +114,8 @@ def test_sigterm_finishes_the_step_saves_and_exits_0(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_resume_continues_past_the_original_max_step(tmp_path) -> None:
-    data = corpus_dir(tmp_path)
+def test_resume_continues_past_the_original_max_step(tmp_path, word_corpus) -> None:
+    data = word_corpus
     run = tmp_path / "run"
     (tmp_path / "cfg.json").write_text(tiny_cfg(run, dataset=str(data), max_step=4).to_json())
     env = _env(tmp_path)

@@ -59,8 +59,8 @@ class _NaNAt(Trainer):
         return loss * math.nan if self._calls in self.bad_calls else loss
 
 
-def test_nonfinite_steps_are_skipped_never_applied(tmp_path, corpus) -> None:
-    cfg = tiny_cfg(tmp_path / "run", max_step=5, save_interval=1, max_nonfinite=3)
+def test_nonfinite_steps_are_skipped_never_applied(tmp_path, corpus, tiny_run) -> None:
+    cfg = tiny_run(max_step=5, save_interval=1, max_nonfinite=3)
     _NaNAt.bad_calls = {3, 4}
     tr = _NaNAt(cfg, corpus=corpus)
     before = None
@@ -79,8 +79,8 @@ def test_nonfinite_steps_are_skipped_never_applied(tmp_path, corpus) -> None:
     assert tr.nonfinite_total == 2 and tr.nonfinite_run == 0 and tr.step == 5
 
 
-def test_too_many_nonfinite_stop_with_last_good_checkpoint_intact(tmp_path, corpus) -> None:
-    cfg = tiny_cfg(tmp_path / "run", max_step=50, save_interval=2, max_nonfinite=3)
+def test_too_many_nonfinite_stop_with_last_good_checkpoint_intact(tmp_path, corpus, tiny_run) -> None:
+    cfg = tiny_run(max_step=50, save_interval=2, max_nonfinite=3)
     _NaNAt.bad_calls = set(range(6, 100))
     tr = _NaNAt(cfg, corpus=corpus)
     with pytest.raises(TrainingDiverged, match=r"3 consecutive non-finite.*step_00000004"):
@@ -93,8 +93,8 @@ def test_too_many_nonfinite_stop_with_last_good_checkpoint_intact(tmp_path, corp
     assert all(torch.isfinite(m).all() for m in state["mems"])
 
 
-def test_checkpoint_round_trip_and_corruption_detected(tmp_path, corpus) -> None:
-    cfg = tiny_cfg(tmp_path / "run", max_step=4, save_interval=2, dropout=0.1)
+def test_checkpoint_round_trip_and_corruption_detected(tmp_path, corpus, tiny_run) -> None:
+    cfg = tiny_run(max_step=4, save_interval=2, dropout=0.1)
     tr = Trainer(cfg, corpus=corpus)
     tr.fit()
     ckpt = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
@@ -121,12 +121,12 @@ def test_bad_model_values_fail_before_the_data_loads(tmp_path) -> None:
         Trainer(TrainConfig(dataset=str(tmp_path / "does-not-exist"), model="tinny"))
 
 
-def test_fit_writes_the_run_directory_and_plot(tmp_path, corpus) -> None:
+def test_fit_writes_the_run_directory_and_plot(tmp_path, corpus, tiny_run) -> None:
     pytest.importorskip("matplotlib")
     from txl import TransformerXLLM
     from txl.train.plot import plot_run
 
-    cfg = tiny_cfg(tmp_path / "run", max_step=6, save_interval=3, eval_interval=3, final_eval=True)
+    cfg = tiny_run(max_step=6, save_interval=3, eval_interval=3, final_eval=True)
     summary = Trainer(cfg, corpus=corpus).fit()
     run = tmp_path / "run"
     assert {"config.json", "metrics.jsonl", "vocab.json", "results.json", "best", "final", "checkpoints"} <= {
@@ -142,8 +142,8 @@ def test_fit_writes_the_run_directory_and_plot(tmp_path, corpus) -> None:
     assert png.stat().st_size > 10_000
 
 
-def test_bf16_autocast_trains_on_cpu(tmp_path, corpus) -> None:
-    tr = Trainer(tiny_cfg(tmp_path / "run", precision="bf16", max_step=2), corpus=corpus)
+def test_bf16_autocast_trains_on_cpu(tmp_path, corpus, tiny_run) -> None:
+    tr = Trainer(tiny_run(precision="bf16", max_step=2), corpus=corpus)
     for batch in tr.train_iter:
         out = tr.train_step(batch.input_ids, batch.targets)
         assert out["applied"] and math.isfinite(out["loss"])
@@ -152,10 +152,10 @@ def test_bf16_autocast_trains_on_cpu(tmp_path, corpus) -> None:
     assert all(p.dtype == torch.float32 for p in tr.model.parameters())  # master weights stay fp32
 
 
-def test_a_fresh_run_refuses_an_existing_run_directory(tmp_path, corpus) -> None:
-    Trainer(tiny_cfg(tmp_path / "run", max_step=2), corpus=corpus).fit()
+def test_a_fresh_run_refuses_an_existing_run_directory(tmp_path, corpus, tiny_run) -> None:
+    Trainer(tiny_run(max_step=2), corpus=corpus).fit()
     with pytest.raises(ConfigError, match=r"already holds a run.*--resume"):
-        Trainer(tiny_cfg(tmp_path / "run", max_step=2), corpus=corpus)
+        Trainer(tiny_run(max_step=2), corpus=corpus)
 
 
 @pytest.mark.slow
