@@ -49,3 +49,52 @@ def test_every_source_module_has_a_test_module() -> None:
 def test_no_source_module_is_over_400_lines() -> None:
     sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")}
     assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    """No module imports itself through others (imports only for type checking left out, as for lint-imports)."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("txl", exclude_type_checking_imports=True)
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(edges.get(module, ())):
+            if state.get(nxt) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*path[path.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+
+
+def _code_lines(path) -> list[tuple[int, str]]:
+    """(line number, whitespace-folded text) of the lines that carry code: no blanks, comments, imports or lone
+    punctuation (what a repeated block is made of, as the ``duplicates`` tool counts it)."""
+    out = []
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = " ".join(raw.split())
+        if not line or line.startswith(("#", "import ", "from ")) or not any(c.isalnum() for c in line):
+            continue
+        out.append((n, line))
+    return out
+
+
+def test_no_block_of_six_code_lines_is_repeated_in_src() -> None:
+    """The same six consecutive code lines in two places of ``src/`` are one function waiting to be written
+    (exact repeats; the ``duplicates`` development tool also finds blocks alike but for names)."""
+    first: dict[tuple[str, ...], tuple[str, int]] = {}
+    repeats = []
+    for path in sorted(SRC.rglob("*.py")):
+        lines = _code_lines(path)
+        for i in range(len(lines) - 5):
+            block = tuple(text for _, text in lines[i:i + 6])
+            here = (str(path.relative_to(SRC)), lines[i][0])
+            there = first.setdefault(block, here)
+            if there != here and (there[0] != here[0] or here[1] - there[1] >= 6):  # not the same lines again
+                repeats.append(f"{there[0]}:{there[1]} ~ {here[0]}:{here[1]}")
+    assert not repeats, repeats[:5]

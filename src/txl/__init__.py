@@ -19,15 +19,15 @@ from txl.version import __version__
 
 if TYPE_CHECKING:
     from txl.errors import CheckpointError, ConfigError, DataError, TXLError
-    from txl.model import InferenceCache, Lengths, LMOutput, Stream, TransformerXLLM, TXLConfig
+    from txl.model import InferenceCache, Lengths, LMOutput, Recurrence, TransformerXLLM, TXLConfig
 
 _EXPORTS = {
     "CheckpointError": "txl.errors", "ConfigError": "txl.errors", "DataError": "txl.errors",
     "TXLError": "txl.errors", "InferenceCache": "txl.model", "LMOutput": "txl.model", "Lengths": "txl.model",
-    "Stream": "txl.model", "TXLConfig": "txl.model", "TransformerXLLM": "txl.model",
+    "Recurrence": "txl.model", "TXLConfig": "txl.model", "TransformerXLLM": "txl.model",
 }
 
-__all__ = ["CheckpointError", "ConfigError", "DataError", "InferenceCache", "LMOutput", "Lengths", "Stream",
+__all__ = ["CheckpointError", "ConfigError", "DataError", "InferenceCache", "LMOutput", "Lengths", "Recurrence",
            "TXLConfig", "TXLError", "TransformerXLLM", "__version__"]
 
 

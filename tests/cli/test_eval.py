@@ -50,6 +50,9 @@ def test_cli_eval_json_and_sweep(text_corpus, tmp_path, capsys) -> None:
     (["--mem-len", "0,abc"], "--mem-len must be a comma-separated list"),
     (["--mem-len", "-4"], "--mem-len values must be >= 0"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--sliding-window", "4", "--same-length"], "--same-length does not apply to --sliding-window"),
+    (["--sliding-window", "4", "--out", "sweep"], "--out does not apply to --sliding-window"),
+    (["--device", "bogus"], "unknown device 'bogus'"),
 ])
 def test_cli_eval_bad_arguments_are_one_line_errors(text_corpus, capsys, argv, message) -> None:
     path, model_dir, _ = text_corpus

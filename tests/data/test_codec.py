@@ -54,3 +54,11 @@ def test_char_text8_and_byte_levels() -> None:
     assert enwik8_like.encode("") == [0]  # no <eos>: start from a space
 
 
+
+
+def test_digit_like_characters_are_not_bytes() -> None:
+    """``"²"`` is a digit to ``str.isdigit`` but no byte value: a character vocabulary with it stays ``char``."""
+    vocab = Vocab(["<eos>", "a", "²", "1"], eos="<eos>")
+    assert detect_level(vocab) == "char"
+    codec = TextCodec(vocab, "byte")  # forced: the symbols that are not bytes print nothing, no crash
+    assert codec.decode(vocab.encode(["1"])) == "\x01"

@@ -1,11 +1,11 @@
-"""attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.convert.
+"""attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.interop.hf.
 
 HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Several
-of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_type_as_patch``
+of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
 makes that call work for the duration of a test. HF differs from the official code in ways the test
 handles explicitly: its memories start as ``mem_len`` zeros unless given (we pass empty ones), it keeps
 ``n_layer`` memories (we keep ``n_layer + 1``), its loss shifts labels internally and reorders tokens by
-cluster unless ``keep_order=True``, and its cluster rows are in the opposite order (see txl.convert).
+cluster unless ``keep_order=True``, and its cluster rows are in the opposite order (see txl.interop.hf).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Our model equals the official ``MemTransformerLM`` semantics for every attn_type (0-3).
 
-The reference is ``tests/equivalence/official_oracle.py``: an independent, slow, time-first re-implementation of the
-official forward (explicit distance gather, -inf masks + softmax, full adaptive log-distribution), fed
-OFFICIAL-format kwargs and state dicts produced by ``txl.convert.to_official`` (which is therefore tested
+The reference is ``tests/equivalence/official_oracle.py``: an independent, slow, time-first re-implementation
+of the official forward (explicit distance gather, -inf masks + softmax, full adaptive log-distribution), fed
+OFFICIAL-format kwargs and state dicts produced by ``txl.interop.official.to_official`` (which is therefore tested
 too). Every case runs several segments with memory through both models, with all parameters
 re-initialized at a large scale so that no term hides behind near-zero weights, and compares per segment
 the per-token NLL and the new memories, then the gradients of the summed loss for every parameter.

@@ -67,3 +67,30 @@ def test_run_ablation_is_resumable_and_tabulates(tmp_path, monkeypatch) -> None:
     assert "bpc best" in A.ablation_table(rows, char_level=True)
 
 
+
+
+def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypatch) -> None:
+    """SIGTERM/Ctrl-C during a variant's training: no result is written (a re-run does not skip it), the
+    interrupt reaches the caller, and the variant's run directory holds the checkpoint to resume from."""
+    corpus = Corpus.from_arrays("toy", {"train": np.random.default_rng(0).integers(0, 40, 3000),
+                                        "valid": np.random.default_rng(1).integers(0, 40, 300)}, n_token=40)
+    from txl.train import Trainer
+
+    train_step = Trainer.train_step
+
+    def signalled(self, *args, **kwargs):
+        if self.step == 2:
+            self.stop_request = "signal"  # what the SIGTERM handler does
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled)
+    variant = [A.parse_variant("rec-ours-full")]
+    with pytest.raises(KeyboardInterrupt):
+        A.run_ablation(BASE, corpus, tmp_path, variant, tgt_len=8, steps=6, attn_grid=[8], batch_size=4)
+    assert not (tmp_path / "rec-ours-full" / "result.json").exists()
+    assert list((tmp_path / "rec-ours-full" / "run" / "checkpoints").glob("step_*"))
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    rows = A.run_ablation(BASE, corpus, tmp_path, variant, tgt_len=8, steps=6, attn_grid=[8], batch_size=4)
+    assert rows[0]["train_steps"] == 6
+    with pytest.raises(ConfigError, match="steps"):
+        A.run_ablation(BASE, corpus, tmp_path / "x", variant, tgt_len=8, steps=0, attn_grid=[8])

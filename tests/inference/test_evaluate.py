@@ -52,7 +52,7 @@ def test_evaluate_matches_the_official_loop_and_counts_scored_tokens(batch_size)
 
 
 def test_per_token_nll_is_in_corpus_order() -> None:
-    """Stream b of a batched evaluation scores what a batch-1 evaluation of that stream alone scores."""
+    """Recurrence b of a batched evaluation scores what a batch-1 evaluation of that stream alone scores."""
     model, data = _model(), _data(120)
     res = evaluate(model, data, batch_size=4, tgt_len=6, mem_len=6, return_nll=True)
     n_step = 30
@@ -106,3 +106,9 @@ def test_evaluate_sentence_streams_scores_every_predicted_token() -> None:
     assert 0 < cut.tokens < res.tokens
     with pytest.raises(ConfigError, match="return_nll"):
         evaluate(model, data, batch_size=3, offsets=offsets, return_nll=True)
+
+
+def test_memory_sweep_turns_the_models_own_same_length_off_without_memory() -> None:
+    model = _model(same_length=True)
+    res = memory_sweep(model, _data(), [0, 8], batch_size=2, tgt_len=4)
+    assert [r.settings["same_length"] for r in res] == [False, True]

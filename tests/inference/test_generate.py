@@ -145,3 +145,22 @@ def test_bad_arguments_are_one_line_config_errors(kwargs, match) -> None:
     model = _model()
     with pytest.raises(ConfigError, match=match):
         generate(model, _prompt(), **kwargs)
+
+
+def test_interleaved_generations_do_not_disturb_each_other_or_the_caller() -> None:
+    """Between two steps the model is back in the caller's mode with gradients on: two streams over one model
+    (one greedy, one sampled) give what each gives alone, and a model in training mode stays in it."""
+    model = _model()
+    model.train()
+    ids = _prompt()
+    alone_a = generate(model, ids, max_new_tokens=6).sequences
+    alone_b = generate(model, ids[:, :5], max_new_tokens=6, do_sample=True, seed=3).sequences
+    a = stream(model, ids, max_new_tokens=6)
+    b = stream(model, ids[:, :5], max_new_tokens=6, do_sample=True, seed=3)
+    first_a = next(a).tokens
+    assert torch.is_grad_enabled() and model.training
+    toks_b = [s.tokens for s in b]
+    toks_a = [first_a] + [s.tokens for s in a]
+    assert torch.equal(torch.stack(toks_a, 1), alone_a[:, ids.size(1):])
+    assert torch.equal(torch.stack(toks_b, 1), alone_b[:, 5:])
+    assert torch.is_grad_enabled() and model.training

@@ -4,10 +4,11 @@ and its vocabulary."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.helpers import assert_same_outputs, eval_model
 from txl.data import Vocab
-from txl.errors import CheckpointError
+from txl.errors import CheckpointError, ConfigError
 from txl.inference.loading import load_model, load_vocab
 from txl.store.checkpoint import save_checkpoint
 
@@ -36,3 +37,12 @@ def test_load_vocab_from_the_run(tmp_path) -> None:
     eval_model().save_pretrained(tmp_path / "run" / "best")
     Vocab(["a", "b"]).save(tmp_path / "run" / "vocab.json")
     assert load_vocab(tmp_path / "run" / "best").idx2sym == ["a", "b"]
+
+
+def test_unknown_or_absent_devices_are_one_line_errors(tmp_path) -> None:
+    eval_model().save_pretrained(tmp_path / "m")
+    with pytest.raises(ConfigError, match="unknown device 'bogus'"):
+        load_model(tmp_path / "m", device="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            load_model(tmp_path / "m", device="cuda")

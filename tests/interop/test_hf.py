@@ -51,16 +51,16 @@ def test_hf_config_dict_lists_every_clusters_projection_tie() -> None:
     model = adaptive_model(tie_projs=[False])  # the missing entries are untied
     assert hf_config_dict(model)["tie_projs"] == [False, False, False]
     back = config_from_hf(hf_config_dict(model))
-    assert back.tie_projs == [False, False, False] and back.cutoffs == [20, 40]
+    assert back.tie_projs == (False, False, False) and back.cutoffs == (20, 40)
 
 
 def test_config_from_hf_old_names_and_shared_projections() -> None:
     old = dict(n_token=60, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, cutoffs=[20, 40], div_val=2,
                tie_weight=False, proj_share_all_but_first=True, tgt_len=32, attn_type=0)
     cfg = config_from_hf(old)
-    assert cfg.n_token == 60 and cfg.tie_weight is False and cfg.tie_projs == [False, True, True]
+    assert cfg.n_token == 60 and cfg.tie_weight is False and cfg.tie_projs == (False, True, True)
     assert cfg.tgt_len == 32
-    assert config_from_hf({**old, "proj_share_all_but_first": False}).tie_projs == [False, False, False]
+    assert config_from_hf({**old, "proj_share_all_but_first": False}).tie_projs == (False, False, False)
 
 
 @pytest.mark.parametrize("hf, message", [

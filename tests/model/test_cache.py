@@ -101,3 +101,28 @@ def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
     cache.clear()
     both(torch.randint(0, V, (2, 4), generator=gen), mems)
     assert not any("cache" in k for k in model.state_dict())  # a cache, not state
+
+
+def test_memories_changed_in_place_are_projected_anew() -> None:
+    model = TransformerXLLM(TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4,
+                                      mem_len=8, init_std=0.3)).eval()
+    x = torch.randint(0, V, (2, 4), generator=torch.Generator().manual_seed(5))
+    cache = InferenceCache()
+    with torch.no_grad():
+        mems = model(x, x, None, cache=cache).mems
+        for m in mems:
+            m[0].zero_()  # the kept keys/values no longer describe these memories
+        torch.testing.assert_close(model(x, x, mems, cache=cache).nll, model(x, x, mems).nll)
+
+
+def test_inference_mode_models_can_use_the_cache() -> None:
+    """Tensors made under ``torch.inference_mode`` keep no version counter; the cache still works with them."""
+    with torch.inference_mode():
+        model = TransformerXLLM(TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32,
+                                          tgt_len=4, mem_len=8, init_std=0.3)).eval()
+        x = torch.randint(0, V, (2, 4), generator=torch.Generator().manual_seed(6))
+        cache, mems_a, mems_b = InferenceCache(), None, None
+        for _ in range(3):
+            out, ref = model(x, x, mems_a, cache=cache), model(x, x, mems_b)
+            torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-6)
+            mems_a, mems_b = out.mems, ref.mems

@@ -91,6 +91,9 @@ def test_config_is_frozen_and_replace_validates() -> None:
     cfg = TXLConfig(n_token=10)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.mem_len = 5  # type: ignore[misc]
+    adaptive = TXLConfig(n_token=100, cutoffs=[10, 50], tie_projs=[False, True])
+    assert adaptive.cutoffs == (10, 50) and hash(adaptive) == hash(TXLConfig.from_dict(adaptive.to_dict()))
+    assert adaptive.to_dict()["cutoffs"] == [10, 50]  # JSON values
     assert cfg.replace(mem_len=5).mem_len == 5 and cfg.mem_len == 128
     with pytest.raises(ConfigError, match="mem_len"):
         cfg.replace(mem_len=-1)

@@ -18,16 +18,16 @@ def test_every_model_preset_is_a_valid_config_with_overrides(name: str) -> None:
 
 
 def test_cpu_small_switches_to_an_adaptive_softmax_for_word_vocabularies() -> None:
-    assert cpu_small(204).cutoffs == []
+    assert cpu_small(204).cutoffs == ()
     big = cpu_small(33_278)
-    assert big.cutoffs == [2000, 10000] and big.div_val == 4 and big.tie_projs == [False, True, True]
+    assert big.cutoffs == (2000, 10000) and big.div_val == 4 and big.tie_projs == (False, True, True)
 
 
 def test_wt103_base_is_the_official_architecture() -> None:
     cfg = wt103_base()
     assert (cfg.n_token, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner) == (267_735, 16, 410, 10,
                                                                                           41, 2100)
-    assert cfg.cutoffs == [20000, 40000, 200000] and cfg.tie_projs == [False, True, True, True]
+    assert cfg.cutoffs == (20000, 40000, 200000) and cfg.tie_projs == (False, True, True, True)
 
 
 def test_tiny_builds_a_model_in_test_sizes() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,33 @@ def test_read_json_errors_are_one_line(tmp_path: Path, content: bytes | None, pa
         read_json(path, "the manifest", DataError)
     assert "\n" not in str(exc.value)
     assert not isinstance(exc.value, ConfigError)
+
+
+def test_written_files_and_directories_follow_the_umask(tmp_path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = write_text(tmp_path / "a.txt", "x")
+        with atomic_dir(tmp_path / "d") as d:
+            (d / "f").write_text("y")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_failed_rename_puts_the_old_directory_back(tmp_path, monkeypatch) -> None:
+    final = tmp_path / "best"
+    with atomic_dir(final) as d:
+        (d / "v").write_text("old")
+    real = os.replace
+
+    def failing(src, dst):
+        if Path(dst) == final and ".tmp" in Path(src).name:
+            raise OSError("disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"), atomic_dir(final) as d:
+        (d / "v").write_text("new")
+    assert (final / "v").read_text() == "old"
+    assert not list(tmp_path.glob(".best*"))

@@ -80,7 +80,7 @@ def test_missing_or_broken_model_dirs_fail_clearly(tmp_path) -> None:
         load_model_dir(tmp_path / "nope")
     d = _write(tmp_path / "m")
     (d / CONFIG).write_text("[1, 2]")
-    with pytest.raises(CheckpointError, match="JSON object"):
+    with pytest.raises(CheckpointError, match="must be an object"):
         load_model_dir(d)
 
 

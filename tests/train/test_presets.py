@@ -53,7 +53,7 @@ def test_paper_presets_are_the_official_scripts(name) -> None:
     assert (cfg.test_tgt_len, cfg.test_mem_len, cfg.test_clamp_len, cfg.test_same_length,
             cfg.test_batch_size) == OFFICIAL_EVAL[name]
     if cfg.dataset in ("wt103", "lm1b"):
-        assert m.cutoffs == ([20000, 40000, 200000] if cfg.dataset == "wt103" else [60000, 100000, 640000])
+        assert m.cutoffs == ((20000, 40000, 200000) if cfg.dataset == "wt103" else (60000, 100000, 640000))
 
 
 def test_ptb_is_labelled_as_our_own() -> None:

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
-from pathlib import Path
 
 from txl.cli.args import parse_int_list
+from txl.store.files import write_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     table = to_markdown(report, command)
     print(table)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        write_json(args.json, report, indent=1, sort_keys=False)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write(table + "\n")

@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. "
         "Export: --to official|hf MODEL_DIR. Files are read without unpickling code.",
     )
-    p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model directory (--to)")
+    p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model / checkpoint / run "
+                   "directory (--to)")
     direction = p.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
@@ -28,9 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from txl.inference.loading import load_model
     from txl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
     from txl.interop.official import load_official, to_official
-    from txl.model import TransformerXLLM
     from txl.store.files import write_json
     from txl.store.layout import VOCAB
     from txl.store.tensors import save_tensors
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.src == "hf":
         model = from_hf(args.path)
     else:
-        model = TransformerXLLM.from_pretrained(args.path)
+        model, _ = load_model(args.path)  # a model, checkpoint or run directory
         if args.dst == "official":
             kwargs, state = to_official(model)
             save_tensors(state, out / "official_state.safetensors")

@@ -58,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
     mem_lens = parse_int_list(args.mem_len, "--mem-len") if args.mem_len is not None else None
     if args.sliding_window is not None and (mem_lens is not None or args.tgt_len is not None):
         raise ConfigError("--sliding-window evaluates without memory or segments: drop --mem-len/--tgt-len")
+    if args.sliding_window is not None:
+        given = (("--ext-len", args.ext_len), ("--clamp-len", args.clamp_len), ("--same-length", args.same_length),
+                 ("--out", args.out))
+        ignored = [flag for flag, value in given if value is not None]
+        if ignored:
+            raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
+                              "window, without memory)")
     model, directory = load_model(args.model, device=args.device)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
     if len(corpus.vocab) != model.config.n_token:

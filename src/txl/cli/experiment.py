@@ -20,7 +20,8 @@ def _add_size(p: argparse.ArgumentParser, default_preset: str) -> None:
     p.add_argument("--model-preset", default=default_preset, help=f"model size preset (default: {default_preset})")
     for flag, kind in (("--n-layer", int), ("--d-model", int), ("--n-head", int), ("--d-inner", int),
                        ("--dropout", float)):
-        p.add_argument(flag, type=kind, help="override the preset's value (d_head = d_model // n_head)")
+        note = " (d_head becomes d_model // n_head)" if flag in ("--d-model", "--n-head") else ""
+        p.add_argument(flag, type=kind, help=f"override the preset's value{note}")
     p.add_argument("--pre-lnorm", action="store_true", default=None,
                    help="layer norm on the input of each block (official pre_lnorm; steadier at high learning rates)")
 
@@ -60,13 +61,14 @@ def _add_recl(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_recl(sub.add_parser("recl", help="relative effective context length of a model group (paper Table 8)",
                              description="RECL as defined in the paper's Appendix C (see txl.experiments.recl)."))
-    p = sub.add_parser("experiment", help="the paper's experiments: recl, ablation (Tables 6, 10), eval-speed "
-                                          "(Table 9)")
+    p = sub.add_parser("experiment", help="the paper's experiments: recl (Table 8), ablation (Tables 6, 7, 10), "
+                                          "eval-speed (Table 9)")
     ex = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     _add_recl(ex.add_parser("recl", help="same as `txl recl`"))
 
-    a = ex.add_parser("ablation", help="train and compare the Table 6 / Table 10 variants at a chosen scale",
-                      description="See txl.experiments.ablations. Resumable: finished variants are skipped.")
+    a = ex.add_parser("ablation", help="train and compare the Table 6 / 7 / 10 variants at a chosen scale",
+                      description="See txl.experiments.ablations. Each variant is a `txl train` run; resumable: "
+                      "finished variants are skipped, an interrupted one continues from its checkpoint.")
     a.add_argument("--dataset", default="wt2", help="dataset (default: wt2; e.g. ptb, wt103, wt2-char)")
     a.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
     a.add_argument("--variants", default="table6",

@@ -40,13 +40,19 @@ class PromptWarning(UserWarning):
     """The prompt had symbols the vocabulary lacks (mapped to ``<unk>`` or dropped)."""
 
 
+def _is_byte(symbol: str) -> bool:
+    """Whether ``symbol`` names a byte value: ``"0"`` to ``"255"`` in ASCII digits (not ``"²"``, which
+    ``str.isdigit`` accepts)."""
+    return symbol.isascii() and symbol.isdigit() and int(symbol) < 256
+
+
 def detect_level(vocab: Vocab) -> str:
     """``word``, ``char``, ``text8`` or ``byte`` from the symbols of ``vocab`` (special symbols ignored)."""
     special = set(vocab.special) | {vocab.eos, vocab.unk}
     plain = [s for s in vocab.idx2sym if s not in special]
     if not plain:
         return "word"
-    if len(vocab) <= 256 and all(s.isdigit() and int(s) < 256 for s in plain):
+    if len(vocab) <= 256 and all(_is_byte(s) for s in plain):
         return "byte"
     if "_" in plain and set(plain) <= set(string.ascii_lowercase + "_"):
         return "text8"
@@ -82,14 +88,14 @@ class TextCodec:
         self.lower = self.level == "text8" or not any(s != s.lower() for s in symbols if s not in special)
         self._newline = vocab.eos if vocab.eos is not None else ("\n" if "\n" in vocab else None)
         if self.level == "byte":
-            self._byte_of = {i: int(s) for i, s in enumerate(symbols) if s.isdigit() and int(s) < 256}
+            self._byte_of = {i: int(s) for i, s in enumerate(symbols) if _is_byte(s)}
 
     # -- prompt -> ids ----------------------------------------------------------------------------
     def start_ids(self) -> list[int]:
         """What an empty prompt starts from: ``<eos>`` (a line start), else a newline or space symbol."""
         v = self.vocab
         for sym in (v.eos, "\n", "10", " ", "_", "32"):
-            if sym is not None and sym in v and (self.level == "byte") == sym.isdigit():
+            if sym is not None and sym in v and (self.level == "byte") == _is_byte(sym):
                 return [v.sym2idx[sym]]
         if v.eos is not None:
             return [v.eos_idx]  # type: ignore[list-item]

@@ -38,7 +38,6 @@ finished variants.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
@@ -50,11 +49,11 @@ from typing import Any
 import numpy as np
 
 from txl.data import Corpus
-from txl.errors import ConfigError
+from txl.errors import ConfigError, check_int
 from txl.inference.evaluate import evaluate
 from txl.model import TransformerXLLM, TXLConfig
 from txl.store.checkpoint import list_checkpoints
-from txl.store.files import write_json
+from txl.store.files import read_json, write_json
 from txl.store.layout import RunDir
 from txl.train import TrainConfig, Trainer
 from txl.train.plot import read_metrics
@@ -174,7 +173,9 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
                  warmup: int = 50, seed: int = 0, eval_tokens: int | None = None, max_minutes: float | None = None,
                  log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Train and evaluate (on ``corpus``'s valid split) every variant not yet finished under ``out_dir``;
-    returns all rows (resumable)."""
+    returns all rows (resumable). SIGTERM or Ctrl-C stop a variant's training at a checkpoint and raise
+    ``KeyboardInterrupt``; ``max_minutes`` stops each variant's training and evaluates it as it is."""
+    check_int("steps", steps, 1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -182,7 +183,7 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
         vdir = out / v.name
         result_path = vdir / "result.json"
         if result_path.is_file():
-            rows.append(json.loads(result_path.read_text(encoding="utf-8")))
+            rows.append(read_json(result_path, f"finished variant {result_path}"))
             if log is not None:
                 log(f"{v.name}: done before, skipped")
             continue
@@ -193,6 +194,11 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
         model, train_log = train_variant(cfg, corpus, vdir / "run", steps=steps, batch_size=batch_size, lr=lr,
                                          warmup=warmup, half_loss=v.loss == "half", seed=seed,
                                          max_minutes=max_minutes, eval_tokens=eval_tokens, progress=log is not None)
+        if train_log["stopped"] == "signal":  # not finished: no result; the next run resumes from the checkpoint
+            if log is not None:
+                log(f"{v.name}: stopped on a signal at step {train_log['steps']} (checkpoint saved); run the same "
+                    "command again to continue")
+            raise KeyboardInterrupt
         t0 = time.monotonic()
         ev = evaluate_variant(model, v, corpus.splits["valid"], attn_grid, max_tokens=eval_tokens)
         row = {"variant": v.name, "recurrence": v.recurrence, "encoding": v.encoding, "loss": v.loss,

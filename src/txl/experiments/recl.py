@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from txl.errors import ConfigError, DataError
-from txl.store.files import atomic_write, write_json
+from txl.store.files import atomic_write, read_json, write_json
 from txl.store.layout import CACHE_MANIFEST
 
 METHODS = ("memory", "window")
@@ -186,10 +186,11 @@ class LossCache:
         self.manifest_path = self.dir / CACHE_MANIFEST
         self.entries: dict[str, dict[str, Any]] = {}
         if self.manifest_path.is_file():
-            try:
-                self.entries = json.loads(self.manifest_path.read_text(encoding="utf-8"))["entries"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise DataError(f"loss cache manifest {self.manifest_path} is unreadable: {exc}") from None
+            what = f"loss cache manifest {self.manifest_path}"
+            entries = read_json(self.manifest_path, what, DataError).get("entries")
+            if not isinstance(entries, dict):
+                raise DataError(f"{what} is unreadable (no 'entries' object)")
+            self.entries = entries
 
     @staticmethod
     def digest(key: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ import torch
 
 from txl.errors import ConfigError, DataError
 from txl.inference.window import default_rows, sliding_window_nll
-from txl.model import Stream, TransformerXLLM, TXLConfig
+from txl.model import Recurrence, TransformerXLLM, TXLConfig
 
 CPU_LENGTHS = (128, 256, 512, 800)
 GPU_LENGTHS = (128, 256, 512, 800, 1800, 2800, 3800)
@@ -46,7 +46,7 @@ def _sync(device: torch.device) -> None:
 def _time_xl(model: TransformerXLLM, data: torch.Tensor, *, tgt_len: int, attn_len: int, segments: int,
              batch: int, device: torch.device) -> float:
     """Seconds per token of memory-reusing evaluation over ``batch`` streams, memory full."""
-    text = Stream(model, model.config.lengths(mem_len=attn_len, ext_len=0, same_length=True))  # as evaluate()
+    rec = Recurrence(model, model.config.lengths(mem_len=attn_len, ext_len=0, same_length=True))  # as evaluate()
     fill = -(-attn_len // tgt_len)
     n_step = (fill + segments) * tgt_len + 1
     if data.shape[0] < n_step * batch:
@@ -57,7 +57,7 @@ def _time_xl(model: TransformerXLLM, data: torch.Tensor, *, tgt_len: int, attn_l
             _sync(device)
             start = time.perf_counter()
         pos = k * tgt_len
-        text(streams[:, pos : pos + tgt_len].to(device), streams[:, pos + 1 : pos + 1 + tgt_len].to(device))
+        rec(streams[:, pos : pos + tgt_len].to(device), streams[:, pos + 1 : pos + 1 + tgt_len].to(device))
     _sync(device)
     return (time.perf_counter() - start) / (segments * tgt_len * batch)
 

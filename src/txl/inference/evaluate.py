@@ -4,7 +4,7 @@
 lengths (``tgt_len``, ``ext_len``, ``mem_len``, ``clamp_len``, ``same_length``; the model's unless given),
 the split is cut by the official ordered iterator into ``batch_size`` contiguous streams of
 ``n_step = N // batch_size`` tokens, the segments of every stream are read in order with the memories carried
-from one segment to the next (:class:`txl.model.Stream`), and the result is
+from one segment to the next (:class:`txl.model.Recurrence`), and the result is
 ``sum(seq_len * mean_nll) / sum(seq_len)`` over segments, which is the mean NLL (nats) over every scored token.
 ``ppl = exp(loss)``; for character/byte-level corpora ``bpc = loss / ln 2``.
 
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from txl.errors import ConfigError, check_int
-from txl.model import Stream, TransformerXLLM, eval_mode
+from txl.model import Recurrence, TransformerXLLM, eval_mode
 
 __all__ = ["EvalResult", "describe", "evaluate", "memory_sweep", "replace_settings"]
 
@@ -79,7 +79,7 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
              clamp_len: int | None = None, same_length: bool | None = None, max_tokens: int | None = None,
              char_level: bool = False, return_nll: bool = False, device: Any = None,
              offsets: np.ndarray | None = None, autocast: contextlib.AbstractContextManager | None = None,
-             cache: bool = True) -> EvalResult:
+             inference_cache: bool = True) -> EvalResult:
     """Score a token array with memory, as the official ``eval.py`` (see the module docstring).
 
     Lengths left ``None`` keep the model's. ``max_tokens`` evaluates only the first ``max_tokens + 1``
@@ -87,7 +87,7 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
     NaN for the tokens not scored). ``offsets`` (sentence boundaries, One Billion Word) reads the split
     as sentence streams (:class:`txl.data.LMShuffledIterator`, unshuffled) instead of contiguous ones:
     the loss is then the mean over every predicted token of the complete batches. ``autocast`` is
-    entered around every forward (mixed-precision validation during training). ``cache`` reuses the
+    entered around every forward (mixed-precision validation during training). ``inference_cache`` reuses the
     memories' projected keys/values and ``W_kR R`` between segments (:class:`txl.model.InferenceCache`;
     the same values, each memory position projected once instead of once per segment it stays).
     """
@@ -111,14 +111,14 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
         it = LMOrderedIterator(arr, batch_size, tgt_len, lengths.ext_len, device=dev)
     nll_out = np.full(arr.shape[0], np.nan) if return_nll else None
     total, count, tokens, pos = 0.0, 0, 0, 1
-    text = Stream(model, lengths, cache=cache)
+    rec = Recurrence(model, lengths, inference_cache=inference_cache)
     with eval_mode(model):
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         start = time.perf_counter()
         for batch in it:
             with autocast or contextlib.nullcontext():
-                nll = text(batch.input_ids, batch.targets).nll.double()  # [B, seq_len]
+                nll = rec(batch.input_ids, batch.targets).nll.double()  # [B, seq_len]
             total += batch.seq_len * nll.mean().item()  # official: seq_len * loss.mean()
             count += batch.seq_len
             tokens += nll.numel()
@@ -139,12 +139,13 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
 def memory_sweep(model: TransformerXLLM, data: np.ndarray, mem_lens: Sequence[int], **kwargs: Any) -> list[EvalResult]:
     """:func:`evaluate` once per memory length (how the loss falls as the memory grows).
 
-    ``same_length`` needs a memory, so it is switched off for ``mem_len=0`` (recorded in the settings).
+    ``same_length`` (given, or the model's) needs a memory, so it is switched off for ``mem_len=0`` (recorded in
+    the settings).
     """
     results = []
     for mem in mem_lens:
         kw = dict(kwargs)
-        if mem == 0 and kw.get("same_length"):
+        if mem == 0 and (kw.get("same_length") or (kw.get("same_length") is None and model.config.same_length)):
             kw["same_length"] = False
         results.append(evaluate(model, data, mem_len=mem, **kw))
     return results

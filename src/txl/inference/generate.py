@@ -17,7 +17,8 @@ API (functions over the public ``forward`` of :class:`txl.model.TransformerXLLM`
 baseline of ``benchmarks/bench_generate.py``.
 
 The lengths of generation (``mem_len``, ``clamp_len``; ``ext_len`` is 0) are arguments: the model is not
-changed, and two generations over one model need no care. The model runs in eval mode while they do.
+changed. Each forward runs in eval mode without a gradient; between two steps (when :func:`stream` yields) the
+model is back in the caller's mode, so two generations over one model do not disturb each other.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from txl.errors import ConfigError, check_int
 from txl.inference.sampling import check_sampling, choose_next
-from txl.model import Lengths, Stream, TransformerXLLM, eval_mode
+from txl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
 
 
 @dataclass
@@ -131,32 +132,39 @@ def stream(
     if generator is None and seed is not None and do_sample:
         generator = torch.Generator(device=ids.device).manual_seed(seed)
     return _stream(model, ids, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                   top_k=top_k, top_p=top_p, text=Stream(model, lengths, mems=list(mems or [])), chunk=chunk,
+                   top_k=top_k, top_p=top_p, rec=Recurrence(model, lengths, mems=list(mems or [])), chunk=chunk,
                    stop=stop, pad=pad_token_id, generator=generator)
 
 
-def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
-            top_k: int, top_p: float, text: Stream, chunk: int, stop: Tensor, pad: int | None,
-            generator: torch.Generator | None) -> Iterator[GenerationStep]:
+def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterator[Tensor]) -> Tensor:
+    """Feed ``segments`` to ``rec`` in eval mode without a gradient; the next-token log-probabilities ``[B, V]``.
+
+    The modes are entered per call, not across the generator's ``yield``: the caller's code between two steps
+    (and another generation over the same model) runs in its own mode."""
     with eval_mode(model), torch.no_grad():
-        for start in range(0, ids.size(1), chunk):  # the prompt, segment by segment
-            hidden = text(ids[:, start:start + chunk]).hidden
-        assert hidden is not None
-        log_probs = model.log_prob(hidden[:, -1])  # [B, V]
-        finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
-        for i in range(max_new_tokens):
-            tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                              top_p=top_p, generator=generator)  # [B]
+        for x in segments:
+            hidden = rec(x).hidden
+        return model.log_prob(hidden[:, -1])
+
+
+def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
+            top_k: int, top_p: float, rec: Recurrence, chunk: int, stop: Tensor, pad: int | None,
+            generator: torch.Generator | None) -> Iterator[GenerationStep]:
+    log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
+    finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
+    for i in range(max_new_tokens):
+        with torch.no_grad():
+            tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                              generator=generator)  # [B]
             lp = log_probs.gather(1, tok[:, None])[:, 0]  # [B]
             if stop.numel():
                 tok = tok.masked_fill(finished, int(stop[0]) if pad is None else pad)
                 lp = lp.masked_fill(finished, 0.0)
                 finished = finished | torch.isin(tok, stop)
-            yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=text.mems)
-            if i + 1 == max_new_tokens or bool(finished.all()):
-                break
-            hidden = text(tok[:, None]).hidden  # one new position over the cached memories
-            log_probs = model.log_prob(hidden[:, -1])
+        yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=rec.mems)
+        if i + 1 == max_new_tokens or bool(finished.all()):
+            break
+        log_probs = _next_log_probs(model, rec, iter([tok[:, None]]))  # one new position over the memories
 
 
 def generate(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],
@@ -214,11 +222,11 @@ def reference_generate(model: TransformerXLLM, input_ids: Tensor | Sequence[int]
             if mode == "full":
                 hidden = model(seq, lengths=lengths).hidden
             else:
-                text = Stream(model, lengths, cache=False)
+                rec = Recurrence(model, lengths, inference_cache=False)
                 for start in range(0, ids.size(1), chunk):
-                    hidden = text(ids[:, start:start + chunk]).hidden
+                    hidden = rec(ids[:, start:start + chunk]).hidden
                 for t in range(ids.size(1), seq.size(1)):
-                    hidden = text(seq[:, t:t + 1]).hidden
+                    hidden = rec(seq[:, t:t + 1]).hidden
             log_probs = model.log_prob(hidden[:, -1])
             tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k,
                               top_p=top_p, generator=gen)

@@ -8,9 +8,21 @@ from pathlib import Path
 import torch
 
 from txl.data import Vocab
+from txl.errors import ConfigError
 from txl.model import TransformerXLLM
 from txl.store.checkpoint import verify_checkpoint
 from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model_dir
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device``, or a one-line :class:`ConfigError` when it is unknown or absent."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {str(device)!r} ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {str(device)!r} requested but CUDA is not available")
+    return dev
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[TransformerXLLM, Path]:
@@ -18,6 +30,7 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple
 
     A checkpoint directory is verified against its ``MANIFEST.json`` SHA-256 sums first.
     """
+    check_device(device)
     directory = resolve_model_dir(path)
     if is_checkpoint_dir(directory):
         verify_checkpoint(directory)

@@ -131,12 +131,12 @@ def hf_config_dict(model: TransformerXLLM) -> dict[str, Any]:
         raise ConfigError("Hugging Face TransfoXL implements attn_type 0 only")
     return {
         "architectures": ["TransfoXLLMHeadModel"], "model_type": "transfo-xl", "vocab_size": cfg.n_token,
-        "cutoffs": cfg.cutoffs, "d_model": cfg.d_model, "d_embed": cfg.d_embed, "n_head": cfg.n_head,
+        "cutoffs": list(cfg.cutoffs), "d_model": cfg.d_model, "d_embed": cfg.d_embed, "n_head": cfg.n_head,
         "d_head": cfg.d_head, "d_inner": cfg.d_inner, "div_val": cfg.div_val, "pre_lnorm": cfg.pre_lnorm,
         "n_layer": cfg.n_layer, "mem_len": cfg.mem_len, "clamp_len": cfg.clamp_len,
         "same_length": cfg.same_length, "attn_type": 0, "sample_softmax": cfg.sample_softmax,
         "adaptive": bool(cfg.cutoffs), "dropout": cfg.dropout, "dropatt": cfg.dropatt, "untie_r": cfg.untie_r,
-        "tie_projs": cfg.tie_projs + [False] * (len(cfg.cutoffs) + 1 - len(cfg.tie_projs)),
+        "tie_projs": [*cfg.tie_projs, *[False] * (len(cfg.cutoffs) + 1 - len(cfg.tie_projs))],
         "tie_word_embeddings": cfg.tie_weight, "layer_norm_epsilon": 1e-5, "init": cfg.init,
         "init_range": cfg.init_range, "init_std": cfg.init_std, "proj_init_std": cfg.proj_init_std,
     }

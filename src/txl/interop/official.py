@@ -18,16 +18,16 @@ plain state dicts only (:func:`txl.interop.state_dicts.read_state_dict`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from txl.errors import CheckpointError, ConfigError
+from txl.errors import CheckpointError
 from txl.interop.state_dicts import fill_tied, read_state_dict
 from txl.model import TransformerXLLM, TXLConfig
+from txl.store.files import read_json
 
 _POS_PARAMS = ("r_w_bias", "r_r_bias", "r_emb", "r_bias")
 _OFFICIAL_IGNORED = ("adapt_inp",)
@@ -100,9 +100,5 @@ def to_official(model: TransformerXLLM) -> tuple[dict[str, Any], dict[str, Tenso
 def load_official(checkpoint: str | Path, official_kwargs: dict[str, Any] | str | Path) -> TransformerXLLM:
     """Load an official state-dict checkpoint; kwargs as a dict or a JSON file of constructor kwargs."""
     if not isinstance(official_kwargs, dict):
-        path = Path(official_kwargs)
-        try:
-            official_kwargs = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read official kwargs JSON {path}: {exc}") from exc
+        official_kwargs = read_json(official_kwargs, "official kwargs JSON")
     return from_official(official_kwargs, read_state_dict(checkpoint))

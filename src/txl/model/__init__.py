@@ -12,7 +12,7 @@ module              what it holds
 ``lm``              :class:`TransformerXLLM` and :class:`LMOutput`
 ``fastpath``        faster implementations of plain formulas (each tested equal to its formula)
 ``cache``           :class:`InferenceCache`: memory keys/values and ``W_kR R`` reused between segments
-``stream``          :class:`Stream`: memories carried over the segments of one text
+``recurrence``      :class:`Recurrence`: memories carried over the segments of one text
 ``presets``         the paper's architectures and CPU sizes as functions
 ==================  ===========================================================================================
 """
@@ -20,6 +20,6 @@ module              what it holds
 from txl.model.cache import InferenceCache
 from txl.model.config import Lengths, TXLConfig
 from txl.model.lm import LMOutput, TransformerXLLM
-from txl.model.stream import Stream, eval_mode
+from txl.model.recurrence import Recurrence, eval_mode
 
-__all__ = ["InferenceCache", "LMOutput", "Lengths", "Stream", "TXLConfig", "TransformerXLLM", "eval_mode"]
+__all__ = ["InferenceCache", "LMOutput", "Lengths", "Recurrence", "TXLConfig", "TransformerXLLM", "eval_mode"]

@@ -13,10 +13,12 @@ the previous segment already had:
   ``K`` is the suffix of a longer one; the cache keeps one per layer, twice as long when ``K`` outgrows it.
   Not used in training mode (dropout on ``R``) or under autocast.
 
-Both are the same values as the plain formulas (``tests/model/test_cache.py``). Validity is checked cheaply:
-the cache remembers the ``(storage, version counter)`` of every parameter and starts over when one differs
-(an optimizer step, ``load_state_dict``, an in-place update, a move to another device or dtype). A write
-through ``param.data`` bypasses the version counter: call :meth:`InferenceCache.clear` after one.
+Both are the same values as the plain formulas (``tests/model/test_cache.py``; up to float rounding for the
+table's suffix). Validity is checked cheaply: the cache remembers the ``(storage, version counter)`` of every
+parameter and of the memories it kept keys/values for, and starts over when one differs (an optimizer step,
+``load_state_dict``, an in-place update of a weight or of a memory, a move to another device or dtype). Writes
+that bypass the version counter, through ``param.data`` or to tensors made under ``torch.inference_mode``
+(which have none), need :meth:`InferenceCache.clear` afterwards.
 
 Usage::
 
@@ -26,7 +28,7 @@ Usage::
             out = model(x, y, mems, cache=cache)
             mems = out.mems
 
-(:class:`txl.model.stream.Stream` does this.)
+(:class:`txl.model.recurrence.Recurrence` does this.)
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ if TYPE_CHECKING:
     from txl.model.segment import Segment
 
 
+def _stamp(t: Tensor) -> tuple[int, int]:
+    """Where ``t`` lives and how often it was modified in place (-1: inference tensors keep no count)."""
+    return t.data_ptr(), -1 if t.is_inference() else t._version
+
+
 class InferenceCache:
     """Keys/values of the memory and ``W_kR R`` carried from one forward to the next (module docstring)."""
 
@@ -51,8 +58,9 @@ class InferenceCache:
 
     def clear(self) -> None:
         """Forget everything (the next forward projects the memory and the position table again)."""
-        self._stamp: tuple | None = None
+        self._weights: tuple | None = None  # stamps of the parameters the kept projections were made with
         self._mems: list[Tensor] | None = None  # the memories the kept keys/values belong to
+        self._mem_stamps: list[tuple[int, int]] = []
         self._kv: list[Tensor] = []  # per layer [B, M, 2*H*E]
         self._pending: dict[int, Tensor] = {}  # this forward's keys/values [B, K, 2*H*E] per layer
         self._tables: dict[int, tuple[tuple, Tensor]] = {}  # layer -> (key, W_kR R [S, H*E])
@@ -63,12 +71,12 @@ class InferenceCache:
         if torch.is_grad_enabled():
             raise ConfigError("an InferenceCache is for inference: use it under torch.no_grad() (with a gradient "
                               "the memory must be projected by the current weights)")
-        stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
-        if stamp != self._stamp:
+        weights = tuple(_stamp(p) for p in model.parameters())
+        if weights != self._weights:
             self.clear()
-            self._stamp = stamp
+            self._weights = weights
         same = self._mems is not None and len(mems) == len(self._mems) and all(
-            a is b for a, b in zip(mems, self._mems))
+            a is b and _stamp(a) == s for a, b, s in zip(mems, self._mems, self._mem_stamps))
         if not same:
             self._kv = []
         self._pending = {}
@@ -84,7 +92,7 @@ class InferenceCache:
     def commit(self, mems: list[Tensor], *, beg: int, end: int) -> None:
         """End of a forward: keep the keys/values of positions ``[beg, end)``, those that became ``mems``."""
         self._kv = [self._pending[i][:, beg:end] for i in sorted(self._pending)]
-        self._mems = mems
+        self._mems, self._mem_stamps = mems, [_stamp(m) for m in mems]
         self._pending = {}
 
     # ---------------------------------------------------------------------------------------------- W_kR R

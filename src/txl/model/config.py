@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -83,12 +83,12 @@ class TXLConfig:
     tie_weight: bool = True
     d_embed: int | None = None
     div_val: int = 1
-    tie_projs: list[bool] = field(default_factory=lambda: [False])
+    tie_projs: tuple[bool, ...] = (False,)
     pre_lnorm: bool = False
     tgt_len: int = 128
     ext_len: int = 0
     mem_len: int = 128
-    cutoffs: list[int] = field(default_factory=list)
+    cutoffs: tuple[int, ...] = ()
     same_length: bool = False
     attn_type: int = 0
     clamp_len: int = -1
@@ -104,8 +104,8 @@ class TXLConfig:
             object.__setattr__(self, "d_embed", self.d_model)
         if not isinstance(self.cutoffs, (list, tuple)) or not isinstance(self.tie_projs, (list, tuple)):
             raise ConfigError(f"cutoffs and tie_projs must be lists, got {self.cutoffs!r} and {self.tie_projs!r}")
-        object.__setattr__(self, "cutoffs", [int(c) for c in self.cutoffs])
-        object.__setattr__(self, "tie_projs", [bool(t) for t in self.tie_projs])
+        object.__setattr__(self, "cutoffs", tuple(int(c) for c in self.cutoffs))  # tuples: frozen all the way
+        object.__setattr__(self, "tie_projs", tuple(bool(t) for t in self.tie_projs))
         self.validate()
 
     # ------------------------------------------------------------------ validation
@@ -179,7 +179,8 @@ class TXLConfig:
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as plain JSON values (``cutoffs`` and ``tie_projs`` as lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TXLConfig:

@@ -3,8 +3,9 @@
 A forward processes one segment of ``Q`` tokens over a memory of ``M`` positions (``K = M + Q`` keys).
 Every layer needs the same lengths, causal mask and position table; the position strategy reads them from
 here. Two projections can come from the caller's inference cache (:class:`txl.model.cache.InferenceCache`)
-instead of being computed again: the keys/values of the memory and ``W_kR R``. Without a cache each is
-the plain formula; the one place that chooses is this class.
+instead of being computed again: the keys/values of the memory and ``W_kR R``. Without a cache each is the
+plain formula. (The model attaches the cache only for encodings whose memory carries no position, and the
+cache itself computes ``W_kR R`` plainly in training mode or under autocast.)
 """
 
 from __future__ import annotations

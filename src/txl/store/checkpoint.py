@@ -14,7 +14,6 @@ every file fsynced, then renamed into place), so a crash leaves either the compl
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,17 @@ from torch import Tensor
 
 from txl.errors import CheckpointError
 from txl.store.files import atomic_dir, read_json, sha256_file, write_json
-from txl.store.layout import MANIFEST, TRAIN_STATE_JSON, TRAIN_STATE_TENSORS, load_model_dir, save_model_dir
+from txl.store.layout import (
+    MANIFEST,
+    TRAIN_STATE_JSON,
+    TRAIN_STATE_TENSORS,
+    load_model_dir,
+    save_model_dir,
+    step_dir,
+    step_dirs,
+)
 from txl.store.tensors import load_tensors, save_tensors
 
-_STEP_DIR = re.compile(r"^step_(\d{8,})$")
 _REF = "__tensor__"
 
 
@@ -64,10 +70,6 @@ def join_tensors(obj: Any, tensors: dict[str, Tensor]) -> Any:
     if isinstance(obj, list):
         return [join_tensors(v, tensors) for v in obj]
     return obj
-
-
-def step_dir(root: str | Path, step: int) -> Path:
-    return Path(root) / f"step_{step:08d}"
 
 
 def save_checkpoint(root: str | Path, step: int, model_state: dict[str, Tensor], config_json: str,
@@ -108,12 +110,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def list_checkpoints(root: str | Path) -> list[Path]:
     """Complete ``step_*`` directories under ``root`` (those with a manifest), oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / MANIFEST).is_file()]
-    return [p for _, p in sorted(found)]
+    return [p for p in step_dirs(root) if (p / MANIFEST).is_file()]
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict, dict]:

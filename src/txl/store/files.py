@@ -1,9 +1,11 @@
 """Files that a crash cannot leave half-written, their SHA-256, and JSON read with one-line errors.
 
-Every file txl writes goes through :func:`atomic_write` (or :func:`write_text` / :func:`write_json`): the
-bytes go to a temporary file beside the target, are fsynced, then renamed over it, so a reader sees the old
-file or the new one. Directories that must appear whole (checkpoints, model directories, prepared data
-caches) are built inside :func:`atomic_dir` and renamed into place.
+The files txl writes as a whole (configs, weights, vocabularies, results, caches) go through :func:`atomic_write`
+(or :func:`write_text` / :func:`write_json`, :func:`atomic_path`): the bytes go to a temporary file beside the
+target, are fsynced, then renamed over it, so a reader sees the old file or the new one. Directories that must
+appear whole (checkpoints, model directories, prepared data caches) are built inside :func:`atomic_dir` and
+renamed into place. Logs that grow line by line (``metrics.jsonl``) are appended to, and plots are written by
+matplotlib.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ def fsync_dir(path: str | Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` for the block to write; then the file is fsynced and renamed over
-    ``path``. An exception removes the temporary file and leaves ``path`` as it was."""
+    """A temporary path beside ``path`` for the block to write; then the file is fsynced, renamed over ``path``
+    and the directory entry fsynced. An exception removes the temporary file and leaves ``path`` as it was.
+    The file gets the permissions a plain ``open`` would give it (``0o666`` less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -46,7 +49,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -87,16 +92,33 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
         fsync_dir(tmp)
-        old = final.with_name(f".{final.name}.old")
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a directory of the run is not
+        _replace_dir(tmp, final)
         fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and put back if the rename fails."""
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    try:
+        os.replace(new, final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -23,14 +23,14 @@ the model directory behind it.
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from txl.errors import CheckpointError
-from txl.store.files import sha256_file, write_text
+from txl.store.files import read_json, sha256_file, write_text
 from txl.store.tensors import load_tensors, save_tensors
 
 CONFIG = "config.json"
@@ -46,6 +46,7 @@ CHECKPOINTS = "checkpoints"
 BEST = "best"
 FINAL = "final"
 EVENTS = "events"
+STEP_DIR = re.compile(r"^step_(\d{8,})$")  # RUN/checkpoints/step_00001200
 CACHE_MANIFEST = "manifest.json"
 
 
@@ -62,6 +63,20 @@ class RunDir:
     def of_checkpoint(path: str | Path) -> Path:
         """The run directory of a checkpoint directory ``RUN/checkpoints/step_*``."""
         return Path(path).parent.parent
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    """The checkpoint directory of ``step`` under ``root`` (``RUN/checkpoints``)."""
+    return Path(root) / f"step_{step:08d}"
+
+
+def step_dirs(root: str | Path) -> list[Path]:
+    """The ``step_*`` directories under ``root``, oldest (lowest step) first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
 
 
 # ---------------------------------------------------------------------------------------------- model dirs
@@ -93,13 +108,7 @@ def load_model_dir(directory: str | Path, map_location: str | torch.device = "cp
     cfg_path = directory / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
-    try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{cfg_path} is not valid JSON: {exc}") from exc
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{cfg_path} must hold a JSON object")
-    return config, load_tensors(directory / WEIGHTS, map_location)
+    return read_json(cfg_path, error=CheckpointError), load_tensors(directory / WEIGHTS, map_location)
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -115,7 +124,7 @@ def resolve_model_dir(path: str | Path) -> Path:
     for sub in (run.best, run.final):
         if (sub / WEIGHTS).is_file():
             return sub
-    steps = sorted(p for p in run.checkpoints.glob("step_*") if (p / WEIGHTS).is_file())
+    steps = [p for p in step_dirs(run.checkpoints) if (p / WEIGHTS).is_file()]
     if steps:
         return steps[-1]
     raise CheckpointError(f"{path} holds no model: expected {CONFIG} + {WEIGHTS}, or a run directory with "

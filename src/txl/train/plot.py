@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from txl.errors import ConfigError, DataError
+from txl.store.files import read_json
 from txl.store.layout import RunDir
 
 
@@ -49,7 +50,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, title: str |
     metric = next((k[6:] for r in valid for k in r if k in ("valid_ppl", "valid_bpc")), "ppl")
     cfg_path = RunDir(run_dir).config
     if title is None and cfg_path.is_file():
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = read_json(cfg_path, error=DataError)
         t = cfg.get("train", {})
         title = (f"{t.get('preset') or t.get('model')} on {t.get('dataset')} "
                  f"({cfg.get('parameters', 0) / 1e6:.2f}M parameters, batch {t.get('batch_size')})")

@@ -9,5 +9,5 @@ def test_cases_are_the_issue_configs() -> None:
     char, word = bench_case("char"), bench_case("word")
     assert (char.config.n_layer, char.config.d_model, char.config.n_token, char.batch_size) == (4, 256, 204, 8)
     assert (char.config.tgt_len, char.config.mem_len) == (128, 128)
-    assert (word.config.n_token, word.config.cutoffs, word.config.div_val) == (33278, [2000, 10000], 4)
+    assert (word.config.n_token, word.config.cutoffs, word.config.div_val) == (33278, (2000, 10000), 4)
     assert {"enwik8-base", "wt103-base"} <= set(CASES)

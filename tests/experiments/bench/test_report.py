@@ -1,4 +1,4 @@
-"""The benchmark harness (txl.bench) compares like with like: same weights, same outputs, counted FLOPs."""
+"""The benchmark report (txl.experiments.bench.report): a whole tiny run, its ratios and its Markdown rows."""
 
 from __future__ import annotations
 

@@ -20,12 +20,12 @@ def test_hf_copy_gives_the_same_nll() -> None:
 def test_txl_eval_steps_carry_full_memories() -> None:
     runner, x, y = setup("char", "txl", device="cpu", dtype="fp32", compile=False, batch=1, seed=0)
     runner.set_eval_mem(16, 1, torch.Generator().manual_seed(0))
-    assert runner.text is not None and runner.text.mems[0].shape == (1, 16, 256)
-    before = runner.text.mems[0]
+    assert runner.rec is not None and runner.rec.mems[0].shape == (1, 16, 256)
+    before = runner.rec.mems[0]
     runner.eval_step(x, y)
-    after = runner.text.mems[0]
+    after = runner.rec.mems[0]
     assert after.shape == (1, 16, 256) and not torch.equal(after, before)  # full, and moved on by a segment
-    assert runner.text.cache is not None and runner.text.cache._kv  # the memory keys/values are reused
+    assert runner.rec.cache is not None and runner.rec.cache._kv  # the memory keys/values are reused
 
 
 def test_train_step_updates_the_weights_and_keeps_memories() -> None:

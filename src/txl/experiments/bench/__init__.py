@@ -6,7 +6,7 @@
 * training tokens/s: forward + backward + optimizer step (the same ``torch.optim.Adam`` on both sides),
   memories carried from step to step;
 * evaluation tokens/s (``no_grad``, NLL of every token) at each requested ``mem_len``, memories full and
-  carried from segment to segment (txl through its :class:`txl.model.Stream`, as ``txl eval``);
+  carried from segment to segment (txl through its :class:`txl.model.Recurrence`, as ``txl eval``);
 * peak training memory: on CPU the resident-set high-water mark of a fresh child process during the
   first training steps, above its RSS just before them (model, data and imports excluded, optimizer
   state and gradients included); on CUDA ``torch.cuda.max_memory_allocated``;

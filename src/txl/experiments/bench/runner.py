@@ -9,7 +9,7 @@ import torch
 
 from txl.experiments.bench.cases import RECOMPUTE, bench_case
 from txl.interop.hf import build_hf, hf_compat
-from txl.model import Stream, TransformerXLLM
+from txl.model import Recurrence, TransformerXLLM
 from txl.model.adaptive import LogUniformSampler
 
 
@@ -23,7 +23,7 @@ class Runner:
         self.fn = torch.compile(model) if compile else model
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         self.mems: list[torch.Tensor] | None = None
-        self.text: Stream | None = None  # txl's evaluation stream (memories and inference cache)
+        self.rec: Recurrence | None = None  # txl's evaluation: memories and inference cache
 
     def _ctx(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
@@ -56,7 +56,7 @@ class Runner:
         else:
             mems = [torch.randn((batch, mem_len, cfg.d_model), generator=gen).to(self.device)
                     for _ in range(cfg.n_layer + 1)]
-            self.text = Stream(self.fn, cfg.lengths(mem_len=mem_len), mems=mems)
+            self.rec = Recurrence(self.fn, cfg.lengths(mem_len=mem_len), mems=mems)
 
     def eval_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One segment over full memories, which then move on by one segment (as in ``txl eval``)."""
@@ -64,8 +64,8 @@ class Runner:
             if self.is_hf:
                 self.mems = self.fn(input_ids=x, labels=x, mems=self.mems).mems
             else:
-                assert self.text is not None
-                self.text(x, y)
+                assert self.rec is not None
+                self.rec(x, y)
 
 
 def zipf_tokens(n_token: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -91,19 +91,19 @@ def setup(case_name: str, impl: str, *, device: str, dtype: str, compile: bool, 
 
 
 def check_equal(ours: TransformerXLLM, hf, x: torch.Tensor, y: torch.Tensor, n_seg: int = 2) -> float:
-    """Max |NLL difference| between txl (the evaluation path: a :class:`Stream` with its inference cache) and HF
+    """Max |NLL difference| between txl (the evaluation path: a :class:`Recurrence` with its inference cache) and HF
     over ``n_seg`` segments (eval mode, empty first memory)."""
     ours.eval()
     hf.eval()
     bsz, qlen = x.shape
     d = ours.config.d_model
     hf_mems = [x.new_empty(0, bsz, d, dtype=torch.float32) for _ in range(ours.config.n_layer)]
-    text, worst = Stream(ours), 0.0
+    rec, worst = Recurrence(ours), 0.0
     with torch.no_grad(), hf_compat():
         for _ in range(n_seg):
             h = hf.transformer(input_ids=x, mems=hf_mems)
             hf_mems = h.mems
             hidden = torch.cat([h.last_hidden_state, h.last_hidden_state.new_zeros(bsz, 1, d)], dim=1)
             hf_nll = hf.crit(hidden, torch.cat([x[:, :1], y], dim=1), keep_order=True).view(bsz, qlen)
-            worst = max(worst, (text(x, y).nll - hf_nll).abs().max().item())
+            worst = max(worst, (rec(x, y).nll - hf_nll).abs().max().item())
     return worst

@@ -1,13 +1,13 @@
-"""Reading one long text segment by segment: :class:`Stream` carries the memories (paper Sec. 3.2).
+"""Segment-level recurrence over one long text: :class:`Recurrence` carries the memories (paper Sec. 3.2).
 
 Evaluation, generation, the evaluation-speed experiment and the benchmark all read a text in order, each
-segment attending to the memories the previous one left. ``Stream`` is that loop's state: the memories,
+segment attending to the memories the previous one left. ``Recurrence`` is that loop's state: the memories,
 the lengths, and (without a gradient) the inference cache of :mod:`txl.model.cache`::
 
-    stream = Stream(model, model.config.lengths(mem_len=1600, same_length=True))
+    rec = Recurrence(model, model.config.lengths(mem_len=1600, same_length=True))
     with torch.no_grad(), eval_mode(model):
         for x, y in segments:
-            nll = stream(x, y).nll
+            nll = rec(x, y).nll
 """
 
 from __future__ import annotations
@@ -24,20 +24,21 @@ from txl.model.config import Lengths
 from txl.model.lm import LMOutput, TransformerXLLM
 
 
-class Stream:
+class Recurrence:
     """Memories (and the inference cache) of one text read in order by ``model`` (see the module docstring).
 
-    Calling it runs the next segment: ``stream(input_ids, targets=None, return_log_probs=False)`` returns the
-    model's :class:`~txl.model.lm.LMOutput` and keeps its memories for the next call. ``cache=False`` projects
-    every memory again at every segment (the plain formula); the cache is only used without a gradient.
+    Calling it runs the next segment: ``rec(input_ids, targets=None, return_log_probs=False)`` returns the
+    model's :class:`~txl.model.lm.LMOutput` and keeps its memories for the next call. ``inference_cache=False``
+    projects every memory again at every segment (the plain formula); the cache is only used without a
+    gradient.
     """
 
-    def __init__(self, model: TransformerXLLM | Any, lengths: Lengths | None = None, *, cache: bool = True,
+    def __init__(self, model: TransformerXLLM | Any, lengths: Lengths | None = None, *, inference_cache: bool = True,
                  mems: list[Tensor] | None = None) -> None:
         self.model = model  # a TransformerXLLM, or a wrapper of one that takes the same arguments (compiled)
         self.lengths = lengths
         self.mems: list[Tensor] = list(mems or [])
-        self.cache = InferenceCache() if cache else None
+        self.cache = InferenceCache() if inference_cache else None
 
     def __call__(self, input_ids: Tensor, targets: Tensor | None = None, **kwargs: Any) -> LMOutput:
         cache = self.cache if self.cache is not None and not torch.is_grad_enabled() else None
