@@ -18,7 +18,8 @@ table's suffix). Validity is checked cheaply: the cache remembers the ``(storage
 parameter and of the memories it kept keys/values for, and starts over when one differs (an optimizer step,
 ``load_state_dict``, an in-place update of a weight or of a memory, a move to another device or dtype). Writes
 that bypass the version counter, through ``param.data`` or to tensors made under ``torch.inference_mode``
-(which have none), need :meth:`InferenceCache.clear` afterwards.
+(which have none), and replacing a parameter by a new ``Parameter`` object, need :meth:`InferenceCache.clear`
+afterwards.
 
 Usage::
 
@@ -45,9 +46,14 @@ if TYPE_CHECKING:
     from txl.model.segment import Segment
 
 
-def _stamp(t: Tensor) -> tuple[int, int]:
-    """Where ``t`` lives and how often it was modified in place (-1: inference tensors keep no count)."""
-    return t.data_ptr(), -1 if t.is_inference() else t._version
+def _stamps(tensors: Sequence[Tensor]) -> tuple[list[int], list[int] | None]:
+    """Where the tensors live and how often each was modified in place (None: inference tensors keep no count).
+    Two list comprehensions: this runs at every generated token."""
+    ptrs = [t.data_ptr() for t in tensors]
+    try:
+        return ptrs, [t._version for t in tensors]
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return ptrs, None
 
 
 class InferenceCache:
@@ -58,9 +64,11 @@ class InferenceCache:
 
     def clear(self) -> None:
         """Forget everything (the next forward projects the memory and the position table again)."""
+        self._model: nn.Module | None = None
+        self._params: list[Tensor] | None = None  # the model's parameters, listed once
         self._weights: tuple | None = None  # stamps of the parameters the kept projections were made with
         self._mems: list[Tensor] | None = None  # the memories the kept keys/values belong to
-        self._mem_stamps: list[tuple[int, int]] = []
+        self._mem_stamps: tuple | None = None
         self._kv: list[Tensor] = []  # per layer [B, M, 2*H*E]
         self._pending: dict[int, Tensor] = {}  # this forward's keys/values [B, K, 2*H*E] per layer
         self._tables: dict[int, tuple[tuple, Tensor]] = {}  # layer -> (key, W_kR R [S, H*E])
@@ -71,12 +79,14 @@ class InferenceCache:
         if torch.is_grad_enabled():
             raise ConfigError("an InferenceCache is for inference: use it under torch.no_grad() (with a gradient "
                               "the memory must be projected by the current weights)")
-        weights = tuple(_stamp(p) for p in model.parameters())
+        if self._params is None or self._model is not model:  # listing a model's parameters walks its modules
+            self._model, self._params = model, list(model.parameters())
+        weights = _stamps(self._params)
         if weights != self._weights:
             self.clear()
             self._weights = weights
         same = self._mems is not None and len(mems) == len(self._mems) and all(
-            a is b and _stamp(a) == s for a, b, s in zip(mems, self._mems, self._mem_stamps))
+            a is b for a, b in zip(mems, self._mems)) and _stamps(mems) == self._mem_stamps
         if not same:
             self._kv = []
         self._pending = {}
@@ -92,7 +102,7 @@ class InferenceCache:
     def commit(self, mems: list[Tensor], *, beg: int, end: int) -> None:
         """End of a forward: keep the keys/values of positions ``[beg, end)``, those that became ``mems``."""
         self._kv = [self._pending[i][:, beg:end] for i in sorted(self._pending)]
-        self._mems, self._mem_stamps = mems, [_stamp(m) for m in mems]
+        self._mems, self._mem_stamps = mems, _stamps(mems)
         self._pending = {}
 
     # ---------------------------------------------------------------------------------------------- W_kR R

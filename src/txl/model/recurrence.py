@@ -55,8 +55,12 @@ class Recurrence:
 
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """``model.eval()`` for the block, then its previous train/eval mode again."""
+    """``model.eval()`` for the block, then its previous train/eval mode again (nothing to do, and no module
+    walked, when the model is in eval mode already: generation enters this once per token)."""
     was_training = model.training
+    if not was_training:
+        yield model
+        return
     model.eval()
     try:
         yield model
