@@ -76,8 +76,8 @@ def test_resume_drops_what_was_logged_after_the_checkpoint(tmp_path) -> None:
     assert records[:5] == kept and records[5]["event"] == "resume" and records[6]["train_loss"] == 1.0
 
 
-def test_resuming_a_finished_run_drops_its_final_record(tmp_path) -> None:
-    """Resumed at its last step (to train longer), a finished run's final evaluation no longer holds."""
+def _finished_run(tmp_path):
+    """A run directory whose log holds two train records and a final evaluation at step 2."""
     run = tmp_path / "run"
     run.mkdir()
     cfg = tiny_train_config(run)
@@ -85,19 +85,19 @@ def test_resuming_a_finished_run_drops_its_final_record(tmp_path) -> None:
     _log_steps(log, [1, 2])
     log.final(2, 1.0, {"model": "best"})
     log.close()
+    return run, cfg
+
+
+def test_resuming_a_finished_run_drops_its_final_record(tmp_path) -> None:
+    """Resumed at its last step (to train longer), a finished run's final evaluation no longer holds."""
+    run, cfg = _finished_run(tmp_path)
     RunLog(run, True, cfg, resumed_at=2).close()
     assert [(r["kind"], r["step"]) for r in _records(run)] == [("train", 1), ("train", 2)]
 
 
 def test_resume_without_a_checkpoint_step_appends(tmp_path) -> None:
     """``resumed_at=None`` (a fresh run object on an existing file) trims nothing, finals included."""
-    run = tmp_path / "run"
-    run.mkdir()
-    cfg = tiny_train_config(run)
-    log = RunLog(run, True, cfg, resumed_at=None)
-    _log_steps(log, [1, 2])
-    log.final(2, 1.0, {})
-    log.close()
+    run, cfg = _finished_run(tmp_path)
     RunLog(run, True, cfg, resumed_at=None).close()
     assert [r["kind"] for r in _records(run)] == ["train", "train", "final"]
 
