@@ -93,8 +93,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``txl`` subprocess: this checkout's sources, one thread, a private data cache."""
-    import os
-
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TXL_CACHE_DIR": str(tmp_path / "cache"),
             "PYTHONPATH": str(REPO / "src"), **extra}
 

@@ -23,7 +23,7 @@ model is back in the caller's mode, so two generations over one model do not dis
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -136,7 +136,7 @@ def stream(
                    stop=stop, pad=pad_token_id, generator=generator)
 
 
-def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterator[Tensor]) -> Tensor:
+def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[Tensor]) -> Tensor:
     """Feed ``segments`` to ``rec`` in eval mode without a gradient; the next-token log-probabilities ``[B, V]``.
 
     The modes are entered per call, not across the generator's ``yield``: the caller's code between two steps
@@ -153,18 +153,17 @@ def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_samp
     log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
     for i in range(max_new_tokens):
-        with torch.no_grad():
-            tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                              generator=generator)  # [B]
-            lp = log_probs.gather(1, tok[:, None])[:, 0]  # [B]
-            if stop.numel():
-                tok = tok.masked_fill(finished, int(stop[0]) if pad is None else pad)
-                lp = lp.masked_fill(finished, 0.0)
-                finished = finished | torch.isin(tok, stop)
+        tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                          generator=generator)  # [B]
+        lp = log_probs.gather(1, tok[:, None])[:, 0]  # [B] (log_probs was made without a gradient)
+        if stop.numel():
+            tok = tok.masked_fill(finished, int(stop[0]) if pad is None else pad)
+            lp = lp.masked_fill(finished, 0.0)
+            finished = finished | torch.isin(tok, stop)
         yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=rec.mems)
         if i + 1 == max_new_tokens or bool(finished.all()):
             break
-        log_probs = _next_log_probs(model, rec, iter([tok[:, None]]))  # one new position over the memories
+        log_probs = _next_log_probs(model, rec, [tok[:, None]])  # one new position over the memories
 
 
 def generate(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],

@@ -194,10 +194,10 @@ class TransformerXLLM(nn.Module):
 
         new_mems: list[Tensor] = []
         if mems:  # m^n_{tau+1} = SG(h^n_tau), the last mem_len positions (paper Sec. 3.2)
-            beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
             new_mems = update_mems(hids, [*mems_in, mems[-1]], mlen=mlen, qlen=qlen, mem_len=lengths.mem_len,
                                    ext_len=lengths.ext_len)
-            if seg.cache is not None:
+            if seg.cache is not None:  # the cache keeps the keys/values of the same positions
+                beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
                 seg.cache.commit(new_mems, beg=beg, end=end)
 
         out = LMOutput(mems=new_mems, hidden=h.detach())
