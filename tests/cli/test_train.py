@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_cli_train_errors_are_one_line(tmp_path, capsys) -> None:
     from txl.cli import main
@@ -17,3 +19,70 @@ def test_cli_train_errors_are_one_line(tmp_path, capsys) -> None:
     assert main(["train", "--preset", "enwik8-base", "--n-layer", "2", "--set", "cutoffs=[]", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     assert cfg["batch_size"] == 22 and cfg["model_overrides"] == {"n_layer": 2, "cutoffs": []}
+
+
+def _txl(args: list[str], env: dict, **kw):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "txl", *args], env=env, capture_output=True, text=True,
+                          timeout=180, **kw)
+
+
+@pytest.mark.integration
+def test_two_processes_never_share_a_run_directory(tmp_path, word_corpus) -> None:
+    """A running `txl train` holds its run: a second fresh run and a resume are refused in one line naming it;
+    once it has stopped, a resume takes the directory over."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import subprocess_env
+    from tests.helpers import tiny_train_config as tiny_cfg
+
+    run = tmp_path / "run"
+    cfg = tiny_cfg(run, dataset=str(word_corpus), max_step=100000, save_interval=3, eval_interval=100000)
+    (tmp_path / "cfg.json").write_text(cfg.to_json())
+    env = subprocess_env(tmp_path)
+    first = subprocess.Popen([sys.executable, "-m", "txl", "train", "--config", str(tmp_path / "cfg.json")],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not list((run / "checkpoints").glob("step_*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for args in (["train", "--config", str(tmp_path / "cfg.json")], ["train", "--resume", str(run)]):
+            r = _txl(args, env)
+            assert r.returncode == 2, r.stderr
+            assert f"is in use by pid {first.pid}" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    step = int(sorted((run / "checkpoints").glob("step_*"))[-1].name[5:])
+    r = _txl(["train", "--resume", str(run), "--max-step", str(step + 2)], env)
+    assert r.returncode == 0, r.stderr
+    assert len(list((run / "checkpoints").glob("step_*"))) <= cfg.keep_checkpoints
+
+
+@pytest.mark.integration
+def test_a_refused_resume_changes_nothing_and_a_plain_one_still_works(tmp_path, word_corpus) -> None:
+    from tests.helpers import subprocess_env
+    from tests.helpers import tiny_train_config as tiny_cfg
+
+    run = tmp_path / "run"
+    (tmp_path / "cfg.json").write_text(tiny_cfg(run, dataset=str(word_corpus), max_step=2).to_json())
+    env = subprocess_env(tmp_path)
+    assert _txl(["train", "--config", str(tmp_path / "cfg.json")], env).returncode == 0
+    config = (run / "config.json").read_bytes()
+    r = _txl(["train", "--resume", str(run), "--optim", "sgd"], env)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"txl train: error: cannot change optim on --resume: {run} was trained with optim='adam' (it fixes the "
+        "optimizer state's form); start a new run with another --out-dir"]
+    assert (run / "config.json").read_bytes() == config
+    r = _txl(["train", "--resume", str(run), "--max-step", "3", "--lr", "0.01"], env)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    # update 3 of a cosine schedule over 3 steps runs with its value at step 2, now from lr 0.01
+    assert [x["lr"] for x in lines if x["kind"] == "train"][-1] == pytest.approx(0.01 * 0.25)

@@ -106,6 +106,7 @@ def test_checkpoint_round_trip_and_corruption_detected(tmp_path, corpus, tiny_ru
     for a, b in zip(tr.mems, again.mems):
         assert torch.equal(a, b)
     assert again.optimizer.state_dict()["state"][0]["exp_avg"].equal(tr.optimizer.state_dict()["state"][0]["exp_avg"])
+    again.close()  # a Trainer holds its run directory's lock until fit() ends or close()
     data = bytearray((ckpt / "train_state.safetensors").read_bytes())
     data[-1] ^= 1
     (ckpt / "train_state.safetensors").write_bytes(bytes(data))

@@ -24,6 +24,7 @@ from torch import Tensor
 from txl.errors import CheckpointError
 from txl.store.files import atomic_dir, read_json, sha256_file, write_json
 from txl.store.layout import (
+    CONFIG,
     MANIFEST,
     TRAIN_STATE_JSON,
     TRAIN_STATE_TENSORS,
@@ -124,9 +125,23 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def prune_checkpoints(root: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints (and stale temporary directories)."""
+    """Delete all but the newest ``keep`` complete checkpoints (temporary directories are left alone: they may be
+    another writer's; :func:`remove_stale_temporaries` clears a dead writer's)."""
     ckpts = list_checkpoints(root)
     for old in ckpts[: max(0, len(ckpts) - keep)]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def read_checkpoint_meta(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model config and the JSON part of the trainer state of a checkpoint, without reading any tensor."""
+    path = Path(path)
+    config = read_json(path / CONFIG, f"checkpoint config {path / CONFIG}", CheckpointError)
+    meta = read_json(path / TRAIN_STATE_JSON, f"checkpoint state {path / TRAIN_STATE_JSON}", CheckpointError)
+    return config, meta
+
+
+def remove_stale_temporaries(root: str | Path) -> None:
+    """Delete the temporary ``.step_*.tmp`` directories a killed writer left under ``root`` (only call this while
+    holding the run's lock: no other process is writing there)."""
     for tmp in Path(root).glob(".step_*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,16 +9,17 @@ module          what it holds
 ``trainer``     :class:`Trainer`: the loop, chunked accumulation, DDP, AMP, non-finite guard, state
 ``batches``     the training batches of a process (resumable)
 ``validation``  validation and the final evaluation with the official lengths
-``state``       RNG states of every process; the checkpoint a run resumes from
+``state``       the state a checkpoint holds (counters, memories, RNG states of every process)
+``resume``      what ``--resume`` may change; the checks before a resumed run touches its directory
 ``distributed`` ``torchrun`` processes (gloo on CPU, NCCL on GPU)
 ``signals``     SIGTERM/Ctrl-C stop after the step, saving a checkpoint
-``metrics``     ``metrics.jsonl``, TensorBoard, the progress bar
+``metrics``     ``metrics.jsonl``, TensorBoard, the progress bar, the run's files and best/final models
 ``plot``        learning curves of a run directory (``txl plot``)
 ==============  ==============================================================================
 """
 
 from txl.train.config import TrainConfig
-from txl.train.state import find_resume_checkpoint
+from txl.train.resume import plan_resume
 from txl.train.trainer import Trainer, TrainingDiverged, train
 
-__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "find_resume_checkpoint", "train"]
+__all__ = ["TrainConfig", "Trainer", "TrainingDiverged", "plan_resume", "train"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ class TrainConfig:
     # logging, checkpoints, limits
     log_interval: int = 200
     save_interval: int | None = None  # None: every eval_interval steps
+    save_minutes: float | None = 30.0  # also save when this much wall time passed since the last save
     keep_checkpoints: int = 2  # step_* directories kept (the best model is kept apart)
     max_minutes: float | None = None  # stop (saving a checkpoint) after this much wall time
     max_nonfinite: int = 10  # stop after this many consecutive non-finite losses/gradients
@@ -119,8 +121,10 @@ class TrainConfig:
             raise ConfigError(f"decay_rate must be in (0, 1], got {self.decay_rate}")
         if self.mom < 0:
             raise ConfigError(f"mom must be >= 0, got {self.mom}")
-        if self.max_minutes is not None and not self.max_minutes > 0:
-            raise ConfigError(f"max_minutes must be > 0, got {self.max_minutes}")
+        for name in ("max_minutes", "save_minutes"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < math.inf:
+                raise ConfigError(f"{name} must be > 0 (or None), got {value}")
         for name, allowed in (("optim", OPTIMIZERS), ("scheduler", SCHEDULERS), ("precision", PRECISIONS)):
             value = getattr(self, name)
             if value not in allowed:

@@ -1,15 +1,49 @@
-"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), the tqdm bar."""
+"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), the tqdm bar, the run's
+``config.json`` and ``vocab.json``, and its ``best/`` and ``final/`` model directories.
+
+``metrics.jsonl`` is appended to line by line, so a crash can leave its last line torn: :func:`read_metrics`
+skips such a line (and says so), and a resumed run rewrites the file without it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from txl.store.files import write_text
-from txl.store.layout import RunDir
+from txl.errors import CheckpointError
+from txl.store.files import atomic_dir, write_json, write_text
+from txl.store.layout import TRAIN_INFO, RunDir
 from txl.train.config import TrainConfig
+from txl.version import __version__
+
+
+def read_metrics(path: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``. A torn last line (what a crash leaves) is skipped, with one note on
+    stderr when ``warn``; an unreadable line elsewhere is a one-line :class:`CheckpointError`."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path} ({exc.strerror or exc})") from None
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            if i < len(lines) - 1:
+                raise CheckpointError(f"{path}, line {i + 1}, is not a JSON record ({exc})") from None
+            if warn:
+                print(f"txl: note: skipping the torn last line of {path} (an interrupted write)", file=sys.stderr)
+            continue
+        records.append(record)
+    return records
 
 
 class RunLog:
@@ -23,7 +57,7 @@ class RunLog:
         run = RunDir(out_dir)
         path = run.metrics
         if resumed_at is not None and path.is_file():  # drop what was logged after the checkpoint
-            records = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            records = read_metrics(path)
             keep = [r for r in records if r.get("step", 0) <= resumed_at and r.get("kind") != "final"]
             write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
         self.file = path.open("a", encoding="utf-8")
@@ -89,3 +123,21 @@ def postfix(bar: Any, loss: float, metric: str, lr: float, tok_s: float) -> None
     shown = loss / math.log(2) if metric == "bpc" else math.exp(min(loss, 50.0))
     bar.set_postfix({"loss": f"{loss:.3f}", metric: f"{shown:.2f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_s:.0f}"},
                     refresh=False)
+
+
+def write_run_files(run: RunDir, cfg: TrainConfig, model: Any, corpus: Any, *, world_size: int) -> None:
+    """The run's ``config.json`` (training and model config, dataset and its vocabulary's SHA-256) and
+    ``vocab.json``."""
+    info = {"name": corpus.name, "vocab_size": len(corpus.vocab), "vocab_sha256": corpus.vocab.sha256(),
+            "metric": "bpc" if corpus.char_level else "ppl",
+            "tokens": {k: int(v.shape[0]) for k, v in corpus.splits.items()}}
+    write_json(run.config, {"txl_version": __version__, "train": cfg.to_dict(), "model": model.config.to_dict(),
+                            "world_size": world_size, "dataset": info, "parameters": model.num_parameters()})
+    write_text(run.vocab, corpus.vocab.to_json())
+
+
+def publish_model(directory: Path, model: Any, info: dict[str, Any]) -> None:
+    """Replace the model directory ``best/`` or ``final/`` as a whole (weights, config, ``train_info.json``)."""
+    with atomic_dir(directory) as tmp:
+        model.save_pretrained(tmp)
+        write_json(tmp / TRAIN_INFO, info, sort_keys=False)

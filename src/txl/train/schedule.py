@@ -91,6 +91,25 @@ class Schedule:
         if self.plateau is not None and self.updates >= self.cfg.warmup_step:
             self.plateau.step(valid_loss)
 
+    def rebase(self, old_lr: float) -> None:
+        """After :meth:`load_state_dict` of a run saved with base rate ``old_lr``: apply this config's ``lr``,
+        ``mom`` and schedule fields from the next update. The rate becomes the new schedule's value at the
+        current update; after warmup, ``dev_perf`` keeps the decay it reached (scaled to the new ``lr``)."""
+        cfg, groups = self.cfg, self.optimizer.param_groups
+        self.lambda_lr.base_lrs = [cfg.lr] * len(groups)
+        if self.plateau is not None:
+            self.plateau.factor, self.plateau.patience = cfg.decay_rate, cfg.patience
+            self.plateau.min_lrs = [cfg.lr_min] * len(groups)
+        plateau_phase = self.plateau is not None and self.updates > cfg.warmup_step
+        for g in groups:
+            g["initial_lr"] = cfg.lr
+            if "momentum" in g:
+                g["momentum"] = cfg.mom
+            if plateau_phase:
+                g["lr"] = max(cfg.lr_min, g["lr"] * cfg.lr / old_lr)
+            else:
+                g["lr"] = cfg.lr * self.fn(self.lambda_lr.last_epoch)
+
     def state_dict(self) -> dict[str, Any]:
         state = self.lambda_lr.state_dict()
         state.pop("lr_lambdas", None)  # rebuilt from the config

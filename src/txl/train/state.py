@@ -1,42 +1,18 @@
-"""The parts of a training state that are not the model's or the optimizer's own ``state_dict``: the random
-number generators of every process, and finding and checking the checkpoint a run resumes from."""
+"""The training state a checkpoint holds: :func:`capture_state` gathers a :class:`~txl.train.trainer.Trainer`'s
+model, optimizer, schedule, grad scaler, counters, data position, memories and the random number generators of
+every process; :func:`restore_state` puts them back (the memories' and generators' rows of this process)."""
 
 from __future__ import annotations
 
+import math
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from txl.errors import CheckpointError
-from txl.store.checkpoint import list_checkpoints
-from txl.store.layout import RunDir, is_checkpoint_dir
 from txl.train.distributed import Dist
-
-#: Model fields a resumed run may set differently from its checkpoint (they size no parameter of the
-#: relative encodings; for attn_type 1 and 3 a change is caught by the weights' shapes).
-RESUMABLE_CHANGES = ("tgt_len", "ext_len", "mem_len", "clamp_len", "same_length")
-
-
-def find_resume_checkpoint(path: str | Path) -> Path:
-    """The checkpoint to resume from: ``path`` itself if it is one, else the newest under ``path/checkpoints``."""
-    path = Path(path)
-    if is_checkpoint_dir(path):
-        return path
-    ckpts = list_checkpoints(RunDir(path).checkpoints)
-    if not ckpts:
-        raise CheckpointError(f"no checkpoint to resume from in {path} (expected {RunDir(path).checkpoints}/step_*/)")
-    return ckpts[-1]
-
-
-def check_same_model(saved: dict[str, Any], config: dict[str, Any], path: Path) -> None:
-    """A one-line :class:`CheckpointError` if the checkpoint's model config differs from the run's."""
-    diff = [k for k in config if k not in RESUMABLE_CHANGES and saved.get(k) != config[k]]
-    if diff:
-        raise CheckpointError(f"{path} holds a model with {diff[0]}={saved.get(diff[0])!r}, but this config "
-                              f"builds {diff[0]}={config[diff[0]]!r}")
+from txl.version import __version__
 
 
 def capture_rng(dist: Dist, device: str) -> dict[str, Any]:
@@ -60,3 +36,41 @@ def restore_rng(rng: dict[str, Any], rank: int, device: str) -> None:
     torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu())
     if rng.get("cuda") is not None and device.startswith("cuda"):
         torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu(), device)
+
+
+def capture_state(tr: Any) -> dict[str, Any]:
+    """Everything a trainer needs to continue exactly; memories and RNG states of all processes are gathered."""
+    comm = tr.device if tr.device.startswith("cuda") else "cpu"
+    mems = [tr.dist.gather_rows(m, comm).cpu() for m in tr.mems] if tr.mems else None
+    return {
+        "format": 1, "txl_version": __version__, "world_size": tr.dist.world_size,
+        "step": tr.step, "tokens": tr.tokens, "elapsed": tr.elapsed,
+        "nonfinite_total": tr.nonfinite_total, "nonfinite_run": tr.nonfinite_run,
+        "best_valid": tr.best_valid if math.isfinite(tr.best_valid) else None, "best_step": tr.best_step,
+        "model": tr.model.state_dict(),
+        "optimizer": tr.optimizer.state_dict(), "schedule": tr.schedule.state_dict(),
+        "scaler": tr.scaler.state_dict() if tr.scaler is not None else None,
+        "data": tr.train_iter.state_dict(), "mems": mems, "mems_epoch": tr.mems_epoch,
+        "rng": capture_rng(tr.dist, tr.device), "train_config": tr.cfg.to_dict(), "vocab_sha256": tr.vocab_sha256,
+    }
+
+
+def restore_state(tr: Any, state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_state` for this process of ``tr``."""
+    if "model" in state:
+        tr.model.load_state_dict_strict({k: v.to(tr.device) for k, v in state["model"].items()})
+    tr.optimizer.load_state_dict(state["optimizer"])
+    tr.schedule.load_state_dict(state["schedule"])
+    if tr.scaler is not None and state.get("scaler"):
+        tr.scaler.load_state_dict(state["scaler"])
+    tr.train_iter.load_state_dict(state["data"])
+    tr.step, tr.tokens, tr.elapsed = int(state["step"]), int(state["tokens"]), float(state["elapsed"])
+    tr.nonfinite_total, tr.nonfinite_run = int(state["nonfinite_total"]), int(state["nonfinite_run"])
+    tr.best_valid = math.inf if state.get("best_valid") is None else float(state["best_valid"])
+    tr.best_step = int(state.get("best_step", 0))
+    per = tr.cfg.batch_size // tr.dist.world_size
+    rows = slice(tr.dist.rank * per, (tr.dist.rank + 1) * per)
+    tr.mems = [m[rows].to(tr.device) for m in state["mems"]] if state.get("mems") else None
+    tr.mems_epoch = int(state.get("mems_epoch", 0))
+    same_world = int(state.get("world_size", 1)) == tr.dist.world_size
+    restore_rng(state["rng"], tr.dist.rank if same_world else 0, tr.device)

@@ -24,6 +24,7 @@ import contextlib
 import math
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,20 +40,21 @@ from txl.store.checkpoint import (
     list_checkpoints,
     load_checkpoint,
     prune_checkpoints,
+    remove_stale_temporaries,
     save_checkpoint,
-    verify_checkpoint,
 )
-from txl.store.files import atomic_dir, write_json, write_text
-from txl.store.layout import TRAIN_INFO, RunDir
+from txl.store.files import write_json
+from txl.store.layout import RunDir
+from txl.store.lock import RunLock
 from txl.train.batches import train_iterator
 from txl.train.config import TrainConfig
 from txl.train.distributed import Dist, resolve_device
-from txl.train.metrics import RunLog, postfix, progress
+from txl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
+from txl.train.resume import ResumePlan, plan_resume
 from txl.train.schedule import Schedule, build_optimizer
 from txl.train.signals import stop_on_signals
-from txl.train.state import capture_rng, check_same_model, find_resume_checkpoint, restore_rng
-from txl.train.validation import score_split, test_lengths, validation_lengths
-from txl.version import __version__
+from txl.train.state import capture_state, restore_state
+from txl.train.validation import final_evaluation, score_split, validation_lengths
 
 
 class TrainingDiverged(TXLError):
@@ -67,9 +69,21 @@ class Trainer:
     ``resume=`` a run directory or checkpoint restores the full state; :meth:`fit` trains.
     """
 
-    def __init__(self, cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> None:
+    def __init__(self, cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None,
+                 force: bool = False) -> None:
         cfg.validate()
         self.cfg = cfg
+        self.out_dir = Path(cfg.out_dir)
+        self.run = RunDir(self.out_dir)
+        self.lock = RunLock(self.out_dir) if int(os.environ.get("RANK", "0")) == 0 else None  # rank 0 holds it
+        try:
+            self._setup(resume, corpus, force)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
+        cfg = self.cfg
         self.device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", "0")))
         if cfg.precision == "fp16" and not self.device.startswith("cuda"):
             raise ConfigError("precision fp16 needs a CUDA device (GradScaler); use bf16 on the CPU")
@@ -78,14 +92,13 @@ class Trainer:
             raise ConfigError(f"batch_size {cfg.batch_size} must be divisible by world_size x batch_chunk "
                               f"= {world} x {cfg.batch_chunk}")
         model_preset(cfg.model, 10**7, **cfg.model_overrides)  # model keys/values checked before the data loads
-        ckpt = find_resume_checkpoint(resume) if resume is not None else None
-        self.out_dir = Path(cfg.out_dir)
-        self.run = RunDir(self.out_dir)
-        if ckpt is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
+        if self.lock is not None:  # before anything in the run directory is read or written
+            self.lock.acquire()
+            remove_stale_temporaries(self.run.checkpoints)
+        self.plan = plan_resume(resume) if resume is not None else None
+        if self.plan is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
             raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
                               f"{self.out_dir}`, or give another --out-dir")
-        if ckpt is not None:
-            verify_checkpoint(ckpt)
         self.dist = Dist(self.device)
         if corpus is None:
             from txl.data import load_corpus
@@ -98,6 +111,9 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.model_cfg: TXLConfig = model_preset(cfg.model, len(corpus.vocab), **cfg.model_overrides)
+        self.vocab_sha256 = corpus.vocab.sha256()
+        if self.plan is not None:  # refuse a fixed field's change before anything is loaded or written
+            self.plan.check(cfg, self.model_cfg.to_dict(), self.vocab_sha256)
         self.model = TransformerXLLM(self.model_cfg).to(self.device)
         self.model.recompute(cfg.recompute)
         if self.dist.rank:  # other processes draw their own dropout masks; rank 0 continues the seed's stream
@@ -129,9 +145,24 @@ class Trainer:
         self.last_saved_step = -1
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
         self.stop_reason: str | None = None
+        self.save_request = self.save_due = False  # --save-minutes, agreed on at the next step
+        self.last_save_time = time.monotonic()
         self.resumed_from: Path | None = None
-        if ckpt is not None:
-            self._load(ckpt)
+        if self.plan is not None and self.plan.checkpoint is not None:
+            self._load(self.plan)
+        elif self.plan is not None and self.dist.main:
+            print(f"txl train: {self.out_dir} has no checkpoint yet: starting it again from step 0", file=sys.stderr)
+
+    def close(self) -> None:
+        """Release the run directory's lock (:meth:`fit` does it when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ data
     def _batches(self) -> Any:
@@ -171,13 +202,14 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip if cfg.clip > 0 else math.inf)
-        requests = [float(self.stop_request == "signal"), float(self.stop_request == "time")]
+        requests = [float(self.stop_request == "signal"), float(self.stop_request == "time"), float(self.save_request)]
         flags = torch.cat([loss_sum[None], norm.float().to(loss_sum.device)[None],
                            torch.tensor(requests, device=loss_sum.device)])
         flags = self.dist.all_reduce(flags.detach().clone()).tolist()  # every process takes the same decisions
         loss_value, grad_norm = flags[0] / self.dist.world_size, flags[1] / self.dist.world_size
         if self.stop_reason is None and (flags[2] > 0 or flags[3] > 0):
             self.stop_reason = "signal" if flags[2] > 0 else "time"
+        self.save_due = flags[4] > 0
         joined = [torch.cat(parts, 0) for parts in zip(*new_mems)] if new_mems[0] else []
         finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
         if finite:
@@ -209,48 +241,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly; memories and RNG states of all processes are gathered."""
-        comm = self.device if self.device.startswith("cuda") else "cpu"
-        mems = [self.dist.gather_rows(m, comm).cpu() for m in self.mems] if self.mems else None
-        rng = capture_rng(self.dist, self.device)
-        return {
-            "format": 1, "txl_version": __version__, "world_size": self.dist.world_size,
-            "step": self.step, "tokens": self.tokens, "elapsed": self.elapsed,
-            "nonfinite_total": self.nonfinite_total, "nonfinite_run": self.nonfinite_run,
-            "best_valid": self.best_valid if math.isfinite(self.best_valid) else None, "best_step": self.best_step,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "data": self.train_iter.state_dict(), "mems": mems, "mems_epoch": self.mems_epoch,
-            "rng": rng,
-        }
+        """Everything needed to continue exactly (:func:`txl.train.state.capture_state`)."""
+        return capture_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "model" in state:
-            self.model.load_state_dict_strict({k: v.to(self.device) for k, v in state["model"].items()})
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.train_iter.load_state_dict(state["data"])
-        self.step, self.tokens, self.elapsed = int(state["step"]), int(state["tokens"]), float(state["elapsed"])
-        self.nonfinite_total, self.nonfinite_run = int(state["nonfinite_total"]), int(state["nonfinite_run"])
-        self.best_valid = math.inf if state.get("best_valid") is None else float(state["best_valid"])
-        self.best_step = int(state.get("best_step", 0))
-        per = self.cfg.batch_size // self.dist.world_size
-        rows = slice(self.dist.rank * per, (self.dist.rank + 1) * per)
-        self.mems = [m[rows].to(self.device) for m in state["mems"]] if state.get("mems") else None
-        self.mems_epoch = int(state.get("mems_epoch", 0))
-        same_world = int(state.get("world_size", 1)) == self.dist.world_size
-        restore_rng(state["rng"], self.dist.rank if same_world else 0, self.device)
+        restore_state(self, state)
 
-    def _load(self, path: Path) -> None:
-        config, weights, state = load_checkpoint(path, map_location="cpu")
-        check_same_model(config, self.model_cfg.to_dict(), path)
+    def _load(self, plan: ResumePlan) -> None:
+        _, weights, state = load_checkpoint(plan.checkpoint, map_location="cpu")
         state["model"] = weights
         self.load_state_dict(state)
+        if plan.schedule_changed:  # a new lr or schedule applies from the next update
+            self.schedule.rebase(float(plan.train.get("lr", self.cfg.lr)))
         self.last_saved_step = self.step
-        self.resumed_from = path
+        self.resumed_from = plan.checkpoint
 
     def save_checkpoint(self) -> Path | None:
         """Write ``out_dir/checkpoints/step_XXXXXXXX/`` (rank 0 writes; every process must call it)."""
@@ -262,6 +266,7 @@ class Trainer:
                                    self.model.config.to_json(), state)
             prune_checkpoints(self.run.checkpoints, self.cfg.keep_checkpoints)
         self.last_saved_step = self.step
+        self.last_save_time, self.save_request, self.save_due = time.monotonic(), False, False
         self.dist.barrier()
         return path
 
@@ -288,27 +293,26 @@ class Trainer:
 
     def final_evaluation(self) -> dict[str, Any]:
         """The best model on ``valid`` and ``test`` with the ``test_*`` (official ``eval.py``) settings."""
-        cfg, best = self.cfg, self.run.best
-        model = TransformerXLLM.from_pretrained(best, map_location=self.device) if best.is_dir() else self.model
-        lengths = test_lengths(self.model_cfg, cfg)
-        out: dict[str, Any] = {"model": str(best if best.is_dir() else "last"), **lengths,
-                               "batch_size": cfg.test_batch_size}
-        for split in ("valid", "test"):
-            if split in self.corpus.splits:
-                out[split] = score_split(model, self.corpus, split, cfg.test_batch_size, device=self.device,
-                                         autocast=self._autocast(), **lengths)
-        return out
+        return final_evaluation(self.model, self.run.best, self.corpus, self.cfg, device=self.device,
+                                autocast=self._autocast())
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
-        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary."""
+        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary. Releases the lock."""
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def _fit(self) -> dict[str, Any]:
         cfg = self.cfg
         main = self.dist.main
         if main:
             self._write_run_files()
-        log = RunLog(self.out_dir, main, cfg, resumed_at=self.step if self.resumed_from else None)
-        if self.resumed_from is not None:
-            log.event(self.step, self.elapsed, "resume", checkpoint=str(self.resumed_from))
+        log = RunLog(self.out_dir, main, cfg, resumed_at=self.step if self.plan is not None else None)
+        if self.plan is not None:
+            log.event(self.step, self.elapsed, "resume" if self.resumed_from else "restart",
+                      checkpoint=str(self.resumed_from) if self.resumed_from else None, changes=self.plan.changes)
         bar = progress(cfg, self.step, main)
         start, t_last, tokens_last, losses = time.monotonic(), time.monotonic(), self.tokens, []
         elapsed0 = self.elapsed
@@ -318,8 +322,11 @@ class Trainer:
             with stop_on_signals(self._request_stop):
                 batches = self._batches()
                 while self.step < cfg.max_step and self.stop_reason is None:
-                    if cfg.max_minutes is not None and time.monotonic() - start > cfg.max_minutes * 60:
+                    now = time.monotonic()
+                    if cfg.max_minutes is not None and now - start > cfg.max_minutes * 60:
                         self.stop_request = self.stop_request or "time"
+                    if cfg.save_minutes is not None and now - self.last_save_time > cfg.save_minutes * 60:
+                        self.save_request = True
                     batch = next(batches)
                     lr = self.schedule.lr  # the rate this update runs with
                     out = self.train_step(batch.input_ids, batch.targets)
@@ -344,7 +351,7 @@ class Trainer:
                     if self.step % cfg.eval_interval == 0 or done:
                         self._validate_and_keep_best(log)
                         last_eval = self.step
-                    if self.step % save_every == 0 or done or self.stop_reason:
+                    if self.step % save_every == 0 or done or self.stop_reason or self.save_due:
                         self.save_checkpoint()
         finally:
             if bar is not None:
@@ -380,18 +387,10 @@ class Trainer:
         return first
 
     def _write_run_files(self) -> None:
-        info = {"name": self.corpus.name, "vocab_size": len(self.corpus.vocab), "metric": self.metric,
-                "tokens": {k: int(v.shape[0]) for k, v in self.corpus.splits.items()}}
-        write_json(self.run.config, {"txl_version": __version__, "train": self.cfg.to_dict(),
-                                     "model": self.model_cfg.to_dict(), "world_size": self.dist.world_size,
-                                     "dataset": info, "parameters": self.model.num_parameters()})
-        write_text(self.run.vocab, self.corpus.vocab.to_json())
+        write_run_files(self.run, self.cfg, self.model, self.corpus, world_size=self.dist.world_size)
 
     def _publish(self, directory: Path, info: dict[str, Any]) -> None:
-        """Replace the model directory ``best/`` or ``final/`` as a whole (weights, config, train_info.json)."""
-        with atomic_dir(directory) as tmp:
-            self.model.save_pretrained(tmp)
-            write_json(tmp / TRAIN_INFO, info, sort_keys=False)
+        publish_model(directory, self.model, info)
 
 
 def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> dict[str, Any]:

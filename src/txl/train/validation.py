@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from pathlib import Path
 from typing import Any
 
 from txl.inference.evaluate import evaluate
@@ -35,6 +36,21 @@ def test_lengths(m: TXLConfig, cfg: TrainConfig) -> dict[str, Any]:
     tgt = cfg.test_tgt_len or cfg.eval_tgt_len or m.tgt_len
     mem = cfg.test_mem_len if cfg.test_mem_len is not None else (m.mem_len and m.mem_len + m.tgt_len - tgt)
     return dict(tgt_len=tgt, mem_len=max(0, mem), clamp_len=cfg.test_clamp_len, same_length=cfg.test_same_length)
+
+
+def final_evaluation(model: TransformerXLLM, best: Path, corpus: Any, cfg: TrainConfig, *, device: Any,
+                     autocast: contextlib.AbstractContextManager | None = None) -> dict[str, Any]:
+    """The model in ``best/`` (else ``model``, the last one) on ``valid`` and ``test`` with :func:`test_lengths`."""
+    if best.is_dir():
+        model = TransformerXLLM.from_pretrained(best, map_location=device)
+    lengths = test_lengths(model.config, cfg)
+    out: dict[str, Any] = {"model": str(best if best.is_dir() else "last"), **lengths,
+                           "batch_size": cfg.test_batch_size}
+    for split in ("valid", "test"):
+        if split in corpus.splits:
+            out[split] = score_split(model, corpus, split, cfg.test_batch_size, device=device, autocast=autocast,
+                                     **lengths)
+    return out
 
 
 def score_split(model: TransformerXLLM, corpus: Any, split: str, batch_size: int, *, device: Any,

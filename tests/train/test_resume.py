@@ -1,0 +1,192 @@
+"""``--resume`` semantics: changeable fields applied from the next step and logged, fixed ones refused with the
+run untouched, the vocabulary bound to the run, no dead end before the first checkpoint, a torn metrics line,
+time-based saving and a full disk."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import corpus_dir
+from txl.errors import ConfigError, DataError
+from txl.store.checkpoint import list_checkpoints, verify_checkpoint
+from txl.store.lock import LOCK
+from txl.train import Trainer
+from txl.train.resume import FIXED
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from txl.data import load_corpus
+
+    root = tmp_path_factory.mktemp("corpus")
+    return load_corpus(str(corpus_dir(root)), cache_dir=root / "cache")
+
+
+def _snapshot(run: Path) -> dict[str, str]:
+    """SHA-256 of every file of a run directory but its lock."""
+    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run.rglob("*")) if p.is_file() and p.name != LOCK}
+
+
+def _records(run: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def _trained(tiny_run, corpus, **kw) -> Path:
+    cfg = tiny_run(max_step=4, save_interval=2, **kw)
+    Trainer(cfg, corpus=corpus).fit()
+    return Path(cfg.out_dir)
+
+
+def _resume_cfg(run: Path, **changes):
+    """The run's config with ``changes``, as ``txl train --resume RUN --flag ...`` resolves it."""
+    from txl.train.config import TrainConfig, read_config_file
+
+    return TrainConfig.from_dict({**changes, "out_dir": str(run)},
+                                 base=TrainConfig.from_dict(read_config_file(run / "config.json")))
+
+
+def _resume(run: Path, corpus, **changes) -> dict:
+    return Trainer(_resume_cfg(run, **changes), corpus=corpus, resume=run).fit()
+
+
+def test_a_new_lr_applies_from_the_next_step_and_is_logged(tmp_path, corpus, tiny_run) -> None:
+    run = _trained(tiny_run, corpus, scheduler="constant")
+    plain = tmp_path / "plain"
+    import shutil
+
+    shutil.copytree(run, plain)
+    _resume(plain, corpus, max_step=6)
+    _resume(run, corpus, max_step=6, lr=0.1)
+    new, old = _records(run, "train"), _records(plain, "train")
+    assert [r["lr"] for r in new[4:]] == [0.1, 0.1] and [r["lr"] for r in old[4:]] == [3e-3, 3e-3]
+    assert new[:4] == [{**r, "time": new[i]["time"], "tokens_per_s": new[i]["tokens_per_s"]}
+                       for i, r in enumerate(old[:4])]
+    assert new[5]["train_loss"] != old[5]["train_loss"]  # the update of step 5 ran with lr 0.1
+    event = [r for r in _records(run, "event") if r["event"] == "resume"][-1]
+    assert event["changes"] == {"lr": [3e-3, 0.1], "max_step": [4, 6]}
+    assert json.loads((run / "config.json").read_text())["train"]["lr"] == 0.1
+
+
+def test_a_cosine_schedule_is_retargeted_to_the_new_max_step(tmp_path, corpus, tiny_run) -> None:
+    import math
+
+    run = _trained(tiny_run, corpus, warmup_step=0)
+    _resume(run, corpus, max_step=8, lr=0.01, eta_min=0.001)
+    lrs = [r["lr"] for r in _records(run, "train")]
+    # update n runs with the schedule's value at n - 1 (the official order)
+    expected = [0.001 + (0.01 - 0.001) * (1 + math.cos(math.pi * (n - 1) / 8)) / 2 for n in (5, 6, 7, 8)]
+    assert lrs[4:] == pytest.approx(expected, rel=1e-12)
+
+
+def test_sgd_momentum_change_is_applied(tmp_path, corpus, tiny_run) -> None:
+    run = _trained(tiny_run, corpus, optim="sgd", mom=0.0, lr=0.1)
+    cfg = _resume_cfg(run, max_step=5, mom=0.9)
+    with Trainer(cfg, corpus=corpus, resume=run) as tr:
+        assert tr.optimizer.param_groups[0]["momentum"] == 0.9
+
+
+_FIXED_CHANGES = {"dataset": "ptb", "model": "cpu-small", "batch_size": 8, "varlen": True, "optim": "sgd",
+                  "scheduler": "inv_sqrt", "seed": 8, "half_loss": True,
+                  "n_layer": 3, "tgt_len": 8, "mem_len": 12, "d_inner": 40}
+
+
+@pytest.mark.parametrize("key", sorted(_FIXED_CHANGES))
+def test_a_fixed_field_is_refused_and_the_run_left_as_it_was(tmp_path, corpus, tiny_run, key) -> None:
+    run = _trained(tiny_run, corpus)
+    before = _snapshot(run)
+    cfg = _resume_cfg(run, **{key: _FIXED_CHANGES[key]})
+    with pytest.raises(ConfigError, match=rf"cannot change {key} on --resume: .*{key}=") as err:
+        Trainer(cfg, corpus=corpus, resume=run)
+    assert "\n" not in str(err.value)
+    assert _snapshot(run) == before
+    summary = _resume(run, corpus, max_step=5)  # a later plain resume works
+    assert summary["step"] == 5
+
+
+def test_every_fixed_field_has_a_refusal_test() -> None:
+    assert set(FIXED) <= set(_FIXED_CHANGES)
+
+
+def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run) -> None:
+    from txl.data import load_corpus
+
+    run = _trained(tiny_run, corpus)
+    data = corpus_dir(tmp_path / "edited")
+    with open(data / "train.txt", "a", encoding="utf-8") as f:
+        f.write("a brand new word appears\n")
+    edited = load_corpus(str(data), cache_dir=tmp_path / "cache")
+    before = _snapshot(run)
+    with pytest.raises(DataError, match=r"vocabulary .* differs from the one .* trained with"):
+        Trainer(_resume_cfg(run, max_step=5), corpus=edited, resume=run)
+    assert _snapshot(run) == before
+
+
+def test_checkpoints_record_the_config_and_the_vocabulary(tmp_path, corpus, tiny_run) -> None:
+    from txl.store.checkpoint import read_checkpoint_meta
+
+    run = _trained(tiny_run, corpus)
+    _, state = read_checkpoint_meta(list_checkpoints(run / "checkpoints")[-1])
+    assert state["vocab_sha256"] == corpus.vocab.sha256()
+    assert state["train_config"]["lr"] == 3e-3 and state["train_config"]["max_step"] == 4
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path, corpus, tiny_run, capsys) -> None:
+    cfg = tiny_run(max_step=3, save_interval=100, eval_interval=100)
+    with Trainer(cfg, corpus=corpus) as tr:  # what a kill before the first save leaves: config, vocab, metrics
+        tr._write_run_files()
+        (Path(cfg.out_dir) / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "tra')
+    with pytest.raises(ConfigError, match="already holds a run: continue it with `txl train --resume"):
+        Trainer(cfg, corpus=corpus)
+    summary = Trainer(cfg, corpus=corpus, resume=cfg.out_dir).fit()
+    assert summary["step"] == 3
+    assert "has no checkpoint yet: starting it again from step 0" in capsys.readouterr().err
+    records = [json.loads(ln) for ln in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["event"] == "restart" and [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3]
+
+
+def test_a_torn_metrics_line_does_not_block_a_resume(tmp_path, corpus, tiny_run, capsys) -> None:
+    run = _trained(tiny_run, corpus)
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "train", "step": 5, "train_lo')
+    capsys.readouterr()
+    assert _resume(run, corpus, max_step=6)["step"] == 6
+    assert capsys.readouterr().err.count("torn last line") == 1
+    assert [r["step"] for r in _records(run, "train")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_save_minutes_saves_by_time_beside_steps(tmp_path, corpus, tiny_run) -> None:
+    cfg = tiny_run(max_step=5, save_interval=100, eval_interval=100, save_minutes=1e-9, keep_checkpoints=10)
+    Trainer(cfg, corpus=corpus).fit()
+    steps = [int(p.name[5:]) for p in list_checkpoints(Path(cfg.out_dir) / "checkpoints")]
+    assert steps[:2] == [1, 2] and steps[-1] == 5  # every step is "30 minutes" after the last save here
+    with pytest.raises(ConfigError, match="save_minutes must be > 0"):
+        dataclasses.replace(cfg, save_minutes=0.0)
+
+
+def test_a_full_disk_during_a_checkpoint_loses_nothing(tmp_path, corpus, tiny_run, monkeypatch) -> None:
+    import txl.store.checkpoint as ckpt_mod
+
+    cfg = tiny_run(max_step=6, save_interval=2)
+    real = ckpt_mod.save_tensors
+
+    def full_at_step_4(tensors, path, *a, **kw):
+        if "step_00000004" in str(Path(path).parent) or ".step_00000004." in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(tensors, path, *a, **kw)
+
+    monkeypatch.setattr(ckpt_mod, "save_tensors", full_at_step_4)
+    with pytest.raises(OSError, match="No space left"):
+        Trainer(cfg, corpus=corpus).fit()
+    root = Path(cfg.out_dir) / "checkpoints"
+    assert [p.name for p in list_checkpoints(root)] == ["step_00000002"]
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no temporary left behind
+    verify_checkpoint(root / "step_00000002")
+    monkeypatch.setattr(ckpt_mod, "save_tensors", real)
+    assert Trainer(cfg, corpus=corpus, resume=cfg.out_dir).fit()["step"] == 6  # the lock was released too
