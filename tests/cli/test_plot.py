@@ -56,7 +56,7 @@ def test_a_directory_without_metrics_is_a_one_line_error(tmp_path, capsys) -> No
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"kind": "train", "step": 1}\nnot json\n', "metrics.jsonl:2 is not JSON"),
+    ('{"kind": "train", "step": 1}\nnot json\n{"kind": "event"}\n', "metrics.jsonl:2 is not JSON"),
     ('{"kind": "event", "step": 0, "event": "resume"}\n', "holds no train/valid records yet"),
 ])
 def test_unreadable_metrics_are_one_line_errors(tmp_path, capsys, content: str, message: str) -> None:

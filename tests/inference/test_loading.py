@@ -46,3 +46,24 @@ def test_unknown_or_absent_devices_are_one_line_errors(tmp_path) -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             load_model(tmp_path / "m", device="cuda")
+
+
+def test_check_dataset_refuses_another_vocabulary_or_size(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from tests.helpers import model_dir_with_vocab, word_vocab
+    from txl.errors import DataError
+    from txl.inference.loading import check_dataset
+
+    vocab = word_vocab()
+    model, directory = model_dir_with_vocab(tmp_path, vocab)
+    check_dataset(model, directory, SimpleNamespace(vocab=vocab), "mine")
+    swapped = Vocab([*vocab.idx2sym[:-2], vocab.idx2sym[-1], vocab.idx2sym[-2]], special=["<eos>", "<unk>"],
+                    eos="<eos>", unk="<unk>")  # same size, two ids exchanged: the model would score garbage
+    with pytest.raises(DataError, match=r"vocabulary of mine \(20 symbols\) differs from the model's"):
+        check_dataset(model, directory, SimpleNamespace(vocab=swapped), "mine")
+    (directory / "vocab.json").unlink()
+    check_dataset(model, directory, SimpleNamespace(vocab=swapped), "mine")  # no vocabulary: sizes only
+    smaller = Vocab(vocab.idx2sym[:-1], special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>")
+    with pytest.raises(DataError, match="has 19 symbols but the model predicts 20"):
+        check_dataset(model, directory, SimpleNamespace(vocab=smaller), "mine")

@@ -57,9 +57,15 @@ def test_read_metrics_without_the_file(tmp_path) -> None:
 
 
 def test_read_metrics_names_the_line_that_is_not_json(tmp_path) -> None:
-    (tmp_path / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n\n{"kind": "tr\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"metrics\.jsonl:3 is not JSON"):
+    (tmp_path / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "tr\n{"step": 2}\n')
+    with pytest.raises(DataError, match=r"metrics\.jsonl:2 is not JSON"):
         read_metrics(tmp_path)
+
+
+def test_read_metrics_skips_a_torn_last_line_saying_so(tmp_path, capsys) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n\n{"kind": "tr\n', encoding="utf-8")
+    assert read_metrics(tmp_path) == [{"kind": "train", "step": 1}]
+    assert capsys.readouterr().err.count("skipping the torn last line") == 1
 
 
 def test_plot_run_writes_a_png(tmp_path, figures) -> None:

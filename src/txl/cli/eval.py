@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from txl.cli.args import parse_int_list
     from txl.data import load_corpus
     from txl.inference.evaluate import describe, evaluate, memory_sweep, replace_settings
-    from txl.inference.loading import load_model
+    from txl.inference.loading import check_dataset, load_model
     from txl.inference.window import evaluate_sliding_window
 
     if args.batch_size < 1:
@@ -67,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
                               "window, without memory)")
     model, directory = load_model(args.model, device=args.device)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
-    if len(corpus.vocab) != model.config.n_token:
-        raise ConfigError(f"{args.dataset} has {len(corpus.vocab)} symbols but the model predicts "
-                          f"{model.config.n_token}: not the model's dataset")
+    check_dataset(model, directory, corpus, args.dataset)
     if args.split not in corpus.splits:
         raise ConfigError(f"{args.dataset} has no {args.split!r} split (has {', '.join(corpus.splits)})")
     data = corpus.splits[args.split]

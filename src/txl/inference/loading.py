@@ -4,11 +4,12 @@ and its vocabulary (layout: :mod:`txl.store.layout`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from txl.data import Vocab
-from txl.errors import ConfigError
+from txl.errors import CheckpointError, ConfigError, DataError
 from txl.model import TransformerXLLM
 from txl.store.checkpoint import verify_checkpoint
 from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model_dir
@@ -42,3 +43,19 @@ def load_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Vocab:
     """The vocabulary of a model directory: ``vocab`` if given, else the one :func:`txl.store.layout.find_vocab`
     finds beside it (``MODEL_DIR/vocab.json``, or its run's)."""
     return Vocab.load(find_vocab(model_dir, vocab))
+
+
+def check_dataset(model: TransformerXLLM, model_dir: str | Path, corpus: Any, name: str) -> None:
+    """Refuse, in one line, a dataset the model was not trained on: a vocabulary other than the model's (when the
+    model has one beside it, :func:`txl.store.layout.find_vocab`), or else another number of symbols."""
+    try:
+        own = load_vocab(model_dir)
+    except CheckpointError:  # no vocabulary beside the model: only the sizes can be compared
+        own = None
+    if own is not None and own.sha256() != corpus.vocab.sha256():
+        raise DataError(f"the vocabulary of {name} ({len(corpus.vocab)} symbols) differs from the model's "
+                        f"({len(own)} symbols, {find_vocab(model_dir)}): not the model's dataset, or its text "
+                        "changed since the model was trained")
+    if len(corpus.vocab) != model.config.n_token:
+        raise DataError(f"{name} has {len(corpus.vocab)} symbols but the model predicts {model.config.n_token}: "
+                        "not the model's dataset")

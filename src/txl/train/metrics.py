@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from txl.errors import CheckpointError
+from txl.errors import DataError
 from txl.store.files import atomic_dir, write_json, write_text
 from txl.store.layout import TRAIN_INFO, RunDir
 from txl.train.config import TrainConfig
@@ -22,14 +22,14 @@ from txl.version import __version__
 
 def read_metrics(path: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``. A torn last line (what a crash leaves) is skipped, with one note on
-    stderr when ``warn``; an unreadable line elsewhere is a one-line :class:`CheckpointError`."""
+    stderr when ``warn``; a line that is not a JSON record elsewhere is a one-line :class:`DataError`."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
-        raise CheckpointError(f"cannot read {path} ({exc.strerror or exc})") from None
+        raise DataError(f"cannot read {path} ({exc.strerror or exc})") from None
     records = []
-    for i, line in enumerate(lines):
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -37,8 +37,8 @@ def read_metrics(path: str | Path, *, warn: bool = True) -> list[dict[str, Any]]
             if not isinstance(record, dict):
                 raise ValueError("not an object")
         except ValueError as exc:
-            if i < len(lines) - 1:
-                raise CheckpointError(f"{path}, line {i + 1}, is not a JSON record ({exc})") from None
+            if any(rest.strip() for rest in lines[n:]):
+                raise DataError(f"{path}:{n} is not JSON ({exc})") from None
             if warn:
                 print(f"txl: note: skipping the torn last line of {path} (an interrupted write)", file=sys.stderr)
             continue

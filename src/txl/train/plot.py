@@ -7,7 +7,6 @@ character/byte-level data). Needs matplotlib (``pip install txl[plot]``).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,16 @@ from typing import Any
 from txl.errors import ConfigError, DataError
 from txl.store.files import read_json
 from txl.store.layout import RunDir
+from txl.train.metrics import read_metrics as read_metrics_file
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``RUN_DIR/metrics.jsonl`` (a :class:`DataError` if the file is missing or a line is not JSON)."""
+    """The records of ``RUN_DIR/metrics.jsonl`` (:func:`txl.train.metrics.read_metrics`: a torn last line is
+    skipped; a :class:`DataError` if the file is missing or another line is not JSON)."""
     path = RunDir(run_dir).metrics
     if not path.is_file():
         raise DataError(f"{path} not found: RUN_DIR must be a `txl train` output directory")
-    records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{n} is not JSON ({exc})") from exc
-    return records
+    return read_metrics_file(path)
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None) -> Path:
@@ -43,8 +37,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, title: str |
         raise ConfigError("txl plot needs matplotlib: pip install 'txl[plot]'") from exc
     run_dir = Path(run_dir)
     records = read_metrics(run_dir)
-    train = [r for r in records if r.get("kind") == "train"]
-    valid = [r for r in records if r.get("kind") == "valid"]
+    train = [r for r in records if r.get("kind") == "train" and "train_loss" in r]
+    valid = [r for r in records if r.get("kind") == "valid" and "valid_loss" in r]
     if not train and not valid:
         raise DataError(f"{RunDir(run_dir).metrics} holds no train/valid records yet")
     metric = next((k[6:] for r in valid for k in r if k in ("valid_ppl", "valid_bpc")), "ppl")
