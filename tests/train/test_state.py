@@ -18,17 +18,25 @@ from tests.helpers import tiny_train_config as tiny_cfg
 
 pytestmark = pytest.mark.integration
 
-# The killing run: a Trainer that SIGKILLs its own process once the checkpoint of step K is on disk.
+# The killing run: a Trainer that SIGKILLs its own process once the checkpoint of step K is on disk ("after"),
+# or in the middle of writing it, between its weights and its trainer state ("during").
 KILLER = """
 import os, signal, sys, torch
 torch.set_num_threads(1)
+import txl.store.checkpoint as ckpt
 from txl.train import Trainer, TrainConfig
 cfg = TrainConfig.from_json(open(sys.argv[1]).read())
-K = int(sys.argv[2])
+K, when = int(sys.argv[2]), sys.argv[3]
+write = ckpt.save_tensors
+def save_tensors(tensors, path, *a, **kw):
+    if when == "during" and f".step_{K:08d}." in str(path) and "train_state" in str(path):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write(tensors, path, *a, **kw)
+ckpt.save_tensors = save_tensors
 class Killed(Trainer):
     def save_checkpoint(self):
         path = super().save_checkpoint()
-        if self.step == K:
+        if self.step == K and when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
         return path
 Killed(cfg).fit()
@@ -51,7 +59,8 @@ def _records(run: Path, kind: str) -> list[dict]:
             if r["kind"] == kind]
 
 
-def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path) -> None:
+@pytest.mark.parametrize("when", ["after", "during"])
+def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path, when: str) -> None:
     data = corpus_dir(tmp_path, n_train=150)  # 7 segments per epoch: the resumed part crosses an epoch
     # dropout (RNG), batch_chunk (per-chunk memories), warmup + cosine, an epoch boundary, evaluations
     cfg = tiny_cfg(tmp_path / "x", dataset=str(data), dropout=0.1, batch_chunk=2, max_step=14, save_interval=2)
@@ -61,12 +70,15 @@ def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path) -> None:
         (tmp_path / f"{run.name}.json").write_text(_cfg_json(cfg, run))
     r = _txl(["train", "--config", str(tmp_path / "full.json")], env)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path / "killed.json"), "6"], env=env,
+    r = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path / "killed.json"), "6", when], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == -signal.SIGKILL, r.stderr
-    assert (killed / "checkpoints" / "step_00000006").is_dir() and not (killed / "results.json").exists()
+    assert (killed / "checkpoints" / "step_00000006").is_dir() == (when == "after")
+    assert bool(list((killed / "checkpoints").glob(".step_*"))) == (when == "during")  # a torn temporary dir
+    assert not (killed / "results.json").exists()
     r = _txl(["train", "--resume", str(killed)], env)
     assert r.returncode == 0, r.stderr
+    assert not list((killed / "checkpoints").glob(".*"))  # the dead writer's temporary directory is gone
     a, b = _records(full, "train"), _records(killed, "train")
     assert [x["step"] for x in b] == list(range(1, 15))
     assert a == b  # every step's loss, lr and gradient norm, bit for bit (JSON floats round-trip exactly)

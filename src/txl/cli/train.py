@@ -63,6 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="a .toml or .json config")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run (or a checkpoint directory)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--force", action="store_true",
+                   help="start even when the memory estimate of the config exceeds the device's memory")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="set any config key, e.g. --set cutoffs=[2000,10000]")
     defaults = TrainConfig()
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_json(), end="")
         return 0
-    summary = train(cfg, resume=args.resume)
+    summary = train(cfg, resume=args.resume, force=args.force)
     if summary["rank"] != 0:  # under torchrun only the first process reports
         return 0
     metric = summary["metric"]

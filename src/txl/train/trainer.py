@@ -134,15 +134,12 @@ class Trainer:
         self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
                                          world_size=self.dist.world_size, device=self.device)
 
-        self.step = 0  # applied updates
-        self.tokens = 0  # training target tokens consumed (all processes)
+        self.step = self.tokens = 0  # applied updates; training target tokens consumed (all processes)
         self.elapsed = 0.0  # training wall seconds over all invocations
         self.nonfinite_total = self.nonfinite_run = 0
-        self.best_valid = math.inf
-        self.best_step = 0
+        self.best_valid, self.best_step = math.inf, 0
         self.mems: list[Tensor] | None = None
-        self.mems_epoch = 0
-        self.last_saved_step = -1
+        self.mems_epoch, self.last_saved_step = 0, -1
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
         self.stop_reason: str | None = None
         self.save_request = self.save_due = False  # --save-minutes, agreed on at the next step
@@ -393,6 +390,7 @@ class Trainer:
         publish_model(directory, self.model, info)
 
 
-def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None) -> dict[str, Any]:
+def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None,
+          force: bool = False) -> dict[str, Any]:
     """Train (or resume) a run as ``cfg`` says; returns the summary also written to ``results.json``."""
-    return Trainer(cfg, resume=resume, corpus=corpus).fit()
+    return Trainer(cfg, resume=resume, corpus=corpus, force=force).fit()
