@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import assert_same_outputs, eval_model
+from tests.helpers import assert_same_outputs, damage_file, eval_model, model_dirs
 from txl.data import Vocab
 from txl.errors import CheckpointError, ConfigError
 from txl.inference.loading import load_model, load_vocab
@@ -46,3 +46,27 @@ def test_unknown_or_absent_devices_are_one_line_errors(tmp_path) -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             load_model(tmp_path / "m", device="cuda")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_every_kind_of_model_dir_is_verified_and_verify_false_skips_it(tmp_path, damage) -> None:
+    dirs = model_dirs(tmp_path, eval_model())
+    assert load_model(tmp_path / "run")[1] == dirs["best"]  # a run directory: its best/, train_info.json listed
+    for kind, directory in dirs.items():
+        damage_file(directory / "model.safetensors", damage)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+            load_model(directory)
+        if damage == "bit-flip":
+            assert load_model(directory, verify=False)[1] == directory, kind
+        else:
+            with pytest.raises(CheckpointError, match="is not a readable safetensors file"):
+                load_model(directory, verify=False)
+
+
+def test_a_checkpoint_without_its_manifest_is_refused_unless_not_verified(tmp_path) -> None:
+    model = eval_model()
+    ckpt = save_checkpoint(tmp_path / "checkpoints", 3, model.state_dict(), model.config.to_json(), {"step": 3})
+    (ckpt / "MANIFEST.json").unlink()
+    with pytest.raises(CheckpointError, match=r"is not a complete checkpoint \(no MANIFEST.json\)"):
+        load_model(ckpt)  # a step_* directory is a checkpoint by its name
+    assert_same_outputs(model, load_model(ckpt, verify=False)[0])
