@@ -58,3 +58,19 @@ def test_cli_generate_refuses_non_finite_weights_in_one_line(tmp_path, capsys) -
         assert main(["generate", str(model_dir), *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "tensor 'layers.0.dec_attn.o_net.weight' holds non-finite values" in err
+
+
+def test_a_damaged_run_is_one_line_on_stderr_without_a_traceback(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import damage_file, subprocess_env
+
+    model, _ = _tiny(tmp_path, _word_vocab())
+    dirs = model_dirs(tmp_path / "kinds", model, _word_vocab())
+    damage_file(dirs["best"] / "model.safetensors", "bit-flip")
+    run = subprocess.run([sys.executable, "-m", "txl", "generate", str(tmp_path / "kinds" / "run")],
+                         capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith("txl generate: error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert "best/model.safetensors does not match its SHA-256 in MANIFEST.json" in run.stderr

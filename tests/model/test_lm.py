@@ -285,3 +285,17 @@ def test_a_config_far_larger_than_its_weights_is_refused_before_allocating(tmp_p
         assert float(seconds) < 5 and int(rss_kib) < 2**20, line  # ru_maxrss is in KiB on Linux: < 1 GiB more
         assert "the config does not belong to these weights" in message, line
     assert "holds the weights of 2 layers but its config says n_layer=100000" in lines[0]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_from_pretrained_verifies_every_kind_of_model_dir(tmp_path, damage) -> None:
+    from tests.helpers import damage_file, model_dirs
+
+    model = _model(untie_r=False)
+    for directory in model_dirs(tmp_path, model).values():
+        _same_outputs(model, TransformerXLLM.from_pretrained(directory))
+        damage_file(directory / "model.safetensors", damage)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+            TransformerXLLM.from_pretrained(directory)
+        if damage == "bit-flip":
+            TransformerXLLM.from_pretrained(directory, verify=False)
