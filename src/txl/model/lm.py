@@ -253,7 +253,7 @@ class TransformerXLLM(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu",
                         verify: bool = True) -> TransformerXLLM:
-        """Load a model written by :meth:`save_pretrained`, refusing in one line (:class:`CheckpointError`)
+        """Load a model written by :meth:`save_pretrained`, refusing in one line (:class:`CheckpointError`):
 
         * with ``verify`` (default), a file that does not match the directory's ``MANIFEST.json`` (a directory
           without one, from an older txl or made by hand, loads unchecked);
