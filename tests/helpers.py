@@ -160,3 +160,63 @@ class HostilePickle:
 SHARED_DATA = Path(os.environ.get("TXL_DATA_DIR") or REPO.parent / "shared" / "data")
 HAVE_SHARED_DATA = (SHARED_DATA / "ptb" / "ptb.train.txt.gz").is_file() and (SHARED_DATA / "wikitext-2").is_dir()
 needs_shared_data = pytest.mark.skipif(not HAVE_SHARED_DATA, reason=f"real datasets not found at {SHARED_DATA}")
+
+
+def damage_file(path: Path, how: str) -> None:
+    """``"truncate"``: drop the last 4 bytes; ``"bit-flip"``: flip a low mantissa bit of the file's last float32
+    (a weights file stays readable and finite, only its SHA-256 tells)."""
+    blob = bytearray(Path(path).read_bytes())
+    if how == "truncate":
+        del blob[-4:]
+    elif how == "bit-flip":
+        blob[-2] ^= 0x01
+    else:
+        raise ValueError(how)
+    Path(path).write_bytes(bytes(blob))
+
+
+#: The kinds of model directory txl writes, as :func:`model_dirs` lays them out.
+MODEL_DIR_KINDS = ("best", "pretrained", "checkpoint", "converted")
+
+
+def model_dirs(root: Path, model: TransformerXLLM, vocab: Any = None) -> dict[str, Path]:
+    """``model`` as each kind of directory txl writes: ``best`` (``RUN/best`` as the trainer publishes it, with
+    ``train_info.json`` and ``RUN/vocab.json``), ``pretrained`` (``save_pretrained``), ``checkpoint``
+    (``RUN/checkpoints/step_*``) and ``converted`` (``txl convert --from hf`` of its ``--to hf`` export)."""
+    from txl.cli import main
+    from txl.store.checkpoint import save_checkpoint
+    from txl.train.metrics import publish_model
+
+    run = Path(root) / "run"
+    publish_model(run / "best", model, {"step": 4, "valid_loss": 3.0})
+    dirs = {"best": run / "best", "pretrained": model.save_pretrained(Path(root) / "pretrained"),
+            "checkpoint": save_checkpoint(run / "checkpoints", 4, model.state_dict(), model.config.to_json(),
+                                          {"step": 4})}
+    assert main(["convert", str(dirs["pretrained"]), "--to", "hf", "--out", str(Path(root) / "hf")]) == 0
+    assert main(["convert", str(Path(root) / "hf"), "--from", "hf", "--out", str(Path(root) / "converted")]) == 0
+    dirs["converted"] = Path(root) / "converted"
+    if vocab is not None:
+        for d in (run, dirs["pretrained"], dirs["converted"]):
+            vocab.save(d / "vocab.json")
+    return dirs
+
+
+def assert_cli_refuses_damage(argv_of: Any, dirs: dict[str, Path], damage: str, capsys: Any) -> None:
+    """For each directory of ``dirs``: damage its weights (:func:`damage_file`), then ``txl *argv_of(dir)`` exits
+    2 with one line on stderr naming the file whose SHA-256 does not match; with ``--no-verify`` a bit-flipped
+    (finite) one runs (exit 0) and a truncated one is still a one-line error."""
+    from txl.cli import main
+
+    for kind, d in dirs.items():
+        damage_file(d / "model.safetensors", damage)
+        argv = argv_of(d)
+        capsys.readouterr()
+        assert main(argv) == 2, kind
+        err = capsys.readouterr().err
+        assert err.startswith(f"txl {argv[0]}: error: ") and err.count("\n") == 1, (kind, err)
+        assert f"{d / 'model.safetensors'} does not match its SHA-256" in err, (kind, err)
+        rc = main([*argv, "--no-verify"])
+        err = capsys.readouterr().err
+        assert rc == (0 if damage == "bit-flip" else 2), (kind, err)
+        if damage == "truncate":
+            assert "is not a readable safetensors file" in err and err.count("\n") == 1, (kind, err)

@@ -13,3 +13,13 @@ def test_parse_int_list() -> None:
     for bad in ("1,x", "", "-1"):
         with pytest.raises(ConfigError):
             parse_int_list(bad, "--mem-len")
+
+
+def test_add_no_verify() -> None:
+    import argparse
+
+    from txl.cli.args import add_no_verify
+
+    p = argparse.ArgumentParser()
+    add_no_verify(p)
+    assert p.parse_args([]).no_verify is False and p.parse_args(["--no-verify"]).no_verify is True

@@ -10,6 +10,7 @@ import torch
 
 from tests.helpers import HF_SYMS as SYMS
 from tests.helpers import HostilePickle as _Evil
+from tests.helpers import assert_cli_refuses_damage, damage_file, model_dirs
 from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
 from txl import TransformerXLLM, TXLConfig
 from txl.cli import main
@@ -63,7 +64,9 @@ def test_convert_hf_export_loads_in_transformers_and_back(tmp_path, untie_r) -> 
     transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
     model = _saved_model(tmp_path, untie_r=untie_r)
     assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
-    hf = transfo.TransfoXLLMHeadModel.from_pretrained(tmp_path / "hf")
+    manifest = json.loads((tmp_path / "hf" / "MANIFEST.json").read_text())
+    assert sorted(manifest["files"]) == ["config.json", "model.safetensors"]
+    hf = transfo.TransfoXLLMHeadModel.from_pretrained(tmp_path / "hf")  # the manifest beside does not disturb it
     ours_back = TransformerXLLM.from_pretrained(tmp_path / "model")
     assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--out", str(tmp_path / "again")]) == 0
     again = TransformerXLLM.from_pretrained(tmp_path / "again").eval()
@@ -87,3 +90,44 @@ def test_convert_official_round_trip(tmp_path) -> None:
                  str(tmp_path / "off" / "official_kwargs.json"), "--out", str(tmp_path / "back")]) == 0
     back = TransformerXLLM.from_pretrained(tmp_path / "back").eval()
     torch.testing.assert_close(_nll(back), _nll(model))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_convert_refuses_damaged_weights_of_every_kind_of_directory(tmp_path, capsys, damage) -> None:
+    dirs = model_dirs(tmp_path / "kinds", _saved_model(tmp_path, untie_r=False))
+    hf = tmp_path / "kinds" / "hf"  # an export txl wrote, read back with --from hf
+    assert sorted(json.loads((dirs["converted"] / "MANIFEST.json").read_text())["files"]) == [
+        "config.json", "model.safetensors"]
+    assert_cli_refuses_damage(lambda d: ["convert", str(d), "--to", "hf", "--out", str(tmp_path / "out")], dirs,
+                              damage, capsys)
+    assert_cli_refuses_damage(lambda d: ["convert", str(d), "--from", "hf", "--out", str(tmp_path / "out")],
+                              {"hf": hf}, damage, capsys)
+
+
+def test_convert_imports_refuse_a_damaged_official_export(tmp_path, capsys) -> None:
+    _saved_model(tmp_path, untie_r=False)
+    off = tmp_path / "off"
+    assert main(["convert", str(tmp_path / "model"), "--to", "official", "--out", str(off)]) == 0
+    assert sorted(json.loads((off / "MANIFEST.json").read_text())["files"]) == [
+        "official_kwargs.json", "official_state.safetensors"]
+    argv = ["convert", str(off / "official_state.safetensors"), "--from", "official", "--config",
+            str(off / "official_kwargs.json"), "--out", str(tmp_path / "back")]
+    damage_file(off / "official_state.safetensors", "bit-flip")
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "official_state.safetensors does not match its SHA-256" in err
+    assert main([*argv, "--no-verify"]) == 0
+    assert sorted(json.loads((tmp_path / "back" / "MANIFEST.json").read_text())["files"]) == [
+        "config.json", "model.safetensors"]
+
+
+def test_convert_import_refuses_a_config_far_larger_than_its_weights(tmp_path, capsys) -> None:
+    _saved_model(tmp_path, untie_r=False)
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "d_model": 10**7}))
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--no-verify", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the config does not belong to these weights" in err

@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers import MODEL_DIR_KINDS, assert_cli_refuses_damage, model_dirs
 from tests.helpers import eval_model as _model
+from txl import TransformerXLLM
 from txl.cli import main
 
 
@@ -67,3 +69,12 @@ def test_cli_eval_missing_checkpoint_and_unknown_dataset(text_corpus, tmp_path, 
     assert "no such model" in capsys.readouterr().err
     assert main(["eval", str(model_dir), "--dataset", "no-such-dataset"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_cli_eval_refuses_damaged_weights_of_every_kind_of_directory(text_corpus, tmp_path, capsys, damage) -> None:
+    path, model_dir, _ = text_corpus
+    dirs = model_dirs(tmp_path / "kinds", TransformerXLLM.from_pretrained(model_dir))
+    assert set(dirs) == set(MODEL_DIR_KINDS)
+    assert_cli_refuses_damage(lambda d: ["eval", str(d), "--dataset", str(path), "--max-tokens", "20"], dirs,
+                              damage, capsys)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
+from tests.helpers import assert_cli_refuses_damage, model_dirs
 from tests.helpers import model_dir_with_vocab as _tiny
 from tests.helpers import word_vocab as _word_vocab
 from txl.cli import main
@@ -36,3 +40,37 @@ def test_cli_generate_text_json_stream_and_errors(tmp_path, capsys) -> None:
     (model_dir / "vocab.json").unlink()
     assert main(["generate", str(model_dir)]) == 2
     assert "--vocab" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_cli_generate_refuses_damaged_weights_of_every_kind_of_directory(tmp_path, capsys, damage) -> None:
+    model, _ = _tiny(tmp_path, _word_vocab())
+    dirs = model_dirs(tmp_path / "kinds", model, _word_vocab())
+    assert_cli_refuses_damage(lambda d: ["generate", str(d), "--max-new-tokens", "3"], dirs, damage, capsys)
+
+
+def test_cli_generate_refuses_non_finite_weights_in_one_line(tmp_path, capsys) -> None:
+    model, model_dir = _tiny(tmp_path, _word_vocab())
+    with torch.no_grad():
+        model.layers[0].dec_attn.o_net.weight[0, 0] = float("nan")
+    model.save_pretrained(model_dir)
+    for extra in ([], ["--no-verify"]):
+        assert main(["generate", str(model_dir), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "tensor 'layers.0.dec_attn.o_net.weight' holds non-finite values" in err
+
+
+def test_a_damaged_run_is_one_line_on_stderr_without_a_traceback(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import damage_file, subprocess_env
+
+    model, _ = _tiny(tmp_path, _word_vocab())
+    dirs = model_dirs(tmp_path / "kinds", model, _word_vocab())
+    damage_file(dirs["best"] / "model.safetensors", "bit-flip")
+    run = subprocess.run([sys.executable, "-m", "txl", "generate", str(tmp_path / "kinds" / "run")],
+                         capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith("txl generate: error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert "best/model.safetensors does not match its SHA-256 in MANIFEST.json" in run.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import assert_same_outputs, eval_model
+from tests.helpers import assert_same_outputs, damage_file, eval_model, model_dirs
 from txl.data import Vocab
 from txl.errors import CheckpointError, ConfigError
 from txl.inference.loading import load_model, load_vocab
@@ -67,3 +67,27 @@ def test_check_dataset_refuses_another_vocabulary_or_size(tmp_path) -> None:
     smaller = Vocab(vocab.idx2sym[:-1], special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>")
     with pytest.raises(DataError, match="has 19 symbols but the model predicts 20"):
         check_dataset(model, directory, SimpleNamespace(vocab=smaller), "mine")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_every_kind_of_model_dir_is_verified_and_verify_false_skips_it(tmp_path, damage) -> None:
+    dirs = model_dirs(tmp_path, eval_model())
+    assert load_model(tmp_path / "run")[1] == dirs["best"]  # a run directory: its best/, train_info.json listed
+    for kind, directory in dirs.items():
+        damage_file(directory / "model.safetensors", damage)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+            load_model(directory)
+        if damage == "bit-flip":
+            assert load_model(directory, verify=False)[1] == directory, kind
+        else:
+            with pytest.raises(CheckpointError, match="is not a readable safetensors file"):
+                load_model(directory, verify=False)
+
+
+def test_a_checkpoint_without_its_manifest_is_refused_unless_not_verified(tmp_path) -> None:
+    model = eval_model()
+    ckpt = save_checkpoint(tmp_path / "checkpoints", 3, model.state_dict(), model.config.to_json(), {"step": 3})
+    (ckpt / "MANIFEST.json").unlink()
+    with pytest.raises(CheckpointError, match=r"is not a complete checkpoint \(no MANIFEST.json\)"):
+        load_model(ckpt)  # a step_* directory is a checkpoint by its name
+    assert_same_outputs(model, load_model(ckpt, verify=False)[0])

@@ -8,7 +8,7 @@ import torch
 from tests.helpers import adaptive_model
 from txl import CheckpointError
 from txl.interop.official import from_official, to_official
-from txl.interop.state_dicts import fill_tied, read_state_dict
+from txl.interop.state_dicts import check_size, fill_tied, read_state_dict
 
 
 class Evil:
@@ -56,3 +56,22 @@ def test_fill_tied_adds_the_missing_names_of_tied_parameters() -> None:
     partial = {k: v for k, v in state.items() if k != tied}
     filled = fill_tied(model, partial)
     assert torch.equal(filled[tied], state[tied]) and set(filled) == set(state)
+
+
+def test_non_finite_tensors_are_refused_in_either_format(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    state = {"w": torch.tensor([0.0, float("nan")]), "ids": torch.arange(2)}
+    torch.save(state, tmp_path / "s.pt")
+    save_file(state, str(tmp_path / "s.safetensors"))
+    for name in ("s.pt", "s.safetensors"):
+        with pytest.raises(CheckpointError, match=r"tensor 'w' holds non-finite values \(1 NaN"):
+            read_state_dict(tmp_path / name)
+
+
+def test_a_config_larger_than_the_file_is_refused_before_building() -> None:
+    model = adaptive_model()
+    state = dict(model.state_dict())
+    check_size(model.config, state, "f")  # as many numbers as the model's parameters (and more: tied names)
+    with pytest.raises(CheckpointError, match=r"f holds [\d,]+ numbers but its config \(n_layer=3, .*the config does"):
+        check_size(model.config.replace(n_layer=3), state, "f")

@@ -113,3 +113,26 @@ def test_max_context_is_bounded_only_for_learned_absolute_positions() -> None:
     assert TXLConfig(n_token=10, attn_type=3, d_model=64, n_head=2, d_head=32, tgt_len=8, mem_len=4).max_context == 12
     for attn_type in (0, 1, 2):
         assert TXLConfig(n_token=10, attn_type=attn_type).max_context is None
+
+
+_SHAPES = [dict(), dict(d_embed=8), dict(d_embed=8, tie_projs=[True]), dict(tie_weight=False, untie_r=True),
+           dict(cutoffs=[10, 30], d_embed=8, tie_projs=[False, True, True]), dict(cutoffs=[10, 30], tie_projs=[False]),
+           dict(cutoffs=[10, 30], div_val=2, tie_projs=[False, True, True]),
+           dict(cutoffs=[10, 30], div_val=2, tie_weight=False, tie_projs=[False, False, True]),
+           dict(attn_type=1), dict(attn_type=2, sample_softmax=5),
+           dict(attn_type=3, sample_softmax=5, tie_weight=False)]
+
+
+@pytest.mark.parametrize("kw", _SHAPES)
+def test_parameter_count_from_the_config_alone_equals_the_models(kw) -> None:
+    cfg = TXLConfig(n_token=50, n_layer=3, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=6, **kw)
+    with torch.device("meta"):
+        model = TransformerXLLM(cfg)
+    assert cfg.parameter_count() == model.num_parameters()
+    assert cfg.parameter_count(tied_names=True) == sum(t.numel() for t in model.state_dict().values())
+    assert [tuple(e.weight.shape) for e in model.word_emb.emb_layers] == cfg.cluster_shapes()
+
+
+def test_parameter_count_of_a_huge_config_is_instant() -> None:
+    cfg = TXLConfig(n_token=10**9, n_layer=100000, d_model=10**4, n_head=10, d_head=1000, d_inner=4 * 10**4)
+    assert cfg.parameter_count() > 10**14

@@ -165,7 +165,7 @@ def test_float64_model_keeps_float64_nll(tiny_model) -> None:
 def test_save_load_round_trip(tmp_path, attn_type: int) -> None:
     model = _model(attn_type=attn_type)
     model.save_pretrained(tmp_path / "m")
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors"]
     loaded = TransformerXLLM.from_pretrained(tmp_path / "m")
     assert loaded.config == model.config
     assert loaded.crit.out_layers[1].weight is loaded.word_emb.emb_layers[1].weight  # ties restored
@@ -187,21 +187,115 @@ def test_corrupt_or_missing_files_fail_clearly(tmp_path) -> None:
     model.save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+    with pytest.raises(CheckpointError, match=r"model.safetensors does not match its SHA-256 .*100 bytes where"):
         TransformerXLLM.from_pretrained(tmp_path)
+    for verify in (True, False):  # without a manifest, or not verified: the safetensors header is checked
+        (tmp_path / "MANIFEST.json").unlink(missing_ok=True)
+        with pytest.raises(CheckpointError, match="not a readable safetensors"):
+            TransformerXLLM.from_pretrained(tmp_path, verify=verify)
     (tmp_path / "config.json").write_text("{broken")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         TransformerXLLM.from_pretrained(tmp_path)
 
 
+def _edit_config(directory, **changes) -> None:
+    """Change ``config.json`` of a saved model and drop the manifest (a hand-edited directory)."""
+    cfg = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**cfg, **changes}))
+    (directory / "MANIFEST.json").unlink(missing_ok=True)
+
+
 def test_weights_that_do_not_fit_the_config(tmp_path) -> None:
     _model().save_pretrained(tmp_path)
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    cfg["d_inner"] = 64
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match="wrong shape"):
+    _edit_config(tmp_path, d_inner=64)
+    with pytest.raises(CheckpointError, match=r"holds 6,974 parameters but its config \(n_token=60, d_model=16, "
+                                              r"d_inner=64\) describes 9,086"):
         TransformerXLLM.from_pretrained(tmp_path)
-    cfg["bogus"] = 1
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _edit_config(tmp_path, d_inner=32, n_head=4, d_head=4)  # as many parameters, other shapes
+    with pytest.raises(CheckpointError, match=r"weights do not fit the config \(wrong shape: pos_enc.r_r_bias"):
+        TransformerXLLM.from_pretrained(tmp_path)
+    _edit_config(tmp_path, n_head=2, d_head=8, bogus=1)
     with pytest.raises(ConfigError, match="bogus"):
         TransformerXLLM.from_pretrained(tmp_path)
+
+
+def test_a_changed_model_dir_is_refused_and_loads_with_verify_false(tmp_path) -> None:
+    model = _model()
+    model.save_pretrained(tmp_path)
+    blob = bytearray((tmp_path / "model.safetensors").read_bytes())
+    blob[-2] ^= 0x01  # a low mantissa bit of the last weight: finite, but not what was written
+    (tmp_path / "model.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+        TransformerXLLM.from_pretrained(tmp_path)
+    loaded = TransformerXLLM.from_pretrained(tmp_path, verify=False)
+    changed = [k for k, v in loaded.state_dict().items() if not torch.equal(v, model.state_dict()[k])]
+    assert changed == ["word_emb.emb_projs.2", "crit.out_projs.2"]  # one tied tensor, one value changed
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path) -> None:
+    model = _model()
+    with torch.no_grad():
+        model.layers[1].pos_ff.CoreNet[0].bias[3] = float("inf")
+    model.save_pretrained(tmp_path)
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match=r"tensor 'layers.1.pos_ff.CoreNet.0.bias' holds non-finite"):
+            TransformerXLLM.from_pretrained(tmp_path, verify=verify)
+
+
+def test_a_non_float_tensor_is_refused_from_the_header(tmp_path) -> None:
+    from txl.store.layout import save_model_dir
+
+    model = _model()
+    state = dict(model.state_dict())
+    state["layers.0.pos_ff.layer_norm.bias"] = state["layers.0.pos_ff.layer_norm.bias"].long()
+    save_model_dir(tmp_path, state, model.config.to_json())
+    with pytest.raises(CheckpointError, match=r"'layers.0.pos_ff.layer_norm.bias' is stored as I64"):
+        TransformerXLLM.from_pretrained(tmp_path)
+
+
+_HUGE_PROBE = """
+import resource, sys, time
+from txl import TransformerXLLM, TXLError
+for path in sys.argv[1:]:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    try:
+        TransformerXLLM.from_pretrained(path)
+    except TXLError as exc:
+        print(time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, exc, sep="|")
+"""
+
+
+def test_a_config_far_larger_than_its_weights_is_refused_before_allocating(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import subprocess_env
+
+    huge = [dict(n_layer=100000), dict(d_model=10**7), dict(n_token=10**9)]
+    for i, changes in enumerate(huge):
+        _model().save_pretrained(tmp_path / str(i))
+        _edit_config(tmp_path / str(i), **changes)
+    out = subprocess.run([sys.executable, "-c", _HUGE_PROBE, *(str(tmp_path / str(i)) for i in range(len(huge)))],
+                         capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=60, check=True).stdout
+    lines = out.strip().split("\n")
+    assert len(lines) == len(huge), out
+    for line in lines:
+        seconds, rss_kib, message = line.split("|")
+        assert float(seconds) < 5 and int(rss_kib) < 2**20, line  # ru_maxrss is in KiB on Linux: < 1 GiB more
+        assert "the config does not belong to these weights" in message, line
+    assert "holds the weights of 2 layers but its config says n_layer=100000" in lines[0]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+def test_from_pretrained_verifies_every_kind_of_model_dir(tmp_path, damage) -> None:
+    from tests.helpers import damage_file, model_dirs
+
+    model = _model(untie_r=False)
+    for directory in model_dirs(tmp_path, model).values():
+        _same_outputs(model, TransformerXLLM.from_pretrained(directory))
+        damage_file(directory / "model.safetensors", damage)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+            TransformerXLLM.from_pretrained(directory)
+        if damage == "bit-flip":
+            TransformerXLLM.from_pretrained(directory, verify=False)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
-from txl.store.checkpoint import join_tensors, split_tensors
+from txl.errors import CheckpointError
+from txl.store.checkpoint import join_tensors, load_checkpoint, save_checkpoint, split_tensors, verify_checkpoint
 
 
 def test_split_join_tensors_round_trip() -> None:
@@ -15,3 +17,49 @@ def test_split_join_tensors_round_trip() -> None:
     json.dumps(meta)
     back = join_tensors(json.loads(json.dumps(meta)), tensors)
     assert back["b"][0].shape == () and back["b"][1][5].equal(torch.ones(2, 2)) and back["b"][1]["c"] == 1
+
+
+def _checkpoint(tmp_path, weights: dict | None = None):
+    weights = weights if weights is not None else {"w": torch.randn(4, 4, generator=torch.Generator().manual_seed(0))}
+    return save_checkpoint(tmp_path / "checkpoints", 3, weights, '{"n_token": 4}', {"step": 3, "m": torch.ones(2)})
+
+
+def test_checkpoint_round_trip_and_its_manifest_lists_every_file(tmp_path) -> None:
+    ckpt = _checkpoint(tmp_path)
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())
+    assert manifest["step"] == 3 and sorted(manifest["files"]) == [
+        "config.json", "model.safetensors", "train_state.json", "train_state.safetensors"]
+    config, weights, state = load_checkpoint(ckpt)
+    assert config == {"n_token": 4} and weights["w"].shape == (4, 4) and state["m"].equal(torch.ones(2))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bit-flip"])
+@pytest.mark.parametrize("name", ["model.safetensors", "train_state.safetensors"])
+def test_a_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage, name) -> None:
+    ckpt = _checkpoint(tmp_path)
+    blob = bytearray((ckpt / name).read_bytes())
+    if damage == "truncate":
+        del blob[-3:]
+    else:
+        blob[-2] ^= 0x01
+    (ckpt / name).write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=f"{name} does not match its SHA-256 in MANIFEST.json") as exc:
+        load_checkpoint(ckpt)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_checkpoint_manifest_naming_a_file_outside_is_refused(tmp_path) -> None:
+    ckpt = _checkpoint(tmp_path)
+    (tmp_path / "checkpoints" / "x").write_text("outside")
+    doc = json.loads((ckpt / "MANIFEST.json").read_text())
+    doc["files"]["../x"] = {"sha256": "0" * 64, "bytes": 7}
+    (ckpt / "MANIFEST.json").write_text(json.dumps(doc))
+    for read in (verify_checkpoint, load_checkpoint):
+        with pytest.raises(CheckpointError, match=r"lists '\.\./x', which is not a plain file name"):
+            read(ckpt)
+
+
+def test_non_finite_checkpoint_weights_are_refused(tmp_path) -> None:
+    ckpt = _checkpoint(tmp_path, {"w": torch.tensor([[0.0, float("-inf")]])})
+    with pytest.raises(CheckpointError, match=r"tensor 'w' holds non-finite values \(0 NaN, 1 inf\)"):
+        load_checkpoint(ckpt)

@@ -12,10 +12,12 @@ import torch
 from txl.errors import CheckpointError
 from txl.store.layout import (
     CONFIG,
+    MANIFEST,
     VOCAB,
     WEIGHTS,
     RunDir,
     find_vocab,
+    is_checkpoint_dir,
     is_model_dir,
     load_model_dir,
     resolve_model_dir,
@@ -32,9 +34,57 @@ def _write(directory, seed: int = 0):
 
 def test_model_dir_round_trip_with_tied_names_and_vocab(tmp_path) -> None:
     d = _write(tmp_path / "m")
-    assert sorted(p.name for p in d.iterdir()) == sorted([CONFIG, WEIGHTS, VOCAB]) and is_model_dir(d)
+    assert sorted(p.name for p in d.iterdir()) == sorted([CONFIG, WEIGHTS, VOCAB, MANIFEST]) and is_model_dir(d)
+    assert sorted(json.loads((d / MANIFEST).read_text())["files"]) == sorted([CONFIG, WEIGHTS, VOCAB])
     config, state = load_model_dir(d)
     assert config == {"n_token": 3} and state["tied"] is state["w"]
+
+
+def test_a_model_dir_with_a_manifest_is_not_a_checkpoint(tmp_path) -> None:
+    d = _write(tmp_path / "best")
+    assert not is_checkpoint_dir(d)
+    step = _write(tmp_path / "checkpoints" / "step_00000002")
+    (step / MANIFEST).unlink()
+    assert is_checkpoint_dir(step)  # by its name, even incomplete (loading it then asks for its manifest)
+    (d / "train_state.json").write_text("{}")
+    assert is_checkpoint_dir(d) and not is_checkpoint_dir(tmp_path / "checkpoints" / "step_00000003")
+
+
+def _damage(path, how: str) -> None:
+    """Truncate a file by 4 bytes, or flip a low mantissa bit of its last float32 (the value stays finite)."""
+    blob = bytearray(path.read_bytes())
+    if how == "truncate":
+        del blob[-4:]
+    else:
+        blob[-2] ^= 0x01
+    path.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("damage", ["bit-flip", "truncate"])
+def test_a_changed_model_dir_is_refused_unless_not_verified(tmp_path, damage) -> None:
+    d = _write(tmp_path / "m")
+    _damage(d / WEIGHTS, damage)
+    with pytest.raises(CheckpointError, match=f"{WEIGHTS} does not match its SHA-256 in {MANIFEST}") as exc:
+        load_model_dir(d)
+    assert "\n" not in str(exc.value) and (damage == "bit-flip") == ("bytes where" not in str(exc.value))
+    if damage == "bit-flip":  # without the check the changed (finite) value loads
+        w = load_model_dir(d, verify=False)[1]["w"]
+        original = torch.randn(3, 2, generator=torch.Generator().manual_seed(0))
+        assert torch.isfinite(w).all() and (w != original).sum() == 1
+    (d / CONFIG).write_text('{"n_token": 4}')
+    with pytest.raises(CheckpointError, match=f"{CONFIG} does not match"):
+        load_model_dir(d)
+
+
+def test_non_finite_weights_are_refused_with_or_without_a_manifest(tmp_path) -> None:
+    state = {"ok": torch.ones(2), "ids": torch.arange(3), "layer.w": torch.tensor([1.0, float("nan")])}
+    d = save_model_dir(tmp_path / "m", state, json.dumps({"n_token": 3}))
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match=r"tensor 'layer.w' holds non-finite values \(1 NaN, 0 inf\)"):
+            load_model_dir(d, verify=verify)
+    (d / MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match=r"'layer\.w'"):
+        load_model_dir(d)
 
 
 def test_resolve_model_checkpoint_and_run_dirs(tmp_path) -> None:
@@ -80,6 +130,9 @@ def test_missing_or_broken_model_dirs_fail_clearly(tmp_path) -> None:
         load_model_dir(tmp_path / "nope")
     d = _write(tmp_path / "m")
     (d / CONFIG).write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="must be an object"):
+        load_model_dir(d, verify=False)
+    (d / MANIFEST).unlink()  # a directory of an older txl, or made by hand, loads unchecked
     with pytest.raises(CheckpointError, match="must be an object"):
         load_model_dir(d)
 

@@ -128,3 +128,31 @@ def test_plain_safetensors_file_without_txl_metadata_loads(tmp_path: Path) -> No
     save_file({"w": torch.arange(3.0)}, str(path))
     back = load_tensors(path)
     assert set(back) == {"w"} and back["w"].equal(torch.arange(3.0))
+
+
+def test_read_header_gives_names_shapes_and_dtypes_without_reading_tensors(tmp_path: Path) -> None:
+    from txl.store.tensors import TensorInfo, read_header
+
+    w = torch.randn(5, 2)
+    path = save_tensors({"w": w, "tied": w, "h": torch.ones(3, dtype=torch.bfloat16), "ids": torch.arange(4)},
+                        tmp_path / "w.safetensors")
+    header = read_header(path)
+    assert header == {"w": TensorInfo((5, 2), "F32"), "tied": TensorInfo((5, 2), "F32"),
+                      "h": TensorInfo((3,), "BF16"), "ids": TensorInfo((4,), "I64")}
+    assert header["w"].numel == 10 and header["h"].floating and not header["ids"].floating
+    path.write_bytes(path.read_bytes()[:-4])  # the header now claims more bytes than the file holds
+    with pytest.raises(CheckpointError, match="is not a readable safetensors file") as exc:
+        read_header(path)
+    assert "\n" not in str(exc.value)
+    save_file({"w": torch.ones(2)}, str(path), metadata={"txl_aliases": json.dumps({"v": "missing"})})
+    with pytest.raises(CheckpointError, match="alias 'v' names a missing tensor 'missing'"):
+        read_header(path)
+
+
+def test_check_finite_names_the_first_non_finite_floating_tensor() -> None:
+    from txl.store.tensors import check_finite
+
+    check_finite({"ids": torch.arange(3), "w": torch.ones(2, dtype=torch.float16)}, "f")
+    bad = torch.tensor([1.0, float("nan"), float("inf"), float("-inf")])
+    with pytest.raises(CheckpointError, match=r"f: tensor 'b' holds non-finite values \(1 NaN, 2 inf\)"):
+        check_finite({"a": torch.zeros(2), "b": bad, "c": bad}, "f")

@@ -138,6 +138,8 @@ def test_fit_writes_the_run_directory_and_plot(tmp_path, corpus, tiny_run) -> No
     assert kinds.count("train") == 6 and kinds.count("valid") == 2 and kinds[-1] == "final"
     assert summary["final"]["test"]["tokens"] > 0
     TransformerXLLM.from_pretrained(run / "best")
+    assert {"train_info.json", "model.safetensors", "config.json"} <= set(
+        json.loads((run / "best" / "MANIFEST.json").read_text())["files"])
     TransformerXLLM.from_pretrained(list_checkpoints(run / "checkpoints")[-1])
     png = plot_run(run, tmp_path / "curves.png")
     assert png.stat().st_size > 10_000
@@ -200,3 +202,12 @@ def test_half_loss_trains_only_on_the_second_half(tmp_path, corpus) -> None:
     trainer.train_step(batch.input_ids, batch.targets)
     g = seen[0]  # [B, T]
     assert g.shape[1] == 8 and torch.all(g[:, :4] == 0) and torch.all(g[:, 4:] != 0)
+
+
+def test_a_config_that_cannot_fit_is_refused_before_allocation(tmp_path, corpus, tiny_run) -> None:
+    cfg = tiny_run(tgt_len=100_000_000, eval_tgt_len=6)
+    with pytest.raises(ConfigError, match=r"training needs about .* GB .*\(--force tries anyway\)") as err:
+        Trainer(cfg, corpus=corpus)
+    assert "\n" not in str(err.value)
+    with Trainer(tiny_run(), corpus=corpus) as tr:  # the refused run released the directory's lock
+        assert tr.step == 0

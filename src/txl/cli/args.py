@@ -1,7 +1,9 @@
-"""Parsing the values of command-line options that the library takes as lists."""
+"""Parsing the values of command-line options that the library takes as lists, and options several
+commands share."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,3 +38,10 @@ def parse_float_list(text: str, name: str) -> list[float]:
         return [float(t) for t in text.split(",")]
     except ValueError:
         raise ConfigError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+
+
+def add_no_verify(parser: argparse.ArgumentParser) -> None:
+    """``--no-verify`` (``args.no_verify``): read weights without checking them against their ``MANIFEST.json``."""
+    parser.add_argument("--no-verify", action="store_true",
+                        help="load weights whose files do not match their MANIFEST.json SHA-256 (changed on "
+                        "purpose); NaN/inf weights and a config that does not fit them are still refused")

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from txl.cli.args import add_no_verify
 from txl.errors import ConfigError
+
+#: The files of an official export (``--to official``): the state dict and the constructor kwargs.
+OFFICIAL_STATE, OFFICIAL_KWARGS = "official_state.safetensors", "official_kwargs.json"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "convert",
         help="convert official or Hugging Face TransfoXL weights to a txl model directory (or back)",
         description="Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. "
-        "Export: --to official|hf MODEL_DIR. Files are read without unpickling code.",
+        "Export: --to official|hf MODEL_DIR. Files are read without unpickling code. Every output directory "
+        "gets a MANIFEST.json (SHA-256 of its files), checked when txl reads it back.",
     )
     p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model / checkpoint / run "
                    "directory (--to)")
@@ -25,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
                    "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
                    "PATH/vocab.pkl or PATH/vocab.bin by itself")
+    add_no_verify(p)
     p.set_defaults(func=run)
 
 
@@ -33,27 +39,30 @@ def run(args: argparse.Namespace) -> int:
     from txl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
     from txl.interop.official import load_official, to_official
     from txl.store.files import write_json
-    from txl.store.layout import VOCAB
+    from txl.store.layout import CONFIG, VOCAB, WEIGHTS
+    from txl.store.manifest import write_manifest
     from txl.store.tensors import save_tensors
 
-    out = Path(args.out)
+    out, verify = Path(args.out), not args.no_verify
     vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
     if args.src == "official":
         if not args.config:
             raise ConfigError("--from official needs --config KWARGS.json (the MemTransformerLM constructor "
                               "arguments the checkpoint was trained with)")
-        model = load_official(args.path, args.config)
+        model = load_official(args.path, args.config, verify=verify)
     elif args.src == "hf":
-        model = from_hf(args.path)
+        model = from_hf(args.path, verify=verify)
     else:
-        model, _ = load_model(args.path)  # a model, checkpoint or run directory
+        model, _ = load_model(args.path, verify=verify)  # a model, checkpoint or run directory
         if args.dst == "official":
             kwargs, state = to_official(model)
-            save_tensors(state, out / "official_state.safetensors")
-            write_json(out / "official_kwargs.json", kwargs, sort_keys=False)
-        else:
+            save_tensors(state, out / OFFICIAL_STATE)
+            write_json(out / OFFICIAL_KWARGS, kwargs, sort_keys=False)
+            write_manifest(out, [OFFICIAL_STATE, OFFICIAL_KWARGS])
+        else:  # transformers' from_pretrained reads config.json and the weights, and ignores the manifest
             save_tensors(to_hf_state_dict(model), out / HF_WEIGHTS[0])
             write_json(out / HF_CONFIG, hf_config_dict(model), sort_keys=False)
+            write_manifest(out, [HF_WEIGHTS[0], HF_CONFIG])
         print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
         return 0
     if vocab is not None and len(vocab) != model.config.n_token:
@@ -62,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote txl model ({model.num_parameters():,} parameters) to {out}")
     if vocab is not None:
         vocab.save(out / VOCAB)
+        write_manifest(out, [CONFIG, WEIGHTS, VOCAB])  # the manifest covers the vocabulary too
         print(f"wrote vocabulary ({len(vocab):,} symbols) to {out / VOCAB}")
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from txl.cli.args import add_no_verify
 from txl.errors import ConfigError
 from txl.store.files import write_json, write_text
 
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="vanilla evaluation: each token from its own window of L previous tokens, no memory")
     p.add_argument("--rows", type=int, help="windows per forward with --sliding-window (default: by memory)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_no_verify(p)
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the results as JSON to PATH")
     p.add_argument("--out", metavar="DIR",
                    help="sweep: write DIR/memory-sweep.json, .md and .png (plot needs matplotlib)")
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if ignored:
             raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
                               "window, without memory)")
-    model, directory = load_model(args.model, device=args.device)
+    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
     check_dataset(model, directory, corpus, args.dataset)
     if args.split not in corpus.splits:

@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from txl.cli.args import add_no_verify
 from txl.errors import ConfigError, DataError
 
 
@@ -44,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_no_verify(p)
     p.set_defaults(func=run)
 
 
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stream prints one sample as it is produced; use --num-samples 1, or --json for "
                           "JSON lines of several samples")
     prompt = _read_prompt(args)
-    model, directory = load_model(args.model_dir, device=args.device)
+    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify)
     vocab = load_vocab(directory, args.vocab)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")

@@ -26,16 +26,21 @@ def check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[TransformerXLLM, Path]:
+def load_model(path: str | Path, *, device: str | torch.device = "cpu",
+               verify: bool = True) -> tuple[TransformerXLLM, Path]:
     """The model behind ``path`` (:func:`txl.store.layout.resolve_model_dir`) in eval mode, and its directory.
 
-    A checkpoint directory is verified against its ``MANIFEST.json`` SHA-256 sums first.
+    With ``verify`` (default) the directory's files are checked against its ``MANIFEST.json`` SHA-256 sums
+    first (required for a checkpoint; a model directory without one loads unchecked); the config is checked
+    against the weights' header and NaN/inf weights are refused either way
+    (:meth:`TransformerXLLM.from_pretrained`).
     """
     check_device(device)
     directory = resolve_model_dir(path)
-    if is_checkpoint_dir(directory):
-        verify_checkpoint(directory)
-    model = TransformerXLLM.from_pretrained(directory, map_location=device)
+    checkpoint = is_checkpoint_dir(directory)
+    if verify and checkpoint:
+        verify_checkpoint(directory)  # a checkpoint must have its manifest
+    model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
     return model.eval(), directory
 
 

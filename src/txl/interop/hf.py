@@ -28,9 +28,10 @@ import torch
 from torch import Tensor
 
 from txl.errors import CheckpointError, ConfigError
-from txl.interop.state_dicts import fill_tied, read_state_dict
+from txl.interop.state_dicts import check_size, fill_tied, read_state_dict
 from txl.model import TransformerXLLM, TXLConfig
 from txl.store.files import read_json
+from txl.store.manifest import verify_manifest
 
 #: The files of a Hugging Face model directory (``save_pretrained``): its config and, newest first, its weights.
 HF_CONFIG = "config.json"
@@ -111,16 +112,23 @@ def to_hf_state_dict(model: TransformerXLLM) -> dict[str, Tensor]:
     return out
 
 
-def from_hf(path: str | Path) -> TransformerXLLM:
-    """Load a Hugging Face TransfoXL directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``)."""
+def from_hf(path: str | Path, *, verify: bool = True) -> TransformerXLLM:
+    """Load a Hugging Face TransfoXL directory (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``).
+
+    With ``verify``, a ``MANIFEST.json`` in the directory (``txl convert --to hf`` writes one) is checked first;
+    the config is checked against the size of the weights before the model is built."""
     path = Path(path)
     cfg_file = path / HF_CONFIG
     if not cfg_file.is_file():
         raise CheckpointError(f"{cfg_file} not found (expected a Hugging Face model directory)")
-    hf_cfg = read_json(cfg_file, error=CheckpointError)
+    if verify:
+        verify_manifest(path, what="Hugging Face model directory")
+    cfg = config_from_hf(read_json(cfg_file, error=CheckpointError))
     for weights in HF_WEIGHTS:
         if (path / weights).is_file():
-            return from_hf_state_dict(config_from_hf(hf_cfg), read_state_dict(path / weights))
+            state = read_state_dict(path / weights)
+            check_size(cfg, state, path / weights)
+            return from_hf_state_dict(cfg, state)
     raise CheckpointError(f"no model.safetensors or pytorch_model.bin in {path}")
 
 

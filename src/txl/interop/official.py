@@ -25,9 +25,10 @@ import torch
 from torch import Tensor
 
 from txl.errors import CheckpointError
-from txl.interop.state_dicts import fill_tied, read_state_dict
+from txl.interop.state_dicts import check_size, fill_tied, read_state_dict
 from txl.model import TransformerXLLM, TXLConfig
 from txl.store.files import read_json
+from txl.store.manifest import verify_beside
 
 _POS_PARAMS = ("r_w_bias", "r_r_bias", "r_emb", "r_bias")
 _OFFICIAL_IGNORED = ("adapt_inp",)
@@ -97,8 +98,18 @@ def to_official(model: TransformerXLLM) -> tuple[dict[str, Any], dict[str, Tenso
     return kwargs, state
 
 
-def load_official(checkpoint: str | Path, official_kwargs: dict[str, Any] | str | Path) -> TransformerXLLM:
-    """Load an official state-dict checkpoint; kwargs as a dict or a JSON file of constructor kwargs."""
+def load_official(checkpoint: str | Path, official_kwargs: dict[str, Any] | str | Path, *,
+                  verify: bool = True) -> TransformerXLLM:
+    """Load an official state-dict checkpoint; kwargs as a dict or a JSON file of constructor kwargs.
+
+    With ``verify``, each file is checked against a ``MANIFEST.json`` beside it that lists it (``txl convert
+    --to official`` writes one); the config is checked against the size of the weights before the model is
+    built."""
+    files = [checkpoint] if isinstance(official_kwargs, dict) else [checkpoint, official_kwargs]
+    if verify:
+        verify_beside(*files)
     if not isinstance(official_kwargs, dict):
         official_kwargs = read_json(official_kwargs, "official kwargs JSON")
-    return from_official(official_kwargs, read_state_dict(checkpoint))
+    state = read_state_dict(checkpoint)
+    check_size(config_from_official(official_kwargs), state, checkpoint)
+    return from_official(official_kwargs, state)

@@ -1,4 +1,5 @@
-"""Reading other libraries' state dicts (no pickle of code) and filling in the names of tied parameters."""
+"""Reading other libraries' state dicts (no pickle of code, NaN/inf refused), checking a config against their
+size before building its model, and filling in the names of tied parameters."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import torch
 from torch import Tensor
 
 from txl.errors import CheckpointError
-from txl.model import TransformerXLLM
-from txl.store.tensors import load_tensors
+from txl.model import TransformerXLLM, TXLConfig
+from txl.store.tensors import check_finite, load_tensors
 
 
 def fill_tied(model: TransformerXLLM, state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -32,9 +33,27 @@ def fill_tied(model: TransformerXLLM, state: dict[str, Tensor]) -> dict[str, Ten
     return state
 
 
+def check_size(cfg: TXLConfig, state: dict[str, Tensor], path: str | Path) -> None:
+    """A one-line :class:`CheckpointError` when ``cfg`` has more parameters than ``state`` (read from ``path``)
+    holds in all: such a model could not be filled from it, so it is not built (a wrong or hostile config of a
+    huge model would otherwise allocate it first). Every parameter comes from a tensor of the file, so the
+    file holds at least as many numbers (more when it repeats tied ones or keeps buffers)."""
+    held, wanted = sum(t.numel() for t in state.values()), cfg.parameter_count()
+    if wanted > held:
+        raise CheckpointError(f"{path} holds {held:,} numbers but its config (n_layer={cfg.n_layer}, "
+                              f"d_model={cfg.d_model}, n_token={cfg.n_token}) describes {wanted:,} parameters: "
+                              "the config does not belong to these weights")
+
+
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Read a state dict from ``.safetensors`` or a ``torch.save``'d dict (``weights_only=True``)."""
-    path = Path(path)
+    """Read a state dict from ``.safetensors`` or a ``torch.save``'d dict (``weights_only=True``); a floating
+    tensor holding NaN or inf is refused."""
+    state = _read_state_dict(Path(path))
+    check_finite(state, path)
+    return state
+
+
+def _read_state_dict(path: Path) -> dict[str, Tensor]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.suffix == ".safetensors":

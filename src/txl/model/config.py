@@ -173,6 +173,49 @@ class TXLConfig:
         ``max_klen`` absolute positions and reads nothing beyond them."""
         return self.max_klen if self.attn_type == 3 else None
 
+    def cluster_shapes(self) -> list[tuple[int, int]]:
+        """``(tokens, embedding size)`` of each embedding table: one ``(n_token, d_embed)`` table when
+        ``div_val == 1``, else cluster ``i`` of the cutoffs with size ``d_embed // div_val**i``."""
+        assert self.d_embed is not None
+        if self.div_val == 1:
+            return [(self.n_token, self.d_embed)]
+        bounds = [0, *self.cutoffs, self.n_token]
+        return [(hi - lo, self.d_embed // self.div_val**i) for i, (lo, hi) in enumerate(pairwise(bounds))]
+
+    def parameter_count(self, *, tied_names: bool = False) -> int:
+        """The number of parameters of a ``TransformerXLLM`` of this config, from the config alone (no tensor is
+        built, so it is instant for any size): each tied parameter once, as ``num_parameters()`` counts, or with
+        ``tied_names`` once per name, as ``state_dict()`` lists them.
+
+        Embeddings ``sum_i V_i d_i`` (+ projections ``D d_i``), positions (attn_type 0: ``u, v``; 1: ``r_emb``,
+        ``r_w_bias``, ``r_bias``; 3: ``r_emb``), per layer ``(4 + [attn_type 0]) H E D + 2 D I + I + 5 D``
+        (``qkv``, ``r_net``, ``o_net``, the feed-forward and two LayerNorms), the softmax's output layers,
+        projections and cluster head; tied ones (``tie_weight``, ``tie_projs``) are shared with the input's."""
+        d, h, e, n_layer = self.d_model, self.n_head, self.d_head, self.n_layer
+        d_embed = self.d_embed
+        assert d_embed is not None
+        tables = self.cluster_shapes()
+        total = sum(v * di for v, di in tables)
+        projected = self.div_val != 1 or d != d_embed
+        if projected:
+            total += sum(d * di for _, di in tables[: 1 if self.div_val == 1 else None])
+        total += {0: 2 * (n_layer if self.untie_r else 1) * h * e,
+                  1: n_layer * (self.max_klen * h * e + h * e + self.max_klen * h),
+                  2: 0, 3: n_layer * self.max_klen * h * e}[self.attn_type]
+        total += n_layer * ((5 if self.attn_type == 0 else 4) * h * e * d + 2 * d * self.d_inner + self.d_inner
+                            + 5 * d)
+        if self.sample_softmax > 0:
+            return total + self.n_token + (self.n_token * d if tied_names or not self.tie_weight else 0)
+        n_clusters = len(self.cutoffs)
+        total += n_clusters * (d_embed + 1) + self.n_token  # cluster head, output biases
+        if tied_names or not self.tie_weight:
+            total += sum(v * di for v, di in tables)
+        if projected:
+            proj_sizes = [d * d_embed] * (n_clusters + 1) if self.div_val == 1 else [d * di for _, di in tables]
+            tied = [i < len(self.tie_projs) and self.tie_projs[i] for i in range(len(proj_sizes))]
+            total += sum(size for size, t in zip(proj_sizes, tied) if tied_names or not t)
+        return total
+
     def replace(self, **changes: Any) -> TXLConfig:
         """A new (validated) config with ``changes`` applied."""
         return dataclasses.replace(self, **changes)

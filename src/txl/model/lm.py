@@ -15,6 +15,8 @@ predict at position ``t`` (aligned, no shift inside the model). The lengths that
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +38,8 @@ from txl.model.fastpath import mask_bias
 from txl.model.memory import kept_range, update_mems
 from txl.model.positional import build_positional
 from txl.model.segment import Segment
-from txl.store.layout import load_model_dir, save_model_dir
+from txl.store.layout import WEIGHTS, load_weights, read_model_config, save_model_dir
+from txl.store.tensors import TensorInfo, read_header
 
 
 @dataclass
@@ -243,27 +246,69 @@ class TransformerXLLM(nn.Module):
 
     # ------------------------------------------------------------------ weights on disk
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (atomically, no pickle)."""
+        """Write ``config.json``, ``model.safetensors`` and their ``MANIFEST.json`` (SHA-256) into ``directory``
+        (atomically, no pickle)."""
         return save_model_dir(directory, self.state_dict(), self.config.to_json())
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu") -> TransformerXLLM:
-        """Load a model written by :meth:`save_pretrained` (config validated, shapes checked)."""
-        config, state = load_model_dir(directory, map_location=map_location)
-        model = cls(TXLConfig.from_dict(config))
-        model.load_state_dict_strict(state)
+    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu",
+                        verify: bool = True) -> TransformerXLLM:
+        """Load a model written by :meth:`save_pretrained`, refusing in one line (:class:`CheckpointError`):
+
+        * with ``verify`` (default), a file that does not match the directory's ``MANIFEST.json`` (a directory
+          without one, from an older txl or made by hand, loads unchecked);
+        * a config that does not describe the weights file, found from the file's header before the model is
+          built (:func:`check_weights_header`: no huge allocation for a wrong or hostile config);
+        * weights holding NaN or inf.
+        """
+        path = Path(directory) / WEIGHTS
+        config = TXLConfig.from_dict(read_model_config(directory, verify=verify))
+        check_weights_header(config, read_header(path), path)
+        model = cls(config)
+        model.load_state_dict_strict(load_weights(directory, map_location))
         return model.to(map_location)
 
     def load_state_dict_strict(self, state: dict[str, Tensor]) -> None:
         """Load our own state dict, with one clear error listing missing/unexpected/mis-shaped keys."""
-        own = self.state_dict()
-        missing = sorted(set(own) - set(state))
-        unexpected = sorted(set(state) - set(own))
-        bad = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
-        if missing or unexpected or bad:
-            parts = []
-            for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", bad)):
-                if keys:
-                    parts.append(f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}")
-            raise CheckpointError("weights do not fit the config (" + "; ".join(parts) + ")")
+        problem = _mismatch({k: v.shape for k, v in self.state_dict().items()}, {k: v.shape for k, v in state.items()})
+        if problem:
+            raise CheckpointError(f"weights do not fit the config ({problem})")
         self.load_state_dict(state, strict=True)
+
+
+_LAYER = re.compile(r"layers\.(\d+)\.")
+
+
+def check_weights_header(config: TXLConfig, header: dict[str, TensorInfo], path: str | Path) -> None:
+    """A one-line :class:`CheckpointError` unless the tensors a safetensors header lists (names, shapes,
+    dtypes) are those of a model of ``config``. Cheap checks first, from the config alone (the number of layers,
+    the parameter count :meth:`TXLConfig.parameter_count`), so a config far larger than its weights (say
+    ``n_layer`` 100000 or ``n_token`` 10**9) is refused before anything is built; then names and shapes
+    against a model built on the ``meta`` device (no memory). Any floating dtype is accepted (cast on load)."""
+    layers = {int(m.group(1)) for name in header if (m := _LAYER.match(name))}
+    if layers != set(range(config.n_layer)):
+        raise CheckpointError(f"{path} holds the weights of {len(layers)} layers but its config says "
+                              f"n_layer={config.n_layer}: the config does not belong to these weights")
+    held, wanted = sum(info.numel for info in header.values()), config.parameter_count(tied_names=True)
+    if held != wanted:
+        raise CheckpointError(f"{path} holds {held:,} parameters but its config (n_token={config.n_token}, "
+                              f"d_model={config.d_model}, d_inner={config.d_inner}) describes {wanted:,}: the config "
+                              "does not belong to these weights")
+    for name, info in header.items():
+        if not info.floating:
+            raise CheckpointError(f"{path}: tensor {name!r} is stored as {info.dtype}, not as floating point")
+    with torch.device("meta"):
+        own = TransformerXLLM(config).state_dict()
+    problem = _mismatch({k: v.shape for k, v in own.items()}, {k: info.shape for k, info in header.items()})
+    if problem:
+        raise CheckpointError(f"{path}: weights do not fit the config ({problem})")
+
+
+def _mismatch(own: dict[str, Sequence[int]], given: dict[str, Sequence[int]]) -> str | None:
+    """What keeps a state dict of ``given`` shapes from a model of ``own`` shapes, or None."""
+    missing = sorted(set(own) - set(given))
+    unexpected = sorted(set(given) - set(own))
+    bad = sorted(k for k in set(own) & set(given) if tuple(own[k]) != tuple(given[k]))
+    parts = [f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
+             for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", bad)) if keys]
+    return "; ".join(parts) or None

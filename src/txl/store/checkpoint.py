@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from txl.errors import CheckpointError
-from txl.store.files import atomic_dir, read_json, sha256_file, write_json
+from txl.store.files import atomic_dir, read_json, write_json
 from txl.store.layout import (
     CONFIG,
     MANIFEST,
@@ -33,6 +33,7 @@ from txl.store.layout import (
     step_dir,
     step_dirs,
 )
+from txl.store.manifest import verify_manifest, write_manifest
 from txl.store.tensors import load_tensors, save_tensors
 
 _REF = "__tensor__"
@@ -83,29 +84,14 @@ def save_checkpoint(root: str | Path, step: int, model_state: dict[str, Tensor],
         meta, tensors = split_tensors(state)
         save_tensors(tensors, tmp / TRAIN_STATE_TENSORS)
         write_json(tmp / TRAIN_STATE_JSON, meta, indent=1)
-        files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-        write_json(tmp / MANIFEST, {"step": step, "files": {n: {"sha256": sha256_file(tmp / n),
-                                                                "bytes": (tmp / n).stat().st_size} for n in files}},
-                   indent=1)
+        write_manifest(tmp, step=step)
     return final
 
 
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Check every file of a checkpoint against its manifest; returns the manifest."""
-    path = Path(path)
-    mpath = path / MANIFEST
-    if not mpath.is_file():
-        raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
-    manifest = read_json(mpath, f"checkpoint manifest {mpath}", CheckpointError)
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise CheckpointError(f"{mpath} is unreadable (no 'files' object)")
-    for name, info in files.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path} lacks {name}")
-        if f.stat().st_size != info.get("bytes") or sha256_file(f) != info.get("sha256"):
-            raise CheckpointError(f"checkpoint file {f} does not match its SHA-256 in {MANIFEST} (corrupt)")
+    """Check every file of a checkpoint against its manifest (required); returns the manifest."""
+    manifest = verify_manifest(path, required=True, what="checkpoint")
+    assert manifest is not None
     return manifest
 
 
@@ -118,7 +104,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     """Verify and read a checkpoint: ``(model config dict, model state dict, trainer state)``."""
     path = Path(path)
     verify_checkpoint(path)
-    config, weights = load_model_dir(path, map_location)
+    config, weights = load_model_dir(path, map_location, verify=False)  # just verified
     meta = read_json(path / TRAIN_STATE_JSON, f"checkpoint state {path / TRAIN_STATE_JSON}", CheckpointError)
     state = join_tensors(meta, load_tensors(path / TRAIN_STATE_TENSORS, map_location))
     return config, weights, state

@@ -6,9 +6,10 @@
     model.safetensors    the state dict (tied names as aliases, see txl.store.tensors)
     vocab.json           the vocabulary, when known (a training run keeps it one level up)
     train_info.json      best/ and final/: the step (and validation loss) they were saved at
+    MANIFEST.json        SHA-256 and size of the files above (txl.store.manifest), checked on load
 
-**Checkpoint directory** ``RUN/checkpoints/step_XXXXXXXX/``: a model directory plus ``train_state.json``,
-``train_state.safetensors`` and ``MANIFEST.json`` (:mod:`txl.store.checkpoint`).
+**Checkpoint directory** ``RUN/checkpoints/step_XXXXXXXX/``: a model directory plus ``train_state.json`` and
+``train_state.safetensors``, its ``MANIFEST.json`` covering all of them (:mod:`txl.store.checkpoint`).
 
 **Run directory** (``txl train --out-dir RUN``), :class:`RunDir`::
 
@@ -31,13 +32,15 @@ import torch
 
 from txl.errors import CheckpointError
 from txl.store.files import read_json, sha256_file, write_text
-from txl.store.tensors import load_tensors, save_tensors
+from txl.store.manifest import MANIFEST as MANIFEST  # re-exported: every file name can be imported from here
+from txl.store.manifest import verify_manifest, write_manifest
+from txl.store.tensors import check_finite, load_tensors, save_tensors
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 VOCAB = "vocab.json"
 TRAIN_INFO = "train_info.json"
-MANIFEST = "MANIFEST.json"
+# MANIFEST ("MANIFEST.json", imported above) belongs to txl.store.manifest, which reads and writes manifests.
 TRAIN_STATE_JSON = "train_state.json"
 TRAIN_STATE_TENSORS = "train_state.safetensors"
 METRICS = "metrics.jsonl"
@@ -85,30 +88,53 @@ def is_model_dir(path: str | Path) -> bool:
 
 
 def is_checkpoint_dir(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
+    """Whether ``path`` is a training checkpoint: a ``step_*`` directory, or one holding ``train_state.json``
+    (complete or not: :func:`txl.store.checkpoint.verify_checkpoint` requires its manifest). A model directory
+    has a manifest too, but is neither."""
+    path = Path(path)
+    return path.is_dir() and (bool(STEP_DIR.match(path.name)) or (path / TRAIN_STATE_JSON).is_file())
 
 
 def save_model_dir(directory: str | Path, state_dict: dict[str, torch.Tensor], config_json: str,
                    vocab_json: str | None = None) -> Path:
-    """Write ``model.safetensors``, ``config.json`` (and ``vocab.json``) into ``directory``, each atomically."""
+    """Write ``model.safetensors``, ``config.json`` (and ``vocab.json``) into ``directory``, each atomically,
+    then ``MANIFEST.json`` listing them (a file added later: :func:`txl.store.manifest.write_manifest`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_tensors(state_dict, directory / WEIGHTS)
     write_text(directory / CONFIG, config_json)
     if vocab_json is not None:
         write_text(directory / VOCAB, vocab_json)
+    write_manifest(directory, [WEIGHTS, CONFIG] + ([VOCAB] if vocab_json is not None else []))
     return directory
 
 
-def load_model_dir(directory: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict[str, Any], dict]:
-    """``(config dict, state dict)`` of a model directory, with one-line errors for what is missing or bad."""
+def read_model_config(directory: str | Path, *, verify: bool = True) -> dict[str, Any]:
+    """The ``config.json`` dict of a model directory, after checking the directory's files against its
+    manifest when it has one (``verify``); one-line :class:`CheckpointError` for what is missing or bad."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
+    if verify:
+        verify_manifest(directory, what="model directory")
     cfg_path = directory / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
-    return read_json(cfg_path, error=CheckpointError), load_tensors(directory / WEIGHTS, map_location)
+    return read_json(cfg_path, error=CheckpointError)
+
+
+def load_weights(directory: str | Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The state dict in ``directory/model.safetensors``, refused if a floating tensor holds NaN or inf."""
+    path = Path(directory) / WEIGHTS
+    state = load_tensors(path, map_location)
+    check_finite(state, path)
+    return state
+
+
+def load_model_dir(directory: str | Path, map_location: str | torch.device = "cpu", *,
+                   verify: bool = True) -> tuple[dict[str, Any], dict]:
+    """``(config dict, state dict)`` of a model directory (:func:`read_model_config`, :func:`load_weights`)."""
+    return read_model_config(directory, verify=verify), load_weights(directory, map_location)
 
 
 def resolve_model_dir(path: str | Path) -> Path:

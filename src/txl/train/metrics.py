@@ -16,6 +16,7 @@ from typing import Any
 from txl.errors import DataError
 from txl.store.files import atomic_dir, write_json, write_text
 from txl.store.layout import TRAIN_INFO, RunDir
+from txl.store.manifest import write_manifest
 from txl.train.config import TrainConfig
 from txl.version import __version__
 
@@ -141,3 +142,4 @@ def publish_model(directory: Path, model: Any, info: dict[str, Any]) -> None:
     with atomic_dir(directory) as tmp:
         model.save_pretrained(tmp)
         write_json(tmp / TRAIN_INFO, info, sort_keys=False)
+        write_manifest(tmp)  # SHA-256 of every file, train_info.json included

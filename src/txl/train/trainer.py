@@ -49,6 +49,7 @@ from txl.store.lock import RunLock
 from txl.train.batches import train_iterator
 from txl.train.config import TrainConfig
 from txl.train.distributed import Dist, resolve_device
+from txl.train.footprint import check_fits, estimate_training_bytes
 from txl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
 from txl.train.resume import ResumePlan, plan_resume
 from txl.train.schedule import Schedule, build_optimizer
@@ -114,6 +115,9 @@ class Trainer:
         self.vocab_sha256 = corpus.vocab.sha256()
         if self.plan is not None:  # refuse a fixed field's change before anything is loaded or written
             self.plan.check(cfg, self.model_cfg.to_dict(), self.vocab_sha256)
+        if not force:  # refuse what cannot fit before allocating it (one line with the estimate)
+            check_fits(estimate_training_bytes(self.model_cfg, cfg.batch_size // world, cfg.batch_chunk, cfg.optim,
+                                               cfg.precision, recompute=cfg.recompute), self.device)
         self.model = TransformerXLLM(self.model_cfg).to(self.device)
         self.model.recompute(cfg.recompute)
         if self.dist.rank:  # other processes draw their own dropout masks; rank 0 continues the seed's stream
