@@ -160,3 +160,11 @@ class HostilePickle:
 SHARED_DATA = Path(os.environ.get("TXL_DATA_DIR") or REPO.parent / "shared" / "data")
 HAVE_SHARED_DATA = (SHARED_DATA / "ptb" / "ptb.train.txt.gz").is_file() and (SHARED_DATA / "wikitext-2").is_dir()
 needs_shared_data = pytest.mark.skipif(not HAVE_SHARED_DATA, reason=f"real datasets not found at {SHARED_DATA}")
+
+
+def one_line_error(capsys: Any, prefix: str = "txl ") -> str:
+    """What a failed command wrote to stderr, asserted to be exactly one line starting with ``prefix`` and no
+    traceback."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(prefix) and "Traceback" not in err, err
+    return err
