@@ -39,7 +39,7 @@ TINY_FLAGS = ["--preset", "tiny", "--print-config"]
     (["--max-minutes", "inf"], "max_minutes must be a finite number"),
     (["--clamp-len", "-100"], "clamp_len must be an integer >= -1 (-1 or 0: no clamping), got -100"),
     (["--mem-len", "-5"], "mem_len must be an integer >= 0, got -5"),
-    (["--dropout", "nan"], "dropout must be [0, 1), got nan"),
+    (["--dropout", "nan"], "dropout must be in [0, 1), got nan"),
     (["--init-std", "-1"], "init_std must be a finite number >= 0"),
     (["--set", "n_layer=two"], "n_layer must be a positive integer, got 'two'"),
     (["--set", "tie_weight=1"], "tie_weight must be true or false, got 1"),

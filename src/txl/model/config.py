@@ -124,7 +124,7 @@ class TXLConfig:
                                 ("init_std", 0.0, math.inf), ("proj_init_std", 0.0, math.inf)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < high:
-                where = "[0, 1)" if high == 1.0 else "a finite number >= 0"
+                where = "in [0, 1)" if high == 1.0 else "a finite number >= 0"
                 raise ConfigError(f"{name} must be {where}, got {value!r}")
         check_int("sample_softmax", self.sample_softmax, -1)  # -1 or 0: the full softmax
         if isinstance(self.attn_type, bool) or self.attn_type not in ATTN_TYPES:
