@@ -111,6 +111,8 @@ def test_describe_environment_error() -> None:
         "CUDA is not available (Torch not compiled with CUDA enabled); use --device cpu")
     assert "CUDA is not available" in describe_environment_error(RuntimeError("Found no NVIDIA driver on your system"))
     assert describe_environment_error(MemoryError()) == "out of memory"
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate memory: you tried")
+    assert describe_environment_error(cpu).startswith("out of memory ([enforce fail")
     assert describe_environment_error(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device"
     for bug in (RuntimeError("shape mismatch"), AssertionError(), ValueError("x"), OSError("no errno")):
         assert describe_environment_error(bug) is None

@@ -96,6 +96,8 @@ def describe_environment_error(exc: BaseException) -> str | None:
         return f"CUDA is not available ({str(exc).splitlines()[0]}); use --device cpu"
     if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError
         return f"out of GPU memory ({str(exc).splitlines()[0]})"
+    if isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc):
+        return f"out of memory ({str(exc).splitlines()[0]})"
     return None
 
 
