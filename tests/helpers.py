@@ -220,3 +220,11 @@ def assert_cli_refuses_damage(argv_of: Any, dirs: dict[str, Path], damage: str, 
         assert rc == (0 if damage == "bit-flip" else 2), (kind, err)
         if damage == "truncate":
             assert "is not a readable safetensors file" in err and err.count("\n") == 1, (kind, err)
+
+
+def one_line_error(capsys: Any, prefix: str = "txl ") -> str:
+    """What a failed command wrote to stderr, asserted to be exactly one line starting with ``prefix`` and no
+    traceback."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(prefix) and "Traceback" not in err, err
+    return err

@@ -2,6 +2,10 @@
 
 import sys
 
-from txl.cli import main
+try:
+    from txl.cli import main
+except KeyboardInterrupt:  # Ctrl-C while Python starts: the same one line as txl.cli.main prints
+    sys.stderr.write("txl: interrupted\n")
+    sys.exit(130)
 
 sys.exit(main())

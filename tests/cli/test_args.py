@@ -23,3 +23,26 @@ def test_add_no_verify() -> None:
     p = argparse.ArgumentParser()
     add_no_verify(p)
     assert p.parse_args([]).no_verify is False and p.parse_args(["--no-verify"]).no_verify is True
+
+
+def test_argparse_types_refuse_impossible_numbers() -> None:
+    import argparse
+
+    from txl.cli.args import clamp_int, finite_float, nonneg_float, nonneg_int, positive_float, positive_int, seed_int
+
+    assert positive_int("3") == 3 and nonneg_int("0") == 0 and clamp_int("-1") == -1 and seed_int("4294967295")
+    assert finite_float("-2.5") == -2.5 and nonneg_float("0") == 0.0 and positive_float("1e-3") == 1e-3
+    for parse, bad in [(positive_int, "0"), (positive_int, "1.5"), (nonneg_int, "-1"), (clamp_int, "-2"),
+                       (seed_int, "-1"), (seed_int, str(2**32)), (seed_int, "1e20"), (finite_float, "nan"),
+                       (finite_float, "inf"), (finite_float, "x"), (nonneg_float, "-0.1"), (positive_float, "0"),
+                       (positive_float, "-inf")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace(".", r"\.")):
+            parse(bad)
+
+
+def test_parse_float_list_refuses_non_finite_values() -> None:
+    from txl.cli.args import parse_float_list
+
+    assert parse_float_list("0.1,1", "--r") == [0.1, 1.0]
+    with pytest.raises(ConfigError, match="--r must hold finite numbers"):
+        parse_float_list("0.1,nan", "--r")

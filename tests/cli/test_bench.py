@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.helpers import one_line_error
 from txl import TXLConfig
 from txl.cli import main
 
@@ -85,3 +86,9 @@ def test_unknown_case_is_a_one_line_error(tiny_case, capsys) -> None:
                  "--steps", "1", "--repeats", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("txl bench: error: unknown benchmark case 'nope'") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--repeats", "--threads", "--batch-size"])
+def test_zero_counts_are_refused_before_anything_runs(capsys, flag: str) -> None:
+    assert main(["bench", "--no-hf", flag, "0"]) == 2
+    assert f"argument {flag}: expected a positive integer, got '0'" in one_line_error(capsys, "txl bench: error: ")

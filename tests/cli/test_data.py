@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from txl.errors import DataError
@@ -25,3 +26,48 @@ def test_cli_data_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     args = parser.parse_args(["data", "info", "nope"])
     with pytest.raises(DataError, match="known: enwik8"):
         args.func(args)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-size=-1"], "argument --max-size: expected a positive integer, got '-1'"),
+    (["--min-freq=-1"], "argument --min-freq: expected an integer >= 0, got '-1'"),
+])
+def test_impossible_numbers_are_one_line(tmp_path, capsys, argv: list[str], message: str) -> None:
+    from tests.helpers import one_line_error
+    from txl.cli import main
+
+    assert main(["data", "prepare", str(tmp_path), *argv]) == 2
+    assert message in one_line_error(capsys, "txl data prepare: error: ")
+
+
+def test_user_text_options_on_a_known_dataset_are_refused(capsys) -> None:
+    from tests.helpers import one_line_error
+    from txl.cli import main
+
+    assert main(["data", "info", "wt2", "--level", "byte"]) == 2
+    assert "--level applies to your own text only; wt2 is a known dataset" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "manifest.json").write_bytes(b"\xff\xfe"), "is unreadable ('utf-8' codec can't decode"),
+    (lambda d: (d / "manifest.json").write_text("[1, 2]"), "is not a JSON object"),
+    (lambda d: (d / "manifest.json").write_text('{"splits": "train.npy"}'), "has the wrong structure"),
+    (lambda d: (d / "manifest.json").write_text('{"splits": {"train": {"file": "../x", "length": 1, '
+                                                '"dtype": "uint8"}}}'), "names '../x', not a plain file name"),
+    (lambda d: (d / "train.npy").write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '<u1', 'shape': (" + b" " * 110),
+     "train.npy: unreadable cache array (its .npy header cannot be parsed)"),
+    (lambda d: np.save(d / "train.npy", np.full(450, 200, dtype="uint8")),  # the length of its manifest
+     "holds token id 200, but the vocabulary has"),
+])
+def test_a_damaged_cache_is_one_line(tmp_path, monkeypatch, capsys, damage, message: str) -> None:
+    from tests.helpers import corpus_dir, one_line_error
+    from txl.cli import main
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = corpus_dir(tmp_path)
+    assert main(["data", "prepare", str(corpus)]) == 0
+    damage(next((tmp_path / "cache").iterdir()))
+    capsys.readouterr()
+    assert main(["data", "info", str(corpus)]) == 2
+    assert message in one_line_error(capsys, "txl data: error: ")
+    assert main(["data", "info", str(corpus), "--rebuild"]) == 0

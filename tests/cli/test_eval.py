@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from tests.helpers import MODEL_DIR_KINDS, assert_cli_refuses_damage, model_dirs
 from tests.helpers import eval_model as _model
@@ -51,10 +52,17 @@ def test_cli_eval_json_and_sweep(text_corpus, tmp_path, capsys) -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--mem-len", "0,abc"], "--mem-len must be a comma-separated list"),
     (["--mem-len", "-4"], "--mem-len values must be >= 0"),
-    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--batch-size", "0"], "argument --batch-size: expected a positive integer, got '0'"),
     (["--sliding-window", "4", "--same-length"], "--same-length does not apply to --sliding-window"),
     (["--sliding-window", "4", "--out", "sweep"], "--out does not apply to --sliding-window"),
     (["--device", "bogus"], "unknown device 'bogus'"),
+    (["--max-tokens", "-10"], "argument --max-tokens: expected a positive integer, got '-10'"),
+    (["--tgt-len", "0"], "argument --tgt-len: expected a positive integer, got '0'"),
+    (["--ext-len=-1"], "argument --ext-len: expected an integer >= 0"),
+    (["--clamp-len=-100"], "argument --clamp-len: expected an integer >= -1 (-1 or 0: no clamping), got '-100'"),
+    (["--sliding-window", "0"], "argument --sliding-window: expected a positive integer"),
+    (["--sliding-window", "4", "--rows", "0"], "argument --rows: expected a positive integer"),
+    *([] if torch.cuda.is_available() else [(["--device", "cuda"], "'cuda' requested but CUDA is not available")]),
 ])
 def test_cli_eval_bad_arguments_are_one_line_errors(text_corpus, capsys, argv, message) -> None:
     path, model_dir, _ = text_corpus

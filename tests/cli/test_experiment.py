@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import eval_model
+from tests.helpers import eval_model, one_line_error
 from txl.cli import main
 
 
@@ -57,3 +57,21 @@ def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
     capsys.readouterr()
     assert main([*argv[:-2], "--out", str(tmp_path / "o2"), "--method", "nobody=window"]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["recl", "--model", "a=x", "--dataset", "wt2", "--contexts", "8", "--tokens=-5", "--out", "o"],
+     "argument --tokens: expected a positive integer, got '-5'"),
+    (["recl", "--model", "a=x", "--dataset", "wt2", "--contexts", "8", "--r", "nan", "--out", "o"],
+     "--r must hold finite numbers"),
+    (["experiment", "ablation", "--steps=-1", "--out", "o"], "argument --steps: expected a positive integer"),
+    (["experiment", "ablation", "--lr", "inf", "--out", "o"], "argument --lr: expected a finite number"),
+    (["experiment", "ablation", "--seed=-1", "--out", "o"], "argument --seed: expected a seed in [0, 2**32 - 1]"),
+    (["experiment", "eval-speed", "--repeats", "0"], "argument --repeats: expected a positive integer"),
+    (["experiment", "eval-speed", "--n-layer", "0"], "argument --n-layer: expected a positive integer"),
+])
+def test_impossible_numbers_are_one_line(tmp_path, monkeypatch, capsys, argv: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in one_line_error(capsys)
+

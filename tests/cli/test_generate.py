@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.helpers import assert_cli_refuses_damage, model_dirs
+from tests.helpers import assert_cli_refuses_damage, model_dirs, one_line_error
 from tests.helpers import model_dir_with_vocab as _tiny
 from tests.helpers import word_vocab as _word_vocab
 from txl.cli import main
@@ -31,7 +31,7 @@ def test_cli_generate_text_json_stream_and_errors(tmp_path, capsys) -> None:
     streamed = capsys.readouterr().out
     assert main(["generate", str(model_dir), "--max-new-tokens", "5", "--greedy"]) == 0
     assert capsys.readouterr().out == streamed
-    for argv, msg in [(["--top-p", "0"], "top_p"), (["--max-new-tokens", "-3"], "max_new_tokens"),
+    for argv, msg in [(["--top-p", "0"], "top_p"), (["--max-new-tokens", "-3"], "--max-new-tokens"),
                       (["--stream", "--num-samples", "2"], "--stream"), (["--vocab", str(tmp_path / "no.json")],
                                                                           "cannot read vocabulary")]:
         assert main(["generate", str(model_dir), *argv]) == 2
@@ -74,3 +74,20 @@ def test_a_damaged_run_is_one_line_on_stderr_without_a_traceback(tmp_path) -> No
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith("txl generate: error: ") and run.stderr.count("\n") == 1, run.stderr
     assert "best/model.safetensors does not match its SHA-256 in MANIFEST.json" in run.stderr
+
+
+def test_cli_generate_refuses_impossible_options_in_one_line(tmp_path, capsys) -> None:
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    (tmp_path / "latin1.json").write_bytes(b'{"idx2sym": ["\xe9"]}')
+    cases = [(["--level", "byte"], "level 'byte' does not fit this vocabulary of word-level symbols"),
+             (["--vocab", str(tmp_path / "latin1.json")], "latin1.json: 'utf-8' codec can't decode"),
+             (["--num-samples", "0"], "argument --num-samples: expected a positive integer"),
+             (["--mem-len=-3"], "argument --mem-len: expected an integer >= 0"),
+             (["--clamp-len=-100"], "argument --clamp-len: expected an integer >= -1"),
+             (["--temperature", "nan"], "argument --temperature: expected a finite number"),
+             (["--seed=-1"], "argument --seed: expected a seed in [0, 2**32 - 1]")]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "device 'cuda' requested but CUDA is not available"))
+    for argv, message in cases:
+        assert main(["generate", str(model_dir), "--max-new-tokens", "2", *argv]) == 2
+        assert message in one_line_error(capsys, "txl generate: error: ")

@@ -1,8 +1,16 @@
-"""The ``txl`` command line: thin subcommands, one-line errors with non-zero exit."""
+"""The ``txl`` command line: thin subcommands, one-line errors with non-zero exit, ``--debug`` tracebacks."""
 
 from __future__ import annotations
 
-from txl.cli import main
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import corpus_dir, one_line_error, subprocess_env
+from txl.cli import describe_environment_error, main
 
 
 def test_errors_are_one_line_with_exit_2(tmp_path, capsys) -> None:
@@ -11,3 +19,121 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys) -> None:
     assert err.startswith("txl convert: error:") and "\n" not in err
     assert main(["convert", str(tmp_path / "s.pt"), "--from", "official", "--out", str(tmp_path / "x")]) == 2
     assert "--config" in capsys.readouterr().err
+
+
+def test_usage_errors_are_one_line(capsys) -> None:
+    assert main(["train", "--seed", "1e20"]) == 2
+    assert "argument --seed: expected int, got '1e20' (see txl train --help)" in one_line_error(capsys)
+    assert main(["no-such-command"]) == 2
+    one_line_error(capsys, "txl: error: argument COMMAND: invalid choice")
+
+
+def _raise(exc: BaseException):
+    def run(args) -> int:
+        raise exc
+    return run
+
+
+@pytest.mark.parametrize("code, words", [
+    (errno.ENOSPC, "no space left on device"), (errno.EACCES, "permission denied"),
+    (errno.EPERM, "operation not permitted"), (errno.EROFS, "read-only file system"),
+    (errno.EISDIR, "is a directory"), (errno.ENOTDIR, "not a directory"),
+    (errno.ENOENT, "no such file or directory"), (errno.EEXIST, "file exists"),
+])
+def test_os_errors_are_one_line_naming_the_path(monkeypatch, capsys, code: int, words: str) -> None:
+    from txl.cli import plot
+
+    monkeypatch.setattr(plot, "run", _raise(OSError(code, os.strerror(code), "/some/where")))
+    assert main(["plot", "x"]) == 1
+    assert one_line_error(capsys) == f"txl plot: error: {words} (/some/where)\n"
+
+
+def test_a_full_disk_while_training_names_the_file(tmp_path, monkeypatch, capsys) -> None:
+    corpus = corpus_dir(tmp_path)
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["data", "prepare", str(corpus)]) == 0  # the cache is written before the disk is "full"
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--dataset", str(corpus), "--max-step", "2", "--out-dir", str(out),
+                 "--no-progress", "--no-tensorboard"]) == 1
+    err = one_line_error(capsys, "txl train: error: no space left on device (")
+    assert str(out) in err
+
+
+def test_interrupt_anywhere_is_one_line_and_130(monkeypatch, capsys) -> None:
+    import txl.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_build_parser", interrupted)  # during imports and parser construction
+    assert main(["train", "--preset", "tiny"]) == 130
+    assert one_line_error(capsys) == "txl train: interrupted\n"
+    monkeypatch.undo()
+    from txl.cli import plot
+
+    monkeypatch.setattr(plot, "run", _raise(KeyboardInterrupt()))
+    assert main(["plot", "x"]) == 130
+    assert one_line_error(capsys) == "txl plot: interrupted\n"
+
+
+def test_debug_flag_and_env_show_the_traceback(monkeypatch) -> None:
+    from txl.cli import plot
+
+    monkeypatch.setattr(plot, "run", _raise(OSError(errno.EACCES, "Permission denied", "/x")))
+    with pytest.raises(PermissionError):
+        main(["--debug", "plot", "x"])
+    monkeypatch.setenv("TXL_DEBUG", "1")
+    with pytest.raises(PermissionError):
+        main(["plot", "x"])
+    monkeypatch.setattr(plot, "run", _raise(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        main(["plot", "x"])
+
+
+def test_bugs_keep_their_traceback(monkeypatch) -> None:
+    from txl.cli import plot
+
+    for bug in (RuntimeError("a bug"), KeyError("k"), OSError("no errno")):
+        monkeypatch.setattr(plot, "run", _raise(bug))
+        with pytest.raises(type(bug)):
+            main(["plot", "x"])
+
+
+def test_describe_environment_error() -> None:
+    bad = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+    assert describe_environment_error(bad) == "a file is not valid UTF-8 text (invalid start byte at byte 0)"
+    assert describe_environment_error(AssertionError("Torch not compiled with CUDA enabled")).startswith(
+        "CUDA is not available (Torch not compiled with CUDA enabled); use --device cpu")
+    assert "CUDA is not available" in describe_environment_error(RuntimeError("Found no NVIDIA driver on your system"))
+    assert describe_environment_error(MemoryError()) == "out of memory"
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate memory: you tried")
+    assert describe_environment_error(cpu).startswith("out of memory ([enforce fail")
+    assert describe_environment_error(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device"
+    for bug in (RuntimeError("shape mismatch"), AssertionError(), ValueError("x"), OSError("no errno")):
+        assert describe_environment_error(bug) is None
+
+
+def test_python_m_txl_errors_in_a_subprocess(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cmd = [sys.executable, "-m", "txl", "train", "--preset", "tiny", "--out-dir", str(blocker / "run")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
+    assert proc.returncode == 1 and proc.stderr == f"txl train: error: not a directory ({blocker / 'run'})\n"
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path, TXL_DEBUG="1"),
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "NotADirectoryError" in proc.stderr
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="a read-only folder binds no root process")
+def test_read_only_out_dir_in_a_subprocess(tmp_path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    cmd = [sys.executable, "-m", "txl", "train", "--preset", "tiny", "--out-dir", str(ro / "run")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
+    assert proc.returncode == 1 and proc.stderr == f"txl train: error: permission denied ({ro / 'run'})\n"

@@ -47,3 +47,69 @@ def test_cache_reused_then_stale_detected(tmp_path: Path) -> None:
         f.write(b"a b c\n")
     with pytest.raises(DataError, match="changed"):
         load_corpus("ptb", data, cache_dir=tmp_path / "c", on_stale="error")
+
+
+def _user_cache(tmp_path: Path):
+    from tests.helpers import corpus_dir
+
+    corpus = corpus_dir(tmp_path)
+    return corpus, load_corpus(str(corpus), cache_dir=tmp_path / "c")
+
+
+def test_a_user_corpus_edited_in_place_is_rebuilt_by_content(tmp_path: Path) -> None:
+    corpus, first = _user_cache(tmp_path)
+    path = corpus / "train.txt"
+    st = path.stat()
+    text = path.read_text()
+    path.write_text(text.replace("the", "eht", 1))  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(DataError, match=r"train.txt changed content \(sha256\)"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c", on_stale="error")
+    rebuilt = load_corpus(str(corpus), cache_dir=tmp_path / "c")
+    assert "eht" in rebuilt.vocab and "eht" not in first.vocab
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["splits"]["train"].update(file="../x"), r"names '\.\./x', not a plain file name"),
+    (lambda m: m["splits"]["train"].update(file="/abs/train.npy"), "not a plain file name"),
+    (lambda m: m["splits"]["train"].update(file=""), "not a plain file name"),
+    (lambda m: m["extras"].update(x={"file": "a/b.npy", "length": 1, "dtype": "uint8"}), "not a plain file name"),
+    (lambda m: m.update(splits="train.npy"), "has the wrong structure"),
+    (lambda m: m.update(sources="a.txt"), "has the wrong structure"),
+    (lambda m: m["splits"].update(train=["train.npy"]), "entry 'train' has the wrong structure"),
+])
+def test_a_manifest_of_the_wrong_shape_is_refused_before_opening_anything(tmp_path: Path, edit, message) -> None:
+    corpus, first = _user_cache(tmp_path)
+    path = first.cache_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=message):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")
+    assert load_corpus(str(corpus), cache_dir=tmp_path / "c", rebuild=True).splits["train"].size > 0
+
+
+@pytest.mark.parametrize("content, message", [(b"\xff\xfe{}", "unreadable .*utf-8"), (b"[1, 2]", "not a JSON object")])
+def test_an_unreadable_manifest_is_one_line(tmp_path: Path, content: bytes, message: str) -> None:
+    corpus, first = _user_cache(tmp_path)
+    (first.cache_dir / "manifest.json").write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")
+
+
+def test_corrupt_arrays_are_refused(tmp_path: Path) -> None:
+    import numpy as np
+
+    corpus, first = _user_cache(tmp_path)
+    npy = first.cache_dir / "train.npy"
+    good = npy.read_bytes()
+    npy.write_bytes(good[:10] + b"{'descr': '<u1', 'fortran_order': False, 'shape': (" + good[60:])
+    with pytest.raises(DataError, match=r"train\.npy: unreadable cache array"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")
+    npy.write_bytes(good)
+    arr = np.load(npy)
+    arr[3] = len(first.vocab)
+    np.save(npy, arr)
+    with pytest.raises(DataError, match=f"holds token id {len(first.vocab)}, but the vocabulary has"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")

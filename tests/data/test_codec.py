@@ -8,6 +8,7 @@ from tests.helpers import WIKI_WORDS as WORDS
 from tests.helpers import word_vocab as _word_vocab
 from txl.data import Vocab
 from txl.data.codec import PromptWarning, TextCodec, detect_level
+from txl.errors import ConfigError
 
 
 def test_detect_level() -> None:
@@ -62,3 +63,10 @@ def test_digit_like_characters_are_not_bytes() -> None:
     assert detect_level(vocab) == "char"
     codec = TextCodec(vocab, "byte")  # forced: the symbols that are not bytes print nothing, no crash
     assert codec.decode(vocab.encode(["1"])) == "\x01"
+
+
+@pytest.mark.parametrize("symbols, level, detected", [(WORDS, "byte", "word"), (["<eos>", "97", "98"], "char", "byte")])
+def test_a_level_that_does_not_fit_the_vocabulary_is_refused(symbols: list[str], level: str, detected: str) -> None:
+    vocab = Vocab(symbols, eos="<eos>")
+    with pytest.raises(ConfigError, match=f"level '{level}' does not fit this vocabulary of {detected}-level symbols"):
+        TextCodec(vocab, level)

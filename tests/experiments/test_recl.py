@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import eval_model
 from txl import TXLConfig
-from txl.errors import ConfigError
+from txl.errors import ConfigError, DataError
 from txl.experiments import recl as R
 
 GRID = [100, 200, 300, 400, 500]
@@ -169,3 +169,12 @@ def test_trained_xl_reaches_a_longer_recl_than_vanilla_on_a_copy_task(tmp_path) 
     for r in (0.1, 0.5, 1.0):
         assert res.recl["xl"][r] == 24, res.to_dict()
         assert res.recl["vanilla"][r] <= 16
+
+
+def test_a_loss_cache_manifest_naming_another_folder_is_refused(tmp_path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1, "entries": {"../x": {"tokens": 3}}}))
+    with pytest.raises(DataError, match=r"names '\.\./x', not a plain file name"):
+        R.LossCache(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1, "entries": {"abc": [1]}}))
+    with pytest.raises(DataError, match="entry 'abc' has the wrong structure"):
+        R.LossCache(tmp_path)

@@ -51,6 +51,24 @@ def test_d_embed_defaults_to_d_model() -> None:
         (dict(div_val=4, cutoffs=[10, 20, 30, 40], d_embed=16), "div_val"),
         (dict(sample_softmax=10, div_val=2, cutoffs=[20]), "sample_softmax"),
         (dict(init="xavier"), "init"),
+        (dict(init=3), "init"),
+        (dict(cutoffs=["a"]), r"cutoffs must be a list of integers, got \['a'\]"),
+        (dict(cutoffs="20"), "cutoffs must be a list of integers"),
+        (dict(cutoffs=[20.5]), "cutoffs must be a list of integers"),
+        (dict(cutoffs=[True]), "cutoffs must be a list of integers"),
+        (dict(cutoffs=[20], tie_projs=["yes", 1]), "tie_projs must be a list of true/false values"),
+        (dict(clamp_len=-100), r"clamp_len must be an integer >= -1 \(-1 or 0: no clamping\), got -100"),
+        (dict(clamp_len=2.5), "clamp_len must be an integer"),
+        (dict(sample_softmax=-2), "sample_softmax must be an integer >= -1"),
+        (dict(dropout=float("nan")), r"dropout must be in \[0, 1\), got nan"),
+        (dict(dropatt="0.1"), "dropatt must be in"),
+        (dict(init_std=float("inf")), "init_std must be a finite number >= 0"),
+        (dict(init_range=-0.1), "init_range must be a finite number >= 0"),
+        (dict(proj_init_std=True), "proj_init_std must be a finite number >= 0"),
+        (dict(tie_weight=1), "tie_weight must be true or false"),
+        (dict(pre_lnorm="no"), "pre_lnorm must be true or false"),
+        (dict(attn_type=True), "attn_type"),
+        (dict(n_layer=2.0), "n_layer must be a positive integer"),
     ],
 )
 def test_impossible_configs_fail_clearly(kwargs, message) -> None:
@@ -136,3 +154,12 @@ def test_parameter_count_from_the_config_alone_equals_the_models(kw) -> None:
 def test_parameter_count_of_a_huge_config_is_instant() -> None:
     cfg = TXLConfig(n_token=10**9, n_layer=100000, d_model=10**4, n_head=10, d_head=1000, d_inner=4 * 10**4)
     assert cfg.parameter_count() > 10**14
+
+
+def test_off_values_and_list_forms_keep_their_meaning() -> None:
+    base = dict(n_token=100, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32)
+    for off in (-1, 0):  # the official clamp_len <= 0 and sample_softmax <= 0 mean "off"
+        cfg = TXLConfig(**base, clamp_len=off, sample_softmax=off)
+        assert cfg.lengths().clamp_len == off
+    cfg = TXLConfig(**base, cutoffs=[20, 50], tie_projs=[0, 1, True])
+    assert cfg.cutoffs == (20, 50) and cfg.tie_projs == (False, True, True)

@@ -223,3 +223,27 @@ def test_a_failed_rename_puts_the_old_directory_back(tmp_path, monkeypatch) -> N
         (d / "v").write_text("new")
     assert (final / "v").read_text() == "old"
     assert not list(tmp_path.glob(".best*"))
+
+
+def test_check_plain_name() -> None:
+    from txl.store.files import check_plain_name
+
+    assert check_plain_name("train.npy", "m") == "train.npy"
+    for bad in ("../x", "..", ".", "", "/etc/passwd", "a/b", "a\\b", "a\0b", None, 3):
+        with pytest.raises(DataError, match="not a plain file name"):
+            check_plain_name(bad, "manifest m")
+
+
+def test_an_os_error_while_writing_names_the_target(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        write_text(tmp_path / "a.txt", "x")
+    assert info.value.filename == str(tmp_path / "a.txt") and not list(tmp_path.iterdir())
+    with pytest.raises(OSError) as info, atomic_dir(tmp_path / "d") as d:
+        (d / "f").write_text("x")
+    assert info.value.filename == str(tmp_path / "d") and not list(tmp_path.iterdir())

@@ -21,8 +21,13 @@ from txl.train.config import read_config_file
     ({"scheduler": "cosin"}, "did you mean 'cosine'"),
     ({"batch_size": "8"}, "batch_size must be int"),
     ({"eval_tgt_len": 0}, "eval_tgt_len must be >= 1"),
+    *[({name: value}, f"{name} must be a finite number, got {value}") for name in
+      ("lr", "mom", "eta_min", "decay_rate", "lr_min", "clip", "max_minutes") for value in ("nan", "inf", "-inf")],
+    ({"seed": -1}, r"seed must be in \[0, 2\*\*32 - 1\], got -1"),
+    ({"seed": 2**32}, "seed must be in"),
 ])
 def test_bad_config_values_fail_with_one_line(values, match) -> None:
+    values = {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in values.items()}
     with pytest.raises(ConfigError, match=match) as info:
         TrainConfig.from_dict(values)
     assert "\n" not in str(info.value)

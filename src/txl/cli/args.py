@@ -1,9 +1,11 @@
-"""Parsing the values of command-line options that the library takes as lists, and options several
-commands share."""
+"""Parsing command-line values: lists the library takes, argparse types that refuse impossible numbers
+(``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``finite_float``, ``positive_float``,
+``nonneg_float``), and options several commands share (``--no-verify``)."""
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +37,77 @@ def parse_int_list(text: str | int | Sequence[int], name: str = "value", *, mini
 def parse_float_list(text: str, name: str) -> list[float]:
     """``"0.1,0.5"`` -> ``[0.1, 0.5]``; a one-line :class:`ConfigError` for anything else."""
     try:
-        return [float(t) for t in text.split(",")]
+        values = [float(t) for t in text.split(",")]
     except ValueError:
         raise ConfigError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{name} must hold finite numbers, got {text!r}")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------- argparse types
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                         f"got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 0."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def clamp_int(text: str) -> int:
+    """An argparse ``type`` for ``--clamp-len``: an integer >= -1 (-1 or 0: no clamping)."""
+    value = int(_number(text, int))
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= -1 (-1 or 0: no clamping), got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: a finite number (not nan or inf)."""
+    return float(_number(text, float))
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number > 0."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """An argparse ``type``: a finite number >= 0."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """An argparse ``type`` for a random seed: an integer in [0, 2**32 - 1] (what every generator accepts)."""
+    value = int(_number(text, int))
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**32 - 1], got {text!r}")
+    return value
 
 
 def add_no_verify(parser: argparse.ArgumentParser) -> None:

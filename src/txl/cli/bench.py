@@ -7,7 +7,7 @@ import argparse
 import shlex
 import sys
 
-from txl.cli.args import parse_int_list
+from txl.cli.args import parse_int_list, positive_int
 from txl.store.files import write_json
 
 
@@ -17,13 +17,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "rounds, and prints txl/HF ratios. Cases: char, word (CPU), enwik8-base, wt103-base (GPU).")
     p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
     p.add_argument("--eval-mem-lens", default="128,512,1600", help="evaluation memory lengths (default: 128,512,1600)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per round (default: 3)")
-    p.add_argument("--repeats", type=int, default=5, help="alternating rounds; ratio = their median (default: 5)")
+    p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round (default: 3)")
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="alternating rounds; ratio = their median (default: 5)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
     p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    p.add_argument("--batch-size", type=int, default=None, help="override the cases' batch size")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="override the cases' batch size")
     p.add_argument("--no-hf", action="store_true", help="time txl only")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--recompute", action="store_true",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from txl.cli.args import nonneg_int, positive_int
 from txl.data import fetch, known_datasets, load_corpus
 from txl.data.registry import get_spec
+from txl.errors import ConfigError, DataError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("--errors", choices=("strict", "replace"), default="strict", help="non-UTF-8 bytes")
         q.add_argument("--level", choices=("word", "char", "byte"), default=None, help="user text: unit")
         q.add_argument("--lower", action="store_true", default=None, help="user text: lower-case")
-        q.add_argument("--min-freq", type=int, default=None, help="user text: minimum count of a word")
-        q.add_argument("--max-size", type=int, default=None, help="user text: maximum vocabulary size")
+        q.add_argument("--min-freq", type=nonneg_int, default=None, help="user text: minimum count of a word")
+        q.add_argument("--max-size", type=positive_int, default=None, help="user text: maximum vocabulary size")
         q.add_argument("--tokenizer", default=None, help="user text: a Hugging Face tokenizers JSON")
         q.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -46,7 +48,7 @@ def _is_known(name: str) -> bool:
     try:
         get_spec(name)
         return True
-    except Exception:
+    except DataError:
         return False
 
 
@@ -63,15 +65,19 @@ def run(args: argparse.Namespace) -> int:
         "errors": args.errors,
         "on_stale": "error" if args.refuse_stale else "rebuild",
     }
-    if not _is_known(args.name):
-        user = {
-            "level": args.level,
-            "lower": args.lower,
-            "min_freq": args.min_freq,
-            "max_size": args.max_size,
-            "tokenizer": args.tokenizer,
-        }
-        options.update({k: v for k, v in user.items() if v is not None})
+    user = {
+        "level": args.level,
+        "lower": args.lower,
+        "min_freq": args.min_freq,
+        "max_size": args.max_size,
+        "tokenizer": args.tokenizer,
+    }
+    given = {k: v for k, v in user.items() if v is not None}
+    if given and _is_known(args.name):
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise ConfigError(f"{flag} applies to your own text only; {args.name} is a known dataset prepared by "
+                          "its own rules (see `txl data info`)")
+    options.update(given)
     corpus = load_corpus(args.name, args.data_dir, **options)
     info = corpus.info()
     if args.json:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from txl.cli.args import add_no_verify
+from txl.cli.args import add_no_verify, clamp_int, nonneg_int, positive_int
 from txl.errors import ConfigError
 from txl.store.files import write_json, write_text
 
@@ -28,18 +28,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset name (see `txl data info`) or a user corpus path")
     p.add_argument("--split", default="valid", choices=["valid", "test", "train"], help="split (default: valid)")
     p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
-    p.add_argument("--tgt-len", type=int, help="evaluation segment length (default: the model's)")
+    p.add_argument("--tgt-len", type=positive_int, help="evaluation segment length (default: the model's)")
     p.add_argument("--mem-len", default=None,
                    help="memory length, or a comma-separated list to sweep, e.g. 0,128,512,1600 (default: model's)")
-    p.add_argument("--ext-len", type=int, help="extended context length (default: the model's)")
-    p.add_argument("--clamp-len", type=int, help="clamp relative distances at this length (<= 0: off)")
+    p.add_argument("--ext-len", type=nonneg_int, help="extended context length (default: the model's)")
+    p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances at this length (<= 0: off)")
     p.add_argument("--same-length", action=argparse.BooleanOptionalAction, default=None,
                    help="every query attends to the same number of keys (default: the model's setting)")
-    p.add_argument("--batch-size", type=int, default=10, help="evaluation streams (default: 10, as eval.py)")
-    p.add_argument("--max-tokens", type=int, help="score only the first N tokens of the split")
-    p.add_argument("--sliding-window", type=int, metavar="L",
+    p.add_argument("--batch-size", type=positive_int, default=10, help="evaluation streams (default: 10, as eval.py)")
+    p.add_argument("--max-tokens", type=positive_int, help="score only the first N tokens of the split")
+    p.add_argument("--sliding-window", type=positive_int, metavar="L",
                    help="vanilla evaluation: each token from its own window of L previous tokens, no memory")
-    p.add_argument("--rows", type=int, help="windows per forward with --sliding-window (default: by memory)")
+    p.add_argument("--rows", type=positive_int, help="windows per forward with --sliding-window (default: by memory)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     add_no_verify(p)
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the results as JSON to PATH")
@@ -55,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     from txl.inference.loading import check_dataset, load_model
     from txl.inference.window import evaluate_sliding_window
 
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     mem_lens = parse_int_list(args.mem_len, "--mem-len") if args.mem_len is not None else None
     if args.sliding_window is not None and (mem_lens is not None or args.tgt_len is not None):
         raise ConfigError("--sliding-window evaluates without memory or segments: drop --mem-len/--tgt-len")

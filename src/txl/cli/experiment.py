@@ -7,7 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from txl.cli.args import parse_float_list, parse_int_list
+from txl.cli.args import (
+    clamp_int,
+    nonneg_float,
+    nonneg_int,
+    parse_float_list,
+    parse_int_list,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from txl.errors import ConfigError
 from txl.store.files import write_json, write_text
 
@@ -18,8 +27,8 @@ def _log(msg: str) -> None:
 
 def _add_size(p: argparse.ArgumentParser, default_preset: str) -> None:
     p.add_argument("--model-preset", default=default_preset, help=f"model size preset (default: {default_preset})")
-    for flag, kind in (("--n-layer", int), ("--d-model", int), ("--n-head", int), ("--d-inner", int),
-                       ("--dropout", float)):
+    for flag, kind in (("--n-layer", positive_int), ("--d-model", positive_int), ("--n-head", positive_int),
+                       ("--d-inner", positive_int), ("--dropout", nonneg_float)):
         note = " (d_head becomes d_model // n_head)" if flag in ("--d-model", "--n-head") else ""
         p.add_argument(flag, type=kind, help=f"override the preset's value{note}")
     p.add_argument("--pre-lnorm", action="store_true", default=None,
@@ -46,12 +55,12 @@ def _add_recl(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="valid", choices=["valid", "test"], help="split (default: valid)")
     p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
     p.add_argument("--contexts", required=True, help="context grid, e.g. 32,64,96,128 (step Δ; paper: 100..1000)")
-    p.add_argument("--tokens", type=int, default=4096, help="scored tokens (default: 4096)")
-    p.add_argument("--start", type=int, help="first scored position (default: the largest context)")
+    p.add_argument("--tokens", type=positive_int, default=4096, help="scored tokens (default: 4096)")
+    p.add_argument("--start", type=nonneg_int, help="first scored position (default: the largest context)")
     p.add_argument("--r", default="0.1,0.5,1.0", help="fractions of hardest tokens (default: 0.1,0.5,1.0)")
-    p.add_argument("--threshold", type=float, default=0.01, help="relative gain threshold (default: 0.01)")
-    p.add_argument("--tgt-len", type=int, default=32, help="segment length of the memory method (default: 32)")
-    p.add_argument("--clamp-len", type=int, help="clamp relative distances (memory method)")
+    p.add_argument("--threshold", type=nonneg_float, default=0.01, help="relative gain threshold (default: 0.01)")
+    p.add_argument("--tgt-len", type=positive_int, default=32, help="segment length of the memory method (default: 32)")
+    p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances (memory method)")
     p.add_argument("--cache", help="per-token loss cache directory (default: OUT/cache)")
     p.add_argument("--out", required=True, help="output directory: recl.json, recl.md, recl.png")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
@@ -74,15 +83,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--variants", default="table6",
                    help="table6, table7, table10, or a comma-separated list such as rec-ours-full,norec-alrfou-half")
     _add_size(a, "tiny")
-    a.add_argument("--tgt-len", type=int, default=32, help="training segment length T (default: 32)")
-    a.add_argument("--steps", type=int, default=500, help="training steps per variant (default: 500)")
-    a.add_argument("--batch-size", type=int, default=16, help="training batch (default: 16)")
-    a.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 1e-3)")
-    a.add_argument("--warmup", type=int, default=50, help="warm-up steps (default: 50)")
-    a.add_argument("--max-minutes", type=float, help="stop each variant's training after this many minutes")
+    a.add_argument("--tgt-len", type=positive_int, default=32, help="training segment length T (default: 32)")
+    a.add_argument("--steps", type=positive_int, default=500, help="training steps per variant (default: 500)")
+    a.add_argument("--batch-size", type=positive_int, default=16, help="training batch (default: 16)")
+    a.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: 1e-3)")
+    a.add_argument("--warmup", type=nonneg_int, default=50, help="warm-up steps (default: 50)")
+    a.add_argument("--max-minutes", type=positive_float, help="stop each variant's training after this many minutes")
     a.add_argument("--attn-grid", help="evaluation attention lengths (default: T,2T,4T,8T)")
-    a.add_argument("--eval-tokens", type=int, help="score only the first N validation tokens")
-    a.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    a.add_argument("--eval-tokens", type=positive_int, help="score only the first N validation tokens")
+    a.add_argument("--seed", type=seed_int, default=0, help="seed (default: 0)")
     a.add_argument("--out", required=True, help="output directory (one subdirectory per variant, ablations.md)")
     a.set_defaults(func=run_ablation)
 
@@ -98,14 +107,14 @@ def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
     s.add_argument("--split", default="valid", help="split (default: valid)")
     s.add_argument("--attn-lens", help="attention lengths (default: 128,256,512,800; on cuda up to 3800)")
     _add_size(s, "cpu-small")
-    s.add_argument("--tgt-len", type=int, default=128, help="XL evaluation segment length (default: 128)")
-    s.add_argument("--xl-batch", type=int, default=10, help="XL evaluation streams (default: 10, as eval.py)")
+    s.add_argument("--tgt-len", type=positive_int, default=128, help="XL evaluation segment length (default: 128)")
+    s.add_argument("--xl-batch", type=positive_int, default=10, help="XL evaluation streams (default: 10, as eval.py)")
     s.add_argument("--vanilla-attn-type", type=int, default=3, choices=[2, 3],
                    help="vanilla encoding: 3 Al-Rfou et al. (default), 2 Vaswani et al.")
-    s.add_argument("--rows", type=int, help="vanilla windows per forward (default: by memory, at most 64)")
-    s.add_argument("--xl-tokens", type=int, default=2560, help="XL tokens timed per repeat (default: 2560)")
-    s.add_argument("--vanilla-tokens", type=int, help="vanilla tokens timed per repeat (default: one batch)")
-    s.add_argument("--repeats", type=int, default=3, help="alternating repeats, median kept (default: 3)")
+    s.add_argument("--rows", type=positive_int, help="vanilla windows per forward (default: by memory, at most 64)")
+    s.add_argument("--xl-tokens", type=positive_int, default=2560, help="XL tokens timed per repeat (default: 2560)")
+    s.add_argument("--vanilla-tokens", type=positive_int, help="vanilla tokens timed per repeat (default: one batch)")
+    s.add_argument("--repeats", type=positive_int, default=3, help="alternating repeats, median kept (default: 3)")
     s.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     s.add_argument("--out", help="write OUT/eval-speed.json, .md, .png")
     s.set_defaults(func=run_eval_speed)

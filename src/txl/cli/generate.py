@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from txl.cli.args import add_no_verify
+from txl.cli.args import add_no_verify, clamp_int, finite_float, nonneg_float, nonneg_int, positive_int, seed_int
 from txl.errors import ConfigError, DataError
 
 
@@ -28,15 +28,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", help="vocabulary JSON (default: MODEL_DIR/vocab.json)")
     p.add_argument("--level", choices=["word", "char", "text8", "byte"],
                    help="how to split prompts and join output (default: detected from the vocabulary)")
-    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate per sample (default: 200)")
-    p.add_argument("--num-samples", type=int, default=1, help="samples generated together as a batch (default: 1)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=200,
+                   help="tokens to generate per sample (default: 200)")
+    p.add_argument("--num-samples", type=positive_int, default=1,
+                   help="samples generated together as a batch (default: 1)")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (no sampling)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default: 1)")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens (default: 0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1 = off)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of sampling (default: 0)")
-    p.add_argument("--mem-len", type=int, help="memory length while generating (default: the model's mem_len)")
-    p.add_argument("--clamp-len", type=int, help="clamp relative distances (useful with a long --mem-len)")
+    p.add_argument("--temperature", type=nonneg_float, default=1.0,
+                   help="sampling temperature; 0 = greedy (default: 1)")
+    p.add_argument("--top-k", type=nonneg_int, default=0,
+                   help="sample among the K most likely tokens (default: 0 = all)")
+    p.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1 = off)")
+    p.add_argument("--seed", type=seed_int, default=0, help="random seed of sampling (default: 0)")
+    p.add_argument("--mem-len", type=nonneg_int, help="memory length while generating (default: the model's mem_len)")
+    p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances (useful with a long --mem-len)")
     p.add_argument("--stop", action="append", default=[], metavar="STRING",
                    help="end a sample when its text contains STRING (cut off); repeatable")
     p.add_argument("--stop-token", action="append", default=[], metavar="SYMBOL",

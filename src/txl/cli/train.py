@@ -96,6 +96,9 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        if value.strip().lower() in ("none", "null"):
+            out[key] = None
+            continue
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -130,9 +133,14 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from txl.model.presets import model_preset
     from txl.train import train
 
     cfg = resolve_config(args)
+    model_preset(cfg.model, 10**7, **cfg.model_overrides)  # the model keys' values, before printing or training
+    out_dir = Path(cfg.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"out_dir {out_dir} is a file, not a directory")
     if args.print_config:
         print(cfg.to_json(), end="")
         return 0

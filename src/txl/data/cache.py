@@ -2,7 +2,8 @@
 
 The manifest records the schema and txl versions, the preparation config, every source file's size,
 mtime and SHA-256, the vocabulary's size and SHA-256, and each array's length and dtype, so that a
-stale or foreign cache is detected before use.
+stale or foreign cache is detected before use. Sources are compared by size and SHA-256 (an edit that keeps
+the size and the mtime is found by content). The manifest names plain file names in its folder only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ import numpy as np
 from txl.data.builders import Built
 from txl.data.vocab import Vocab
 from txl.errors import DataError
-from txl.store.files import atomic_dir, sha256_file, write_json
+from txl.store.files import atomic_dir, check_plain_name, sha256_file, write_json
 from txl.store.layout import CACHE_MANIFEST as MANIFEST
 from txl.store.layout import VOCAB
 from txl.version import __version__
@@ -71,11 +73,31 @@ def write_cache(
 
 
 def read_manifest(cache_dir: Path) -> dict[str, Any] | None:
-    """The manifest of a cache folder, or None if there is none / it is unreadable."""
-    try:
-        return json.loads((cache_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The manifest of a cache folder, or None if there is none; a one-line :class:`DataError` when it is there
+    but unreadable, not a JSON object of the expected structure, or names a file outside the folder."""
+    path = cache_dir / MANIFEST
+    if not path.is_file():
         return None
+    hint = "; rebuild with --rebuild"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"cache manifest {path} is unreadable ({exc}){hint}") from None
+    if not isinstance(manifest, dict):
+        raise DataError(f"cache manifest {path} is not a JSON object{hint}")
+    sections = {key: manifest.get(key, {}) for key in ("splits", "extras", "vocab")}
+    sources = manifest.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(v, dict) for v in [*sources, *sections.values()]):
+        raise DataError(f"cache manifest {path} has the wrong structure (sources, splits, extras, vocab){hint}")
+    for section in ("splits", "extras"):
+        for key, info in sections[section].items():
+            if not isinstance(info, dict) or not isinstance(info.get("length"), int) or \
+                    not isinstance(info.get("dtype"), str):
+                raise DataError(f"cache manifest {path}: {section} entry {key!r} has the wrong structure{hint}")
+            check_plain_name(info.get("file"), f"cache manifest {path} ({section} {key!r})")
+    if "file" in sections["vocab"]:
+        check_plain_name(sections["vocab"]["file"], f"cache manifest {path} (vocab)")
+    return manifest
 
 
 def stale_reason(
@@ -98,7 +120,7 @@ def stale_reason(
             return f"source {path} is gone"
         if st.st_size != rec.get("size"):
             return f"source {path} changed size"
-        if st.st_mtime_ns != rec.get("mtime_ns") and sha256_file(path) != rec.get("sha256"):
+        if sha256_file(path) != rec.get("sha256"):  # by content: an edit may keep the size and the mtime
             return f"source {path} changed content (sha256)"
     vinfo = manifest.get("vocab", {})
     try:
@@ -114,16 +136,21 @@ def stale_reason(
     return None
 
 
-def load_arrays(cache_dir: Path, entries: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Memory-map the arrays listed in a manifest section, checking length and dtype."""
+def load_arrays(cache_dir: Path, entries: dict[str, Any], vocab_size: int | None = None) -> dict[str, np.ndarray]:
+    """Memory-map the arrays listed in a manifest section, checking length and dtype, and with ``vocab_size``
+    that every id is below it."""
     out = {}
     for key, info in entries.items():
-        path = cache_dir / info["file"]
+        path = cache_dir / check_plain_name(info["file"], f"cache manifest in {cache_dir}")
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: unreadable cache array ({exc}); rebuild with --rebuild") from None
+        except (OSError, ValueError, SyntaxError, EOFError, TokenError) as exc:  # a bad header fails to parse
+            why = str(exc) if isinstance(exc, (OSError, ValueError)) else "its .npy header cannot be parsed"
+            raise DataError(f"{path}: unreadable cache array ({why}); rebuild with --rebuild") from None
         if arr.ndim != 1 or arr.shape[0] != info["length"] or str(arr.dtype) != info["dtype"]:
             raise DataError(f"{path}: does not match its manifest; rebuild with --rebuild")
+        if vocab_size is not None and arr.size and int(arr.max()) >= vocab_size:
+            raise DataError(f"{path}: holds token id {int(arr.max())}, but the vocabulary has {vocab_size} "
+                            "symbols; rebuild with --rebuild")
         out[key] = arr
     return out

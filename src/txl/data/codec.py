@@ -82,6 +82,9 @@ class TextCodec:
         self.level = level or detect_level(vocab)
         if self.level not in LEVELS:
             raise ConfigError(f"level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+        detected = detect_level(vocab)  # bytes over words, or characters over bytes, would only make <unk>s
+        if (self.level, detected) == ("byte", "word") or (detected == "byte" and self.level != "byte"):
+            raise ConfigError(f"level {self.level!r} does not fit this vocabulary of {detected}-level symbols")
         symbols = vocab.idx2sym
         self.wikitext = "@-@" in vocab
         special = set(vocab.special) | {vocab.eos, vocab.unk}

@@ -271,9 +271,10 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
             sources=src_paths,
             extra={"char_level": char_level},
         )
-    splits = load_arrays(cache_dir, manifest["splits"])
+    vocab = Vocab.load(cache_dir / VOCAB)
+    splits = load_arrays(cache_dir, manifest["splits"], len(vocab))
     extras = load_arrays(cache_dir, manifest.get("extras", {}))
-    return Corpus(label, Vocab.load(cache_dir / VOCAB), splits, char_level, cache_dir, manifest, extras)
+    return Corpus(label, vocab, splits, char_level, cache_dir, manifest, extras)
 
 
 def _aliases() -> set[str]:

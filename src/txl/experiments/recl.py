@@ -53,12 +53,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
 
 from txl.errors import ConfigError, DataError
-from txl.store.files import atomic_write, read_json, write_json
+from txl.store.files import atomic_write, check_plain_name, read_json, write_json
 from txl.store.layout import CACHE_MANIFEST
 
 METHODS = ("memory", "window")
@@ -178,6 +179,8 @@ class LossCache:
 
     Keys are JSON-able dicts (weights digest, dataset, split, positions, method, context, lengths); every
     write is atomic (temporary file, then rename), so an interrupted run resumes from the last array written.
+    The manifest's entry names must be plain file names (a one-line :class:`DataError` otherwise, before any
+    array is opened); an unreadable array is measured again.
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -190,6 +193,10 @@ class LossCache:
             entries = read_json(self.manifest_path, what, DataError).get("entries")
             if not isinstance(entries, dict):
                 raise DataError(f"{what} is unreadable (no 'entries' object)")
+            for name, entry in entries.items():  # names become file names: checked before any is opened
+                check_plain_name(name, what)
+                if not isinstance(entry, dict) or not isinstance(entry.get("tokens"), int):
+                    raise DataError(f"{what}: entry {name!r} has the wrong structure; delete the cache folder")
             self.entries = entries
 
     @staticmethod
@@ -202,7 +209,10 @@ class LossCache:
         path = self.dir / f"{d}.npy"
         if entry is None or not path.is_file():
             return None
-        arr = np.load(path, allow_pickle=False)
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, SyntaxError, EOFError, TokenError):  # a damaged file is measured again
+            return None
         return arr if arr.shape == (entry["tokens"],) else None
 
     def put(self, key: dict[str, Any], losses: np.ndarray) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -43,7 +45,8 @@ class Lengths:
     * ``mem_len``: positions kept as the next memory (0: no recurrence);
     * ``ext_len``: the last ``ext_len`` positions of a segment are left out of the next memory (the next
       segment re-reads them as extended context);
-    * ``clamp_len``: relative distances are clamped at ``clamp_len`` (<= 0: no clamping);
+    * ``clamp_len``: relative distances are clamped at ``clamp_len`` (-1 or 0: no clamping, as the official
+      ``clamp_len <= 0``; values below -1 are refused as typos);
     * ``same_length``: every query attends to the same number (``mem_len``) of keys.
     """
 
@@ -55,8 +58,8 @@ class Lengths:
     def __post_init__(self) -> None:
         check_int("mem_len", self.mem_len, 0)
         check_int("ext_len", self.ext_len, 0)
-        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
-            raise ConfigError(f"clamp_len must be an integer (<= 0 disables it), got {self.clamp_len!r}")
+        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool) or self.clamp_len < -1:
+            raise ConfigError(f"clamp_len must be an integer >= -1 (-1 or 0: no clamping), got {self.clamp_len!r}")
         if not isinstance(self.same_length, bool):
             raise ConfigError(f"same_length must be true or false, got {self.same_length!r}")
         if self.same_length and self.mem_len == 0:
@@ -102,10 +105,9 @@ class TXLConfig:
     def __post_init__(self) -> None:
         if self.d_embed is None:
             object.__setattr__(self, "d_embed", self.d_model)
-        if not isinstance(self.cutoffs, (list, tuple)) or not isinstance(self.tie_projs, (list, tuple)):
-            raise ConfigError(f"cutoffs and tie_projs must be lists, got {self.cutoffs!r} and {self.tie_projs!r}")
-        object.__setattr__(self, "cutoffs", tuple(int(c) for c in self.cutoffs))  # tuples: frozen all the way
-        object.__setattr__(self, "tie_projs", tuple(bool(t) for t in self.tie_projs))
+        # tuples: frozen all the way
+        object.__setattr__(self, "cutoffs", _check_list("cutoffs", self.cutoffs, int))
+        object.__setattr__(self, "tie_projs", _check_list("tie_projs", self.tie_projs, bool))
         self.validate()
 
     # ------------------------------------------------------------------ validation
@@ -115,11 +117,17 @@ class TXLConfig:
                      "div_val"):
             check_int(name, getattr(self, name), 1)
         self.lengths()  # mem_len, ext_len, clamp_len, same_length
-        for name in ("dropout", "dropatt"):
+        for name in ("tie_weight", "pre_lnorm", "untie_r"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name, low, high in (("dropout", 0.0, 1.0), ("dropatt", 0.0, 1.0), ("init_range", 0.0, math.inf),
+                                ("init_std", 0.0, math.inf), ("proj_init_std", 0.0, math.inf)):
             value = getattr(self, name)
-            if not 0.0 <= float(value) < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if self.attn_type not in ATTN_TYPES:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < high:
+                where = "in [0, 1)" if high == 1.0 else "a finite number >= 0"
+                raise ConfigError(f"{name} must be {where}, got {value!r}")
+        check_int("sample_softmax", self.sample_softmax, -1)  # -1 or 0: the full softmax
+        if isinstance(self.attn_type, bool) or self.attn_type not in ATTN_TYPES:
             raise ConfigError(f"attn_type must be one of {sorted(ATTN_TYPES)}, got {self.attn_type!r}")
         if self.attn_type in (0, 2) and self.d_model % 2:
             raise ConfigError(f"attn_type {self.attn_type} uses a sinusoid of size d_model, which must be even "
@@ -153,7 +161,7 @@ class TXLConfig:
             if self.sample_softmax >= self.n_token:
                 raise ConfigError(f"sample_softmax ({self.sample_softmax}) must be smaller than n_token "
                                   f"({self.n_token})")
-        if self.init not in ("normal", "uniform"):
+        if not isinstance(self.init, str) or self.init not in ("normal", "uniform"):
             raise ConfigError(f"init must be 'normal' or 'uniform', got {self.init!r}")
 
     # ------------------------------------------------------------------ derived
@@ -250,3 +258,17 @@ class TXLConfig:
         if text.lstrip().startswith("{"):
             return cls.from_dict(parse_json_object(text, "config"))
         return cls.from_dict(read_json(Path(path_or_text), "config file"))
+
+
+def _check_list(name: str, value: Any, kind: type) -> tuple:
+    """``value`` as a tuple of ``kind`` (integers, or true/false with 0/1 accepted), else a one-line
+    :class:`ConfigError`; a string is not a list."""
+    def fits(v: Any) -> bool:
+        if kind is bool:
+            return isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1))
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    if not isinstance(value, (list, tuple)) or not all(fits(v) for v in value):
+        what = "integers" if kind is int else "true/false values"
+        raise ConfigError(f"{name} must be a list of {what}, got {value!r}")
+    return tuple(kind(v) for v in value)

@@ -2,7 +2,8 @@
 
 The files txl writes as a whole (configs, weights, vocabularies, results, caches) go through :func:`atomic_write`
 (or :func:`write_text` / :func:`write_json`, :func:`atomic_path`): the bytes go to a temporary file beside the
-target, are fsynced, then renamed over it, so a reader sees the old file or the new one. Directories that must
+target, are fsynced, then renamed over it, so a reader sees the old file or the new one. An OS error while writing
+(a full disk) names the target. Directories that must
 appear whole (checkpoints, model directories, prepared data caches) are built inside :func:`atomic_dir` and
 renamed into place. Logs that grow line by line (``metrics.jsonl``) are appended to, and plots are written by
 matplotlib.
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from txl.errors import ConfigError, TXLError
+from txl.errors import ConfigError, DataError, TXLError
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -52,8 +53,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        _name_path(exc, path)
         raise
 
 
@@ -95,9 +97,17 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a directory of the run is not
         _replace_dir(tmp, final)
         fsync_dir(final.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_path(exc, final)
         raise
+
+
+def _name_path(exc: BaseException, path: Path) -> None:
+    """Give an OS error without a file name (a full disk on ``write``) the path being written, so that its
+    one-line message says where."""
+    if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+        exc.filename = str(path)
 
 
 def _replace_dir(new: Path, final: Path) -> None:
@@ -152,3 +162,14 @@ def read_json(path: str | Path, what: str | None = None, error: type[TXLError] =
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{label} cannot be read ({exc})") from None
     return parse_json_object(text, label if what else str(path), error)
+
+
+def check_plain_name(name: Any, what: str, error: type[TXLError] = DataError) -> str:
+    """``name`` when it is a plain file name (no folder separator, not ``.``/``..``, not empty or absolute), else
+    a one-line ``error`` naming ``what`` (e.g. the manifest that lists it): a manifest cannot point outside its
+    folder."""
+    seps = {"/", "\\", os.sep, os.altsep or "/"}
+    if (not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in seps) or "\0" in name
+            or os.path.isabs(name)):
+        raise error(f"{what} names {name!r}, not a plain file name in its folder; delete it or rebuild")
+    return name

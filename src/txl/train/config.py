@@ -96,6 +96,12 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise a one-line :class:`ConfigError` naming the field, before any work starts."""
         _typed(self)
+        for f in dataclasses.fields(self):  # every number finite: nan/inf would silently turn a limit off
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value!r}")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32 - 1], got {self.seed}")
         for name in ("batch_size", "batch_chunk", "max_step", "eval_interval", "log_interval",
                      "eval_batch_size", "test_batch_size", "max_nonfinite"):
             if getattr(self, name) < 1:
