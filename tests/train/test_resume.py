@@ -190,3 +190,15 @@ def test_a_full_disk_during_a_checkpoint_loses_nothing(tmp_path, corpus, tiny_ru
     verify_checkpoint(root / "step_00000002")
     monkeypatch.setattr(ckpt_mod, "save_tensors", real)
     assert Trainer(cfg, corpus=corpus, resume=cfg.out_dir).fit()["step"] == 6  # the lock was released too
+
+
+def test_a_corrupt_newest_checkpoint_names_the_older_one(tmp_path, corpus, tiny_run) -> None:
+    from tests.helpers import damage_file
+    from txl.errors import CheckpointError
+
+    run = _trained(tiny_run, corpus)
+    older, newest = list_checkpoints(run / "checkpoints")
+    damage_file(newest / "model.safetensors", "bit-flip")
+    with pytest.raises(CheckpointError, match=rf"SHA-256.*resume from an older checkpoint with --resume {older}$"):
+        Trainer(_resume_cfg(run, max_step=5), corpus=corpus, resume=run)
+    assert Trainer(_resume_cfg(run, max_step=5), corpus=corpus, resume=older).fit()["step"] == 5

@@ -95,7 +95,13 @@ def plan_resume(path: str | Path) -> ResumePlan:
     plan = ResumePlan(run, ckpt, dict(run_cfg.get("train", {})), dict(run_cfg.get("model", {})),
                       run_cfg.get("dataset", {}).get("vocab_sha256"))
     if ckpt is not None:
-        verify_checkpoint(ckpt)
+        try:
+            verify_checkpoint(ckpt)
+        except CheckpointError as exc:
+            older = [p for p in list_checkpoints(run.checkpoints) if p.name < ckpt.name]
+            if not older:
+                raise
+            raise CheckpointError(f"{exc}; resume from an older checkpoint with --resume {older[-1]}") from None
         model, state = read_checkpoint_meta(ckpt)
         plan.model = model
         plan.train = state.get("train_config", plan.train)  # older checkpoints: the run's config.json
