@@ -186,3 +186,18 @@ def test_bad_input(tmp_path: Path) -> None:
         (tmp_path / "ptb" / f"ptb.{s}.txt").write_text("a b\n" if s != "valid" else "")
     with pytest.raises(DataError, match="the valid split is empty"):
         load_corpus("ptb", tmp_path, cache_dir=tmp_path / "c")
+
+
+def test_build_with_vocab_counts_what_the_vocabulary_lacks(tmp_path: Path) -> None:
+    from txl.data import Vocab
+    from txl.data.builders import Source, build_with_vocab
+
+    for split, text in (("train", "a b c\nb x\n"), ("valid", "y a\n"), ("test", "b\n")):
+        (tmp_path / f"{split}.txt").write_text(text)
+    sources = {s: [Source(tmp_path / f"{s}.txt")] for s in ("train", "valid", "test")}
+    vocab = Vocab(["<eos>", "<unk>", "a", "b", "c"], eos="<eos>", unk="<unk>")
+    built = build_with_vocab("t", sources, vocab)
+    assert built.vocab is vocab and built.unknown == {"train": 1, "valid": 1, "test": 0}
+    assert built.splits["train"].tolist() == [2, 3, 4, 0, 3, 1, 0] and built.splits["valid"].tolist() == [1, 2, 0]
+    with pytest.raises(DataError, match="word- or char-level text, not 'byte'"):
+        build_with_vocab("t", sources, vocab, level="byte")

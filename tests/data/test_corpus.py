@@ -89,3 +89,45 @@ def test_missing_file_names_file_url_and_fix(tmp_path: Path) -> None:
         load_corpus("enwik8", tmp_path, cache_dir=tmp_path / "c")
 
 
+
+
+def test_a_given_vocabulary_encodes_the_embedded_wt2(tmp_path: Path) -> None:
+    """``vocab=``: the text is encoded with the given vocabulary (unknown words -> ``<unk>``, counted), cached
+    apart from the dataset's own preparation (the key holds the vocabulary's SHA-256)."""
+    from txl.data import Vocab
+
+    own = load_corpus("wt2", tmp_path / "none", cache_dir=tmp_path / "c")
+    kept = own.vocab.idx2sym[:2000]
+    small = Vocab(kept, special=own.vocab.special, eos=own.vocab.eos, unk=own.vocab.unk)
+    given = load_corpus("wt2", tmp_path / "none", cache_dir=tmp_path / "c", vocab=small)
+    assert given.vocab.sha256() == small.sha256() and given.cache_dir != own.cache_dir
+    for split, ids in own.splits.items():
+        expect = np.where(ids < 2000, ids, small.unk_idx)
+        assert np.array_equal(given.splits[split], expect), split
+        unknown = int((ids >= 2000).sum())  # own ids >= 2000 are words the small vocabulary lacks
+        assert given.unknown_tokens(split) == unknown > 0
+    assert own.unknown_tokens("train") is None
+    again = load_corpus("wt2", tmp_path / "none", cache_dir=tmp_path / "c", vocab=small)
+    assert again.cache_dir == given.cache_dir and again.unknown_tokens("valid") == given.unknown_tokens("valid")
+
+
+def test_a_given_vocabulary_must_fit_the_level(tmp_path: Path) -> None:
+    from txl.data import Vocab
+
+    words = Vocab(["<eos>", "<unk>", "the", "cat"], eos="<eos>", unk="<unk>")
+    chars = Vocab(["<eos>", "<unk>", "a", "b", " "], eos="<eos>", unk="<unk>")
+    with pytest.raises(DataError, match="'ptb-char' is char-level text but the vocabulary is word-level"):
+        load_corpus("ptb-char", tmp_path / "nothing", vocab=words)  # refused before looking for the files
+    with pytest.raises(DataError, match="'wt2' is word-level text but the vocabulary is char-level"):
+        load_corpus("wt2", tmp_path / "nothing", vocab=chars)
+    with pytest.raises(DataError, match="is enwik8-level text"):
+        load_corpus("enwik8", tmp_path / "nothing", vocab=words)
+    (tmp_path / "t.txt").write_text("the cat sat\nab ba\n" * 50)
+    user = load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", level="char", vocab=chars)
+    unk = int((user.splits["train"] == chars.unk_idx).sum())  # the text holds no literal <unk>
+    assert user.unknown_tokens("train") == unk > 0 and user.char_level
+    flat = load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", vocab=words)
+    n = len(flat.splits["train"]) + len(flat.splits["valid"]) + len(flat.splits["test"])
+    assert n == 50 * 7 and set(flat.vocab.decode(flat.splits["train"])) <= {"the", "cat", "<eos>", "<unk>"}
+    with pytest.raises(DataError, match="not in the vocabulary, which has no unknown symbol"):
+        load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", vocab=Vocab(["<eos>", "the"], eos="<eos>"))

@@ -205,6 +205,30 @@ class OfficialOracle:
             state[alias] = state[target]
         return state
 
+    def official_init_state_dict(self, *, seed: int, init_std: float = 0.02, proj_init_std: float = 0.01,
+                                 dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
+        """An official-format state dict drawn as the official ``train.py`` ``weights_init`` (``--init normal``)
+        does: weights, embeddings, ``cluster_weight``, ``r_emb``, ``r_w_bias``, ``r_r_bias`` ~ N(0, init_std);
+        biases (``r_bias``, ``cluster_bias`` included) 0; projections ~ N(0, proj_init_std); LayerNorm weights
+        ~ N(1, init_std). Tied names share one tensor."""
+        gen = torch.Generator().manual_seed(seed)
+        shapes, aliases = self.official_layout()
+        state = {}
+        for name, shape in shapes.items():
+            noise = torch.randn(shape, generator=gen, dtype=torch.float64)
+            if name.endswith("bias") and not name.endswith(("r_w_bias", "r_r_bias")):
+                t = torch.zeros(shape, dtype=torch.float64)
+            elif "_projs." in name:
+                t = noise * proj_init_std
+            elif name.endswith("layer_norm.weight"):
+                t = 1.0 + noise * init_std
+            else:
+                t = noise * init_std
+            state[name] = t.to(dtype)
+        for alias, target in aliases.items():
+            state[alias] = state[target]
+        return state
+
     def p(self, name: str) -> Tensor:
         return self.params[self.aliases.get(name, name)]
 
@@ -441,3 +465,39 @@ class OfficialOracle:
         return nll.view(tlen, bsz), new_mems
 
     __call__ = forward
+
+
+def official_train_losses(oracle: OfficialOracle, train_ids: Tensor, *, batch_size: int, max_step: int, lr: float,
+                          clip: float, eta_min: float = 0.0) -> list[float]:
+    """The per-step training losses of the official ``train.py`` loop (``--optim adam --scheduler cosine
+    --warmup_step 0``, no dropout, ``batch_chunk`` 1) over ``oracle``'s parameters, written from its semantics:
+
+    * batches: ``LMOrderedIterator`` (the stream cut into ``batch_size`` rows, time-first; segment ``i`` is
+      ``data[max(0, i - ext_len) : i + seq_len]``, target ``data[i + 1 : i + 1 + seq_len]``, ``seq_len =
+      min(tgt_len, n - 1 - i)``); each epoch (one ``train()`` call) starts with no memory;
+    * each step: ``loss = nll.float().mean()``, ``backward``, ``clip_grad_norm_(parameters, clip)``, Adam, then
+      ``scheduler.step(train_step)`` of ``CosineAnnealingLR(T_max=max_step, eta_min)`` (its closed form).
+    """
+    params = list(oracle.params.values())
+    optimizer = torch.optim.Adam(params, lr=lr)
+    n_step = train_ids.numel() // batch_size
+    data = train_ids[: n_step * batch_size].reshape(batch_size, n_step).t().contiguous()  # [n_step, bsz]
+    bptt, ext_len = oracle.tgt_len, oracle.ext_len
+    losses: list[float] = []
+    while True:
+        mems: list[Tensor] = []
+        for i in range(0, data.size(0) - 1, bptt):
+            seq_len = min(bptt, data.size(0) - 1 - i)
+            inp, target = data[max(0, i - ext_len) : i + seq_len], data[i + 1 : i + 1 + seq_len]
+            oracle.zero_grad()
+            nll, mems = oracle(inp, target, mems)
+            loss = nll.float().mean()
+            loss.backward()
+            losses.append(loss.item())
+            torch.nn.utils.clip_grad_norm_(params, clip)
+            optimizer.step()
+            step = len(losses)
+            for group in optimizer.param_groups:
+                group["lr"] = eta_min + (lr - eta_min) * (1 + math.cos(math.pi * step / max_step)) / 2
+            if step == max_step:
+                return losses

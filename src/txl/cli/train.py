@@ -3,6 +3,8 @@
 A run's config is resolved as: training preset (``--preset``, or ``preset`` in the file) < config file
 (``--config run.toml|run.json``) < command-line flags. ``--resume RUN_DIR`` starts from the run's own
 ``config.json`` instead, and flags given with it override it (e.g. a longer ``--max-step``).
+``--init-from MODEL_DIR`` fine-tunes a pretrained model in a new run (:mod:`txl.train.init_from`): its
+architecture (a training preset's model fields then give way to it) and vocabulary; not with ``--resume``.
 """
 
 from __future__ import annotations
@@ -117,6 +119,10 @@ def resolve_config(args: argparse.Namespace) -> Any:
     flags.pop("preset", None)
     flags.update(_parse_set(args.overrides))
     if args.resume:
+        given = [k for k in ("init_from", "init_vocab") if flags.get(k) is not None]
+        if given:
+            raise ConfigError(f"--{given[0].replace('_', '-')} cannot be combined with --resume: a resumed run "
+                              "continues from its own checkpoint (start a fine-tuning run without --resume)")
         run_dir = Path(args.resume)
         if is_checkpoint_dir(run_dir):  # RUN_DIR/checkpoints/step_*
             run_dir = RunDir.of_checkpoint(run_dir)
@@ -128,6 +134,10 @@ def resolve_config(args: argparse.Namespace) -> Any:
     file_values = read_config_file(args.config_file) if args.config_file else {}
     preset = getattr(args, "preset", None) or file_values.get("preset")
     base = train_preset(preset) if preset else None
+    if base is not None and (flags.get("init_from") or file_values.get("init_from")):
+        from txl.train.init_from import SETTABLE  # a preset's architecture gives way to the model's
+
+        base.model_overrides = {k: v for k, v in base.model_overrides.items() if k in SETTABLE}
     cfg = TrainConfig.from_dict({**file_values, **({"preset": preset} if preset else {})}, base=base)
     return TrainConfig.from_dict(flags, base=cfg)
 

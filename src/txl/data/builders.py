@@ -44,6 +44,7 @@ class Built:
     vocab: Vocab
     splits: dict[str, np.ndarray]
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+    unknown: dict[str, int] | None = None  # per split: tokens a given vocabulary lacks (build_with_vocab)
 
 
 def _check_nonempty(name: str, splits: dict[str, np.ndarray], where: str) -> None:
@@ -126,6 +127,43 @@ def build_text_splits(
         min_freq=min_freq,
         max_size=max_size,
     )
+
+
+def build_with_vocab(
+    name: str,
+    sources: dict[str, Sequence[Source]] | Sequence[Source],
+    vocab: Vocab,
+    *,
+    level: str = "word",
+    lower: bool = False,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    errors: str = "strict",
+) -> Built:
+    """Word- or character-level text encoded with a GIVEN vocabulary (a pretrained model's, to fine-tune it).
+
+    The tokenization is that of :func:`build_text_splits` (``sources`` by split) or :func:`build_user_text` (one
+    file list, cut into train / valid / test), each line ended by the vocabulary's ``eos`` (``<eos>`` when it has
+    none); a symbol the vocabulary lacks becomes its ``unk`` (a :class:`DataError` without one), and
+    ``Built.unknown`` counts those tokens per split.
+    """
+    if level not in ("word", "char"):
+        raise DataError(f"{name}: a given vocabulary encodes word- or char-level text, not {level!r}")
+    table = TypeTable()
+    eos = vocab.eos or "<eos>"
+    if isinstance(sources, dict):
+        ids = {s: _encode(table, srcs, level=level, lower=lower, eos=eos, errors=errors) for s, srcs in sources.items()}
+        _check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+    else:
+        stream = _encode(table, sources, level=level, lower=lower, eos=eos, errors=errors)
+        if stream.size == 0:
+            raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
+        ids = _cut(stream, *tail_split(stream.size, valid_fraction, test_fraction, name))
+    missing = np.fromiter((s not in vocab.sym2idx for s in table.symbols), dtype=bool, count=len(table))
+    lut = table.lookup_table(vocab, name)
+    dtype = smallest_dtype(len(vocab))
+    return Built(vocab, {s: lut[a].astype(dtype) for s, a in ids.items()},
+                 unknown={s: int(missing[a].sum()) for s, a in ids.items()})
 
 
 def tail_split(n: int, valid_fraction: float, test_fraction: float, name: str) -> tuple[int, int]:

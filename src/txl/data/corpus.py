@@ -57,6 +57,12 @@ class Corpus:
         """Sentence boundaries (``n+1`` offsets) of a sentence-level corpus (One Billion Word), else None."""
         return self.extras.get(f"{split}.sent_offsets")
 
+    def unknown_tokens(self, split: str) -> int | None:
+        """Tokens of ``split`` that a given vocabulary lacked (mapped to its ``unk``): :func:`load_corpus` with
+        ``vocab=``; ``None`` for a corpus that built its own vocabulary."""
+        count = self.manifest.get("unknown", {}).get(split)
+        return int(count) if isinstance(count, int) else None
+
     def info(self) -> dict[str, Any]:
         """Sizes and counts, as ``txl data info`` prints them."""
         return {
@@ -198,8 +204,13 @@ def _build_user(name: str, sources: dict[str, list[Source]] | list[Source], opts
     )
 
 
-def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -> Corpus:
+def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab | None = None,
+                **options: Any) -> Corpus:
     """Load (preparing once if needed) a dataset by name, or the user's own text.
+
+    ``vocab``: encode the text with this vocabulary instead of building one (a pretrained model's, to fine-tune
+    it; word- and char-level text only, of the vocabulary's own level): unknown symbols become its ``unk``,
+    :meth:`Corpus.unknown_tokens` counts them, and the cache key includes the vocabulary's SHA-256.
 
     ``name``: a known dataset (see :func:`known_datasets`), ``"text"`` with ``paths=[...]``, or a path
     to a text file or directory. Options: ``cache_dir``; ``rebuild`` (force); ``on_stale``
@@ -231,12 +242,20 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
         if extra_paths:
             opts["tokenizer"] = str(extra_paths[0])
         build = lambda: _build_user(label, sources, opts)  # noqa: E731
+        if vocab is not None:
+            level = "tokenizer" if opts.get("tokenizer") else opts.get("level", "word")
+            check_level(vocab, level, label)
+            build = lambda: builders.build_with_vocab(  # noqa: E731
+                label, sources, vocab, level=level, lower=opts.get("lower", False), errors=opts["errors"],
+                **{k: opts[k] for k in ("valid_fraction", "test_fraction") if k in opts})
     else:
         spec = get_spec(name)
         opts["n_test"] = int(options.pop("n_test", 5_000_000))
         if options:
             raise DataError(f"unknown option(s) for {spec.name}: {', '.join(sorted(options))}")
         label, char_level = spec.name, spec.char_level
+        if vocab is not None:  # before looking for the files: a refusal needs no data
+            check_level(vocab, spec.kind, label)
         sources = locate_sources(spec, ddir)
         flat = list(dict.fromkeys(s for v in sources.values() for s in v))
         extra_paths = [ddir / f for f in spec.extra_files.values()]
@@ -244,6 +263,9 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
             if not p.is_file():
                 raise _missing(spec, str(p.relative_to(ddir)), ddir)
         build = lambda: _build_spec(spec, sources, ddir, opts)  # noqa: E731
+        if vocab is not None:
+            build = lambda: builders.build_with_vocab(  # noqa: E731
+                label, sources, vocab, level=spec.kind, lower=spec.lower, errors=opts["errors"])
     src_paths = list(dict.fromkeys([s.path for s in flat] + extra_paths))
     config = {
         "prep_version": PREP_VERSION,
@@ -251,6 +273,7 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
         "options": opts,
         "members": [s.member for s in flat],
         "char_level": char_level,
+        **({"vocab_sha256": vocab.sha256()} if vocab is not None else {}),
     }
     cache_dir = cache_root / f"{label}-{config_key({**config, 'sources': [str(p) for p in src_paths]})}"
     manifest = None if rebuild else read_manifest(cache_dir)
@@ -269,12 +292,24 @@ def load_corpus(name: str, data_dir: str | Path | None = None, **options: Any) -
             dataset=label,
             config=config,
             sources=src_paths,
-            extra={"char_level": char_level},
+            extra={"char_level": char_level, **({"unknown": built.unknown} if built.unknown is not None else {})},
         )
     vocab = Vocab.load(cache_dir / VOCAB)
     splits = load_arrays(cache_dir, manifest["splits"], len(vocab))
     extras = load_arrays(cache_dir, manifest.get("extras", {}))
     return Corpus(label, vocab, splits, char_level, cache_dir, manifest, extras)
+
+
+def check_level(vocab: Vocab, level: str, dataset: str) -> None:
+    """Refuse, in one line, text of ``level`` (word, char, ...) that ``vocab`` cannot encode: a given vocabulary
+    encodes word- or char-level text of its own level only."""
+    from txl.data.codec import detect_level
+
+    have = detect_level(vocab)
+    have = "char" if have == "text8" else have
+    if level not in ("word", "char") or have != level:
+        raise DataError(f"dataset {dataset!r} is {level}-level text but the vocabulary is {have}-level "
+                        f"({len(vocab)} symbols): a model's vocabulary encodes only text of its own level")
 
 
 def _aliases() -> set[str]:

@@ -42,6 +42,8 @@ class TrainConfig:
     data_dir: str | None = None  # raw data folder (default: $TXL_DATA_DIR, then the user cache)
     model: str = "cpu-small"  # a model preset of txl.model.presets.MODEL_PRESETS
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None  # fine-tune: start from this model's weights, architecture and vocabulary
+    init_vocab: str | None = None  # init_from's vocabulary when none is beside the model
     out_dir: str = "runs/txl"
     # batches (batch_size is the global batch over all processes, as one process would see it)
     batch_size: int = 16
@@ -138,6 +140,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}{hint}")
         if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.init_vocab is not None and self.init_from is None:
+            raise ConfigError("init_vocab is the vocabulary of init_from: give init_from (--init-from MODEL_DIR) too")
         bad = [k for k in self.model_overrides if k not in MODEL_KEYS]
         if bad:
             raise ConfigError(f"unknown model config key {bad[0]!r}{did_you_mean(bad[0], MODEL_KEYS)}")

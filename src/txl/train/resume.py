@@ -4,9 +4,10 @@ A run is resumed from its newest complete checkpoint (or a given ``RUN/checkpoin
 in the run directory changes, the new configuration is compared with the one the checkpoint was written with:
 
 * **fixed** fields (:data:`FIXED`, and every model field) are what the saved state means: the architecture,
-  the dataset and its vocabulary, the batch and its rows, the segment length, the optimizer's kind (its state
-  has another form), the seed (the RNG streams), the objective (``half_loss``), the numeric format of fp16's
-  loss scaler. A change is refused in one line naming the field and the run's value;
+  the dataset and its vocabulary, the pretrained model a fine-tuning run started from (``init_from``), the
+  batch and its rows, the segment length, the optimizer's kind (its state has another form), the seed (the
+  RNG streams), the objective (``half_loss``), the numeric format of fp16's loss scaler. A change is refused
+  in one line naming the field and the run's value;
 * every other field may change and is applied from the next step (:meth:`Schedule.rebase
   <txl.train.schedule.Schedule.rebase>` re-targets the learning rate; intervals, limits, clipping and
   evaluation settings are read from the config as the run goes); the changes are recorded as a ``resume``
@@ -29,9 +30,10 @@ from txl.store.layout import RunDir, is_checkpoint_dir
 from txl.train.config import TrainConfig
 
 #: TrainConfig fields a resume may not change (model fields are all fixed too).
-FIXED = ("dataset", "model", "batch_size", "varlen", "optim", "scheduler", "seed", "half_loss")
-#: Fields that name where the run is, not what it does: not compared.
-UNTRACKED = ("preset", "out_dir", "model_overrides")
+FIXED = ("dataset", "model", "batch_size", "varlen", "optim", "scheduler", "seed", "half_loss", "init_from")
+#: Fields that name where the run is, not what it does: not compared (``init_vocab``: where a fine-tuning run
+#: found its vocabulary when it started; the vocabulary itself is compared by its SHA-256).
+UNTRACKED = ("preset", "out_dir", "model_overrides", "init_vocab")
 #: Fields that re-target the learning rate when they change.
 SCHEDULE_FIELDS = ("lr", "mom", "warmup_step", "max_step", "eta_min", "decay_rate", "patience", "lr_min")
 
@@ -39,6 +41,7 @@ _WHY = {
     "dataset": "the data and its vocabulary", "model": "the architecture", "batch_size": "the data streams",
     "varlen": "the data iterator", "optim": "the optimizer state's form", "scheduler": "the schedule state",
     "seed": "the random streams", "half_loss": "the objective", "precision": "fp16's loss-scaler state",
+    "init_from": "the weights and vocabulary the run started from; a resume continues from its own checkpoint",
 }
 
 

@@ -50,6 +50,7 @@ from txl.train.batches import train_iterator
 from txl.train.config import TrainConfig
 from txl.train.distributed import Dist, resolve_device
 from txl.train.footprint import check_fits, estimate_training_bytes
+from txl.train.init_from import init_setup, write_record
 from txl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
 from txl.train.resume import ResumePlan, plan_resume
 from txl.train.schedule import Schedule, build_optimizer
@@ -101,11 +102,8 @@ class Trainer:
             raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
                               f"{self.out_dir}`, or give another --out-dir")
         self.dist = Dist(self.device)
-        if corpus is None:
-            from txl.data import load_corpus
-
-            corpus = load_corpus(cfg.dataset, cfg.data_dir)
-        self.corpus = corpus
+        self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
+        cfg, self.corpus = self.cfg, corpus
         self.metric = "bpc" if corpus.char_level else "ppl"
 
         random.seed(cfg.seed)
@@ -119,6 +117,8 @@ class Trainer:
             check_fits(estimate_training_bytes(self.model_cfg, cfg.batch_size // world, cfg.batch_chunk, cfg.optim,
                                                cfg.precision, recompute=cfg.recompute), self.device)
         self.model = TransformerXLLM(self.model_cfg).to(self.device)
+        if init is not None:  # fine-tuning (txl.train.init_from): the pretrained weights
+            init.load_into(self.model)
         self.model.recompute(cfg.recompute)
         if self.dist.rank:  # other processes draw their own dropout masks; rank 0 continues the seed's stream
             torch.manual_seed(cfg.seed + self.dist.rank)
@@ -140,8 +140,7 @@ class Trainer:
 
         self.step = self.tokens = 0  # applied updates; training target tokens consumed (all processes)
         self.elapsed = 0.0  # training wall seconds over all invocations
-        self.nonfinite_total = self.nonfinite_run = 0
-        self.best_valid, self.best_step = math.inf, 0
+        self.nonfinite_total, self.nonfinite_run, self.best_valid, self.best_step = 0, 0, math.inf, 0
         self.mems: list[Tensor] | None = None
         self.mems_epoch, self.last_saved_step = 0, -1
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
@@ -389,6 +388,7 @@ class Trainer:
 
     def _write_run_files(self) -> None:
         write_run_files(self.run, self.cfg, self.model, self.corpus, world_size=self.dist.world_size)
+        write_record(self.run, self.init_record)
 
     def _publish(self, directory: Path, info: dict[str, Any]) -> None:
         publish_model(directory, self.model, info)
