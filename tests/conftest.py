@@ -50,3 +50,10 @@ def tiny_run(tmp_path: Path) -> Callable[..., TrainConfig]:
         return helpers.tiny_train_config(tmp_path / "run", dataset, **kw)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``(run directory, corpus directory)`` of a tiny run trained once for the session (``helpers.train_tiny_run``):
+    read it, copy it, never change it."""
+    return helpers.train_tiny_run(tmp_path_factory.mktemp("trained"))

@@ -201,6 +201,48 @@ def model_dirs(root: Path, model: TransformerXLLM, vocab: Any = None) -> dict[st
     return dirs
 
 
+#: How a command can be given a model (:func:`model_arg`): a model directory, a checkpoint, a run directory.
+MODEL_ARG_KINDS = ("model", "checkpoint", "run")
+
+
+def train_tiny_run(root: Path) -> tuple[Path, Path]:
+    """``(run directory, corpus directory)``: a tiny model trained 4 steps on :func:`corpus_dir` into
+    ``root/run`` (``best/``, ``final/``, ``checkpoints/step_*``, ``vocab.json``), as ``txl train`` writes it."""
+    from txl.data import load_corpus
+    from txl.train import Trainer
+
+    corpus = corpus_dir(root)
+    cfg = tiny_train_config(root / "run", str(corpus), max_step=4, eval_interval=2, save_interval=2)
+    Trainer(cfg, corpus=load_corpus(str(corpus), cache_dir=root / "cache")).fit()
+    return root / "run", corpus
+
+
+def model_arg(run: Path, kind: str, tmp: Path) -> Path:
+    """What to give a command for ``run`` as each of :data:`MODEL_ARG_KINDS`: ``model``, a copy of its ``best/``
+    in an unrelated directory ``tmp/elsewhere/best`` (nothing of the run beside it); ``checkpoint``, its newest
+    ``checkpoints/step_*``; ``run``, the run directory itself."""
+    import shutil
+
+    from txl.store.layout import step_dirs
+
+    if kind == "model":
+        return Path(shutil.copytree(run / "best", tmp / "elsewhere" / "best"))
+    return step_dirs(run / "checkpoints")[-1] if kind == "checkpoint" else run
+
+
+def assert_model_note(err: str, prog: str, run: Path, kind: str) -> None:
+    """Given a run directory, ``prog`` said on stderr, in one line, that it uses the run's ``best/``; given a model
+    or checkpoint directory, it said nothing of the kind."""
+    import json
+
+    notes = [line for line in err.splitlines() if ": using " in line]
+    if kind == "run":
+        step = json.loads((run / "best" / "train_info.json").read_text(encoding="utf-8"))["step"]
+        assert notes == [f"{prog}: using {run / 'best'} (the best validation model, step {step})"], err
+    else:
+        assert notes == [], err
+
+
 def assert_cli_refuses_damage(argv_of: Any, dirs: dict[str, Path], damage: str, capsys: Any) -> None:
     """For each directory of ``dirs``: damage its weights (:func:`damage_file`), then ``txl *argv_of(dir)`` exits
     2 with one line on stderr naming the file whose SHA-256 does not match; with ``--no-verify`` a bit-flipped

@@ -25,6 +25,13 @@ def test_add_no_verify() -> None:
     assert p.parse_args([]).no_verify is False and p.parse_args(["--no-verify"]).no_verify is True
 
 
+def test_stderr_note_is_one_line_on_stderr(capsys) -> None:
+    from txl.cli.args import stderr_note
+
+    stderr_note("txl generate")("using runs/x/best (the best validation model)")
+    assert capsys.readouterr() == ("", "txl generate: using runs/x/best (the best validation model)\n")
+
+
 def test_argparse_types_refuse_impossible_numbers() -> None:
     import argparse
 

@@ -9,8 +9,15 @@ import pytest
 import torch
 
 from tests.helpers import HF_SYMS as SYMS
+from tests.helpers import (
+    MODEL_ARG_KINDS,
+    assert_cli_refuses_damage,
+    assert_model_note,
+    damage_file,
+    model_arg,
+    model_dirs,
+)
 from tests.helpers import HostilePickle as _Evil
-from tests.helpers import assert_cli_refuses_damage, damage_file, model_dirs
 from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
 from txl import TransformerXLLM, TXLConfig
 from txl.cli import main
@@ -131,3 +138,16 @@ def test_convert_import_refuses_a_config_far_larger_than_its_weights(tmp_path, c
     assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--no-verify", "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the config does not belong to these weights" in err
+
+
+@pytest.mark.parametrize("kind", MODEL_ARG_KINDS)
+@pytest.mark.parametrize("dst", ["official", "hf"])
+def test_convert_exports_a_model_checkpoint_or_run_directory(trained_run, tmp_path, capsys, kind, dst) -> None:
+    from txl.store.manifest import verify_manifest
+
+    run, _ = trained_run
+    assert main(["convert", str(model_arg(run, kind, tmp_path)), "--to", dst, "--out", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"wrote {dst} weights of ")
+    assert_model_note(err, "txl convert", run, kind)
+    assert len(verify_manifest(tmp_path / "out", required=True)["files"]) == 2

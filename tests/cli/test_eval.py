@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import MODEL_DIR_KINDS, assert_cli_refuses_damage, model_dirs
+from tests.helpers import (
+    MODEL_ARG_KINDS,
+    MODEL_DIR_KINDS,
+    assert_cli_refuses_damage,
+    assert_model_note,
+    model_arg,
+    model_dirs,
+)
 from tests.helpers import eval_model as _model
 from txl import TransformerXLLM
 from txl.cli import main
@@ -86,3 +93,17 @@ def test_cli_eval_refuses_damaged_weights_of_every_kind_of_directory(text_corpus
     assert set(dirs) == set(MODEL_DIR_KINDS)
     assert_cli_refuses_damage(lambda d: ["eval", str(d), "--dataset", str(path), "--max-tokens", "20"], dirs,
                               damage, capsys)
+
+
+@pytest.mark.parametrize("kind", MODEL_ARG_KINDS)
+def test_cli_eval_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_path, monkeypatch, capsys,
+                                                            kind) -> None:
+    run, corpus = trained_run
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    path = model_arg(run, kind, tmp_path)
+    assert main(["eval", str(path), "--dataset", str(corpus), "--max-tokens", "60", "--batch-size", "2",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("loss ")
+    assert_model_note(err, "txl eval", run, kind)
+    assert json.loads((tmp_path / "r.json").read_text())["model"] == str(run / "best" if kind == "run" else path)

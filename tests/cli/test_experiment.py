@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import eval_model, one_line_error
+from tests.helpers import MODEL_ARG_KINDS, assert_model_note, eval_model, model_arg, one_line_error
 from txl.cli import main
 
 
@@ -75,3 +75,15 @@ def test_impossible_numbers_are_one_line(tmp_path, monkeypatch, capsys, argv: li
     assert main(argv) == 2
     assert message in one_line_error(capsys)
 
+
+
+@pytest.mark.parametrize("command, kind", [(["recl"], k) for k in MODEL_ARG_KINDS] + [(["experiment", "recl"], "run")])
+def test_recl_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_path, monkeypatch, capsys, command,
+                                                        kind) -> None:
+    run, corpus = trained_run
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    path = model_arg(run, kind, tmp_path)
+    assert main([*command, "--model", f"xl={path}", "--dataset", str(corpus), "--contexts", "4,8", "--tokens", "40",
+                 "--tgt-len", "4", "--out", str(tmp_path / "out")]) == 0
+    assert_model_note(capsys.readouterr().err, f"txl {' '.join(command)}: model xl", run, kind)
+    assert json.loads((tmp_path / "out" / "recl.json").read_text())["models"]["xl"]["path"] == str(path)

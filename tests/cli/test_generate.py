@@ -7,7 +7,14 @@ import json
 import pytest
 import torch
 
-from tests.helpers import assert_cli_refuses_damage, model_dirs, one_line_error
+from tests.helpers import (
+    MODEL_ARG_KINDS,
+    assert_cli_refuses_damage,
+    assert_model_note,
+    model_arg,
+    model_dirs,
+    one_line_error,
+)
 from tests.helpers import model_dir_with_vocab as _tiny
 from tests.helpers import word_vocab as _word_vocab
 from txl.cli import main
@@ -91,3 +98,22 @@ def test_cli_generate_refuses_impossible_options_in_one_line(tmp_path, capsys) -
     for argv, message in cases:
         assert main(["generate", str(model_dir), "--max-new-tokens", "2", *argv]) == 2
         assert message in one_line_error(capsys, "txl generate: error: ")
+
+
+@pytest.mark.parametrize("kind", MODEL_ARG_KINDS)
+def test_cli_generate_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_path, capsys, kind) -> None:
+    run, _ = trained_run
+    path = model_arg(run, kind, tmp_path)
+    argv = ["generate", str(path), "--prompt", "the cat", "--max-new-tokens", "4", "--greedy"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("the cat") and len(out.split()) == 6, out
+    assert_model_note(err, "txl generate", run, kind)
+    if kind == "model":  # a copied best/ alone is enough: the vocabulary travels with it, in its manifest
+        assert "vocab.json" in json.loads((path / "MANIFEST.json").read_text())["files"]
+        assert not (path.parent / "vocab.json").exists()
+        (path / "vocab.json").unlink()
+        assert main(argv) == 2
+        assert "lacks vocab.json, which its MANIFEST.json lists" in one_line_error(capsys, "txl generate: error: ")
+        assert main([*argv, "--no-verify"]) == 2
+        assert "pass --vocab PATH" in one_line_error(capsys, "txl generate: error: no vocabulary for ")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import tiny_config
-from txl.data import Corpus
+from txl.data import Corpus, Vocab
 from txl.errors import ConfigError
 from txl.experiments import ablations as A
 
@@ -59,6 +59,7 @@ def test_run_ablation_is_resumable_and_tabulates(tmp_path, monkeypatch) -> None:
     assert [t["attn_len"] for t in xl["tried"]] == [16, 32]  # init (8 + 8), then mem 24
     assert [t["attn_len"] for t in van["tried"]] == [8]  # attn_type 3 learned only 8 positions
     assert (tmp_path / "rec-ours-full" / "model.safetensors").is_file()
+    assert Vocab.load(tmp_path / "rec-ours-full" / "vocab.json").sha256() == corpus.vocab.sha256()  # self-contained
     monkeypatch.setattr(A, "train_variant", lambda *a, **k: (_ for _ in ()).throw(AssertionError("retrained")))
     again = A.run_ablation(BASE, corpus, tmp_path, variants, tgt_len=8, steps=3, attn_grid=[8, 16, 32])
     assert [r["ppl_best"] for r in again] == [r["ppl_best"] for r in rows]

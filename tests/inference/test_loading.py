@@ -21,6 +21,22 @@ def test_load_model_resolves_run_dirs_and_returns_eval_mode(tmp_path) -> None:
     assert_same_outputs(model, loaded)
 
 
+def test_load_model_tells_which_model_of_a_run_it_picked_once_loaded(tmp_path) -> None:
+    model = eval_model()
+    ckpt = save_checkpoint(tmp_path / "run" / "checkpoints", 3, model.state_dict(), model.config.to_json(),
+                           {"step": 3})
+    notes: list[str] = []
+    assert load_model(tmp_path / "run", note=notes.append)[1] == ckpt
+    assert notes == [f"using {ckpt} (the newest checkpoint; no best/ or final/)"]
+    notes.clear()
+    load_model(ckpt, note=notes.append)  # a model or checkpoint directory given as such: nothing to tell
+    assert notes == []
+    damage_file(ckpt / "model.safetensors", "bit-flip")
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_model(tmp_path / "run", note=notes.append)
+    assert notes == []  # a refused model was not used: the error is the one line
+
+
 def test_a_corrupt_checkpoint_is_refused(tmp_path) -> None:
     model = eval_model()
     ckpt = save_checkpoint(tmp_path / "checkpoints", 3, model.state_dict(), model.config.to_json(), {"step": 3})

@@ -172,6 +172,38 @@ def test_save_load_round_trip(tmp_path, attn_type: int) -> None:
     _same_outputs(model, loaded)
 
 
+def test_from_pretrained_returns_the_model_in_eval_mode(tmp_path) -> None:
+    model = _model(dropout=0.5, dropatt=0.5).train()
+    model.save_pretrained(tmp_path)
+    loaded = TransformerXLLM.from_pretrained(tmp_path)
+    assert not any(m.training for m in loaded.modules())  # dropout off: two forwards agree
+    x = torch.randint(0, 60, (2, 4), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loaded(x, x).nll, loaded(x, x).nll, atol=0, rtol=0)
+    assert all(m.training for m in loaded.train().modules())  # training it further is one call
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_save_pretrained_writes_the_vocabulary_in_the_manifest(tmp_path, as_text: bool) -> None:
+    from txl.data import Vocab
+    from txl.store.manifest import verify_manifest
+
+    vocab = Vocab([f"w{i}" for i in range(60)], special=["w0"], eos="w0")
+    _model().save_pretrained(tmp_path, vocab=vocab.to_json() if as_text else vocab)
+    assert Vocab.load(tmp_path / "vocab.json").sha256() == vocab.sha256()
+    assert set(verify_manifest(tmp_path, required=True)["files"]) == {"config.json", "model.safetensors", "vocab.json"}
+
+
+def test_save_pretrained_refuses_a_vocabulary_of_another_size(tmp_path) -> None:
+    from txl.data import Vocab
+
+    with pytest.raises(ConfigError, match=r"^the vocabulary has 3 symbols but the model predicts n_token=60$"):
+        _model().save_pretrained(tmp_path / "a", vocab=Vocab(["a", "b", "c"]))
+    for text in ("[1, 2]", "{not json", '{"symbols": 3}'):
+        with pytest.raises(ConfigError, match="not a txl vocabulary"):
+            _model().save_pretrained(tmp_path / "b", vocab=text)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before writing
+
+
 def test_evaluation_lengths_leave_the_saved_config_alone(tmp_path) -> None:
     model = _model(attn_type=1)
     model(torch.zeros(1, 4, dtype=torch.long), lengths=model.config.lengths(mem_len=50))

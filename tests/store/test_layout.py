@@ -20,6 +20,7 @@ from txl.store.layout import (
     is_checkpoint_dir,
     is_model_dir,
     load_model_dir,
+    resolve_model,
     resolve_model_dir,
     save_model_dir,
     weights_digest,
@@ -102,6 +103,24 @@ def test_resolve_model_checkpoint_and_run_dirs(tmp_path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="holds no model"):
         resolve_model_dir(tmp_path / "empty")
+
+
+def test_resolve_model_says_which_model_of_a_run_it_picked(tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    _write(run.checkpoints / "step_00000010")
+    assert resolve_model(run.root) == (run.checkpoints / "step_00000010", "the newest checkpoint; no best/ or final/")
+    _write(run.final)
+    (run.final / "train_info.json").write_text('{"step": 12}')
+    assert resolve_model(run.root) == (run.final, "the last model of training, step 12; no best/")
+    _write(run.best)
+    assert resolve_model(run.root) == (run.best, "the best validation model")  # no train_info.json: no step
+    for unreadable in ("{torn", "[3]", '{"step": "7"}', '{"step": true}'):
+        (run.best / "train_info.json").write_text(unreadable)
+        assert resolve_model(run.root) == (run.best, "the best validation model")
+    (run.best / "train_info.json").write_text('{"step": 8, "valid_loss": 3.5}')
+    assert resolve_model(run.root) == (run.best, "the best validation model, step 8")
+    for given in (run.best, run.final, run.checkpoints / "step_00000010"):  # given as such: nothing to tell
+        assert resolve_model(given) == (given, None)
 
 
 def test_run_dir_names_and_checkpoint_parent(tmp_path) -> None:

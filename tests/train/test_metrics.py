@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tests.helpers import tiny_train_config
-from txl.train.metrics import RunLog, postfix, progress
+from txl.train.metrics import RunLog, postfix, progress, publish_model
 
 VAL = {"loss": 2.0, "ppl": math.exp(2.0), "bpc": 2.0 / math.log(2), "tokens": 120}
 
@@ -145,3 +145,28 @@ def test_postfix_survives_a_huge_loss() -> None:
     bar = _Bar()
     postfix(bar, 1e6, "ppl", 1e-3, 1.0)  # exp(1e6) would overflow
     assert bar.calls[0][0]["ppl"] == f"{math.exp(50.0):.2f}"
+
+
+def test_published_models_carry_the_runs_vocabulary_in_their_manifest(tmp_path) -> None:
+    from tests.helpers import tiny_model
+    from txl.data import Vocab
+    from txl.errors import DataError
+    from txl.store.layout import RunDir
+    from txl.store.manifest import verify_manifest
+
+    run, model = RunDir(tmp_path / "run"), tiny_model()
+    publish_model(run.best, model, {"step": 2})  # no run vocabulary yet (e.g. a helper's model): none beside
+    assert not (run.best / "vocab.json").exists()
+    vocab = Vocab([f"w{i}" for i in range(50)])
+    vocab.save(run.vocab)
+    publish_model(run.best, model, {"step": 4, "valid_loss": 3.0})
+    assert (run.best / "vocab.json").read_text(encoding="utf-8") == run.vocab.read_text(encoding="utf-8")
+    listed = verify_manifest(run.best, required=True)["files"]
+    assert set(listed) == {"config.json", "model.safetensors", "train_info.json", "vocab.json"}
+    other = Vocab([f"x{i}" for i in range(50)])
+    publish_model(run.final, model, {"step": 4}, other)  # a given vocabulary wins over the run's
+    assert Vocab.load(run.final / "vocab.json").sha256() == other.sha256()
+    run.vocab.write_text("{torn", encoding="utf-8")
+    with pytest.raises(DataError, match="invalid vocabulary JSON"):
+        publish_model(run.final, model, {"step": 5})
+    assert json.loads((run.final / "train_info.json").read_text())["step"] == 4  # the old final/ is kept

@@ -1,12 +1,13 @@
 """Parsing command-line values: lists the library takes, argparse types that refuse impossible numbers
 (``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``finite_float``, ``positive_float``,
-``nonneg_float``), and options several commands share (``--no-verify``)."""
+``nonneg_float``), options several commands share (``--no-verify``), and notes on stderr (:func:`stderr_note`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from txl.errors import ConfigError
@@ -115,3 +116,13 @@ def add_no_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true",
                         help="load weights whose files do not match their MANIFEST.json SHA-256 (changed on "
                         "purpose); NaN/inf weights and a config that does not fit them are still refused")
+
+
+def stderr_note(prefix: str) -> Callable[[str], None]:
+    """A function printing ``PREFIX: message`` as one line on stderr (e.g. which model of a run directory a
+    command uses: ``txl generate: using runs/x/best (the best validation model, step 1200)``)."""
+
+    def note(message: str) -> None:
+        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+
+    return note

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from txl.cli.args import add_no_verify
+from txl.cli.args import add_no_verify, stderr_note
 from txl.errors import ConfigError
 
 #: The files of an official export (``--to official``): the state dict and the constructor kwargs.
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.src == "hf":
         model = from_hf(args.path, verify=verify)
     else:
-        model, _ = load_model(args.path, verify=verify)  # a model, checkpoint or run directory
+        model, _ = load_model(args.path, verify=verify, note=stderr_note("txl convert"))  # model, checkpoint, run
         if args.dst == "official":
             kwargs, state = to_official(model)
             save_tensors(state, out / OFFICIAL_STATE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from txl.cli.args import add_no_verify, clamp_int, nonneg_int, positive_int
+from txl.cli.args import add_no_verify, clamp_int, nonneg_int, positive_int, stderr_note
 from txl.errors import ConfigError
 from txl.store.files import write_json, write_text
 
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if ignored:
             raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
                               "window, without memory)")
-    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify)
+    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
+                                  note=stderr_note("txl eval"))
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
     check_dataset(model, directory, corpus, args.dataset)
     if args.split not in corpus.splits:

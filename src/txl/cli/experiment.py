@@ -16,6 +16,7 @@ from txl.cli.args import (
     positive_float,
     positive_int,
     seed_int,
+    stderr_note,
 )
 from txl.errors import ConfigError
 from txl.store.files import write_json, write_text
@@ -144,7 +145,8 @@ def run_recl(args: argparse.Namespace) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise ConfigError(f"--model {spec!r}: expected NAME=PATH")
-        model, directory = load_model(path, device=args.device)
+        prog = "txl recl" if args.command == "recl" else "txl experiment recl"
+        model, directory = load_model(path, device=args.device, note=stderr_note(f"{prog}: model {name}"))
         if model.config.n_token != len(corpus.vocab):
             raise ConfigError(f"model {name} predicts {model.config.n_token} symbols, {args.dataset} has "
                               f"{len(corpus.vocab)}")

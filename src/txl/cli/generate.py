@@ -8,7 +8,16 @@ import sys
 import warnings
 from pathlib import Path
 
-from txl.cli.args import add_no_verify, clamp_int, finite_float, nonneg_float, nonneg_int, positive_int, seed_int
+from txl.cli.args import (
+    add_no_verify,
+    clamp_int,
+    finite_float,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    seed_int,
+    stderr_note,
+)
 from txl.errors import ConfigError, DataError
 
 
@@ -25,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="prompt text (default: empty, start of a line)")
     src.add_argument("--prompt-file", help="read the prompt from this UTF-8 file ('-' for stdin)")
-    p.add_argument("--vocab", help="vocabulary JSON (default: MODEL_DIR/vocab.json)")
+    p.add_argument("--vocab", help="vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)")
     p.add_argument("--level", choices=["word", "char", "text8", "byte"],
                    help="how to split prompts and join output (default: detected from the vocabulary)")
     p.add_argument("--max-new-tokens", type=positive_int, default=200,
@@ -76,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--stream prints one sample as it is produced; use --num-samples 1, or --json for "
                           "JSON lines of several samples")
     prompt = _read_prompt(args)
-    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify)
+    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
+                                  note=stderr_note("txl generate"))
     vocab = load_vocab(directory, args.vocab)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")

@@ -205,7 +205,7 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
                "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len, "params": model.num_parameters(),
                "train_steps": train_log["steps"], "train_minutes": round(train_log["minutes"], 2),
                "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev, "train_history": train_log["history"]}
-        model.save_pretrained(vdir)
+        model.save_pretrained(vdir, vocab=corpus.vocab)
         write_json(result_path, row, sort_keys=False)
         rows.append(row)
         if log is not None:

@@ -3,6 +3,7 @@ and its vocabulary (layout: :mod:`txl.store.layout`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from txl.data import Vocab
 from txl.errors import CheckpointError, ConfigError, DataError
 from txl.model import TransformerXLLM
 from txl.store.checkpoint import verify_checkpoint
-from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model_dir
+from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model
 
 
 def check_device(device: str | torch.device) -> torch.device:
@@ -26,9 +27,14 @@ def check_device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def load_model(path: str | Path, *, device: str | torch.device = "cpu",
-               verify: bool = True) -> tuple[TransformerXLLM, Path]:
-    """The model behind ``path`` (:func:`txl.store.layout.resolve_model_dir`) in eval mode, and its directory.
+def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: bool = True,
+               note: Callable[[str], None] | None = None) -> tuple[TransformerXLLM, Path]:
+    """The model behind ``path`` in eval mode, and its directory: every command that takes a model reads it here.
+
+    ``path`` is a model directory, a checkpoint directory ``RUN/checkpoints/step_*`` or a run directory (its
+    ``best/``, else ``final/``, else its newest checkpoint: :func:`txl.store.layout.resolve_model`); for a run
+    directory, ``note`` (e.g. a print to stderr) is told which model was picked, once it has loaded
+    (``"using RUN/best (the best validation model, step 1200)"``).
 
     With ``verify`` (default) the directory's files are checked against its ``MANIFEST.json`` SHA-256 sums
     first (required for a checkpoint; a model directory without one loads unchecked); the config is checked
@@ -36,11 +42,13 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu",
     (:meth:`TransformerXLLM.from_pretrained`).
     """
     check_device(device)
-    directory = resolve_model_dir(path)
+    directory, why = resolve_model(path)
     checkpoint = is_checkpoint_dir(directory)
     if verify and checkpoint:
         verify_checkpoint(directory)  # a checkpoint must have its manifest
     model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
+    if note is not None and why is not None:
+        note(f"using {directory} ({why})")
     return model.eval(), directory
 
 

@@ -15,10 +15,12 @@ predict at position ``t`` (aligned, no shift inside the model). The lengths that
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -245,15 +247,24 @@ class TransformerXLLM(nn.Module):
         return logprob.view(*hidden.shape[:-1], -1)
 
     # ------------------------------------------------------------------ weights on disk
-    def save_pretrained(self, directory: str | Path) -> Path:
+    def save_pretrained(self, directory: str | Path, vocab: str | SupportsToJson | None = None) -> Path:
         """Write ``config.json``, ``model.safetensors`` and their ``MANIFEST.json`` (SHA-256) into ``directory``
-        (atomically, no pickle)."""
-        return save_model_dir(directory, self.state_dict(), self.config.to_json())
+        (atomically, no pickle); returns ``directory``.
+
+        ``vocab``, a :class:`txl.data.Vocab` (anything with ``to_json()``) or its JSON text, is written as
+        ``vocab.json`` and listed in the manifest, so the directory alone is enough to generate text; a
+        vocabulary of another size than ``config.n_token`` is refused (:class:`ConfigError`)."""
+        vocab_json = None if vocab is None else vocab if isinstance(vocab, str) else vocab.to_json()
+        if vocab_json is not None:
+            _check_vocab_json(vocab_json, self.config.n_token)
+        return save_model_dir(directory, self.state_dict(), self.config.to_json(), vocab_json=vocab_json)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu",
                         verify: bool = True) -> TransformerXLLM:
-        """Load a model written by :meth:`save_pretrained`, refusing in one line (:class:`CheckpointError`):
+        """Load a model written by :meth:`save_pretrained`, **in eval mode** (dropout off, as Hugging Face's
+        ``from_pretrained``): call ``model.train()`` to train it further. Refused in one line
+        (:class:`CheckpointError`):
 
         * with ``verify`` (default), a file that does not match the directory's ``MANIFEST.json`` (a directory
           without one, from an older txl or made by hand, loads unchecked);
@@ -266,7 +277,7 @@ class TransformerXLLM(nn.Module):
         check_weights_header(config, read_header(path), path)
         model = cls(config)
         model.load_state_dict_strict(load_weights(directory, map_location))
-        return model.to(map_location)
+        return model.to(map_location).eval()
 
     def load_state_dict_strict(self, state: dict[str, Tensor]) -> None:
         """Load our own state dict, with one clear error listing missing/unexpected/mis-shaped keys."""
@@ -274,6 +285,25 @@ class TransformerXLLM(nn.Module):
         if problem:
             raise CheckpointError(f"weights do not fit the config ({problem})")
         self.load_state_dict(state, strict=True)
+
+
+class SupportsToJson(Protocol):
+    """A vocabulary as :meth:`TransformerXLLM.save_pretrained` takes it (``txl.data.Vocab``; the model layer
+    does not import the data layer)."""
+
+    def to_json(self) -> str: ...
+
+
+def _check_vocab_json(text: str, n_token: int) -> None:
+    """A one-line :class:`ConfigError` unless ``text`` is a txl vocabulary JSON of ``n_token`` symbols."""
+    try:
+        symbols = json.loads(text).get("symbols")
+    except (ValueError, AttributeError):
+        symbols = None
+    if not isinstance(symbols, list):
+        raise ConfigError("vocab is not a txl vocabulary (expected a Vocab or its JSON text with a 'symbols' list)")
+    if len(symbols) != n_token:
+        raise ConfigError(f"the vocabulary has {len(symbols)} symbols but the model predicts n_token={n_token}")
 
 
 _LAYER = re.compile(r"layers\.(\d+)\.")

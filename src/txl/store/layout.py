@@ -4,7 +4,7 @@
 
     config.json          TXLConfig as JSON
     model.safetensors    the state dict (tied names as aliases, see txl.store.tensors)
-    vocab.json           the vocabulary, when known (a training run keeps it one level up)
+    vocab.json           the vocabulary, when known (training copies the run's into best/ and final/)
     train_info.json      best/ and final/: the step (and validation loss) they were saved at
     MANIFEST.json        SHA-256 and size of the files above (txl.store.manifest), checked on load
 
@@ -24,6 +24,7 @@ the model directory behind it.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -141,20 +142,38 @@ def resolve_model_dir(path: str | Path) -> Path:
     """The model directory behind ``path``: a model directory (``config.json`` + ``model.safetensors``, e.g.
     ``RUN/best``), a checkpoint ``step_*`` directory, or a run directory (its ``best/``, else ``final/``,
     else its newest ``checkpoints/step_*``)."""
+    return resolve_model(path)[0]
+
+
+def resolve_model(path: str | Path) -> tuple[Path, str | None]:
+    """:func:`resolve_model_dir` and why: ``None`` when ``path`` is itself a model or checkpoint directory, else
+    which model of the run directory was picked (e.g. ``"the best validation model, step 1200"``), for a
+    command to tell its user."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"no such model or run directory: {path}")
     if is_model_dir(path):
-        return path
+        return path, None
     run = RunDir(path)
-    for sub in (run.best, run.final):
+    for sub, what, lacking in ((run.best, "the best validation model", ""),
+                               (run.final, "the last model of training", f"; no {BEST}/")):
         if (sub / WEIGHTS).is_file():
-            return sub
+            return sub, what + _step_of(sub) + lacking
     steps = [p for p in step_dirs(run.checkpoints) if (p / WEIGHTS).is_file()]
     if steps:
-        return steps[-1]
+        return steps[-1], f"the newest checkpoint; no {BEST}/ or {FINAL}/"
     raise CheckpointError(f"{path} holds no model: expected {CONFIG} + {WEIGHTS}, or a run directory with "
                           f"{BEST}/, {FINAL}/ or {CHECKPOINTS}/step_*/")
+
+
+def _step_of(model_dir: Path) -> str:
+    """``", step N"`` from a published model's ``train_info.json``, or ``""`` when it cannot be read (the load
+    that follows checks the file against the manifest)."""
+    try:
+        step = json.loads((model_dir / TRAIN_INFO).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f", step {step}" if isinstance(step, int) and not isinstance(step, bool) else ""
 
 
 def find_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Path:

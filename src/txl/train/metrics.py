@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from txl.data.vocab import Vocab
 from txl.errors import DataError
 from txl.store.files import atomic_dir, write_json, write_text
 from txl.store.layout import TRAIN_INFO, RunDir
@@ -137,9 +138,18 @@ def write_run_files(run: RunDir, cfg: TrainConfig, model: Any, corpus: Any, *, w
     write_text(run.vocab, corpus.vocab.to_json())
 
 
-def publish_model(directory: Path, model: Any, info: dict[str, Any]) -> None:
-    """Replace the model directory ``best/`` or ``final/`` as a whole (weights, config, ``train_info.json``)."""
+def publish_model(directory: Path, model: Any, info: dict[str, Any], vocab: Vocab | str | Path | None = None) -> None:
+    """Replace the model directory ``best/`` or ``final/`` as a whole: weights, config, ``train_info.json`` and
+    ``vocab.json``, all in its ``MANIFEST.json``, so a copy of the directory alone can be evaluated and sampled.
+
+    ``vocab`` is a :class:`txl.data.Vocab`, or the path of a vocabulary JSON; by default the run's own
+    ``vocab.json`` (one level up, written by :func:`write_run_files`), copied when it exists."""
+    if vocab is None:
+        vocab = RunDir(Path(directory).parent).vocab
+        vocab = vocab if vocab.is_file() else None
+    if isinstance(vocab, (str, Path)):
+        vocab = Vocab.load(vocab)
     with atomic_dir(directory) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, vocab=vocab)
         write_json(tmp / TRAIN_INFO, info, sort_keys=False)
-        write_manifest(tmp)  # SHA-256 of every file, train_info.json included
+        write_manifest(tmp)  # SHA-256 of every file, train_info.json and vocab.json included
