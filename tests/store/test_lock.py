@@ -54,3 +54,15 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path) -> None:
         except RunLockedError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_discard_removes_only_a_directory_it_made_and_left_empty(tmp_path) -> None:
+    RunLock(tmp_path / "new").acquire().release(discard=True)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "old").mkdir()
+    RunLock(tmp_path / "old").acquire().release(discard=True)  # not made by the lock: kept
+    assert (tmp_path / "old").is_dir()
+    lock = RunLock(tmp_path / "used").acquire()
+    (tmp_path / "used" / "config.json").write_text("{}")
+    lock.release(discard=True)  # something was written: kept
+    assert (tmp_path / "used" / "config.json").is_file()

@@ -41,6 +41,7 @@ class RunLock:
         self.root = Path(root)
         self.path = self.root / LOCK
         self._file: IO[str] | None = None
+        self.created = False  # acquire() made the directory
 
     @property
     def held(self) -> bool:
@@ -50,6 +51,7 @@ class RunLock:
         if self._file is not None:
             return self
         try:
+            self.created = not self.root.exists()
             self.root.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
             raise RunLockedError(f"{self.root} exists and is not a directory") from None
@@ -71,11 +73,19 @@ class RunLock:
         self._file = f
         return self
 
-    def release(self) -> None:
+    def release(self, *, discard: bool = False) -> None:
+        """Free the lock. ``discard``: also remove the directory if :meth:`acquire` made it and it holds nothing
+        but the lock file (a run refused before it wrote anything leaves no trace)."""
         f, self._file = self._file, None
-        if f is not None:
+        if f is None:
+            return
+        if discard and self.created:
             with contextlib.suppress(OSError):
-                f.close()  # closing the file drops the flock
+                if [p.name for p in self.root.iterdir()] == [LOCK]:
+                    self.path.unlink()
+                    self.root.rmdir()
+        with contextlib.suppress(OSError):
+            f.close()  # closing the file drops the flock
 
     def __enter__(self) -> RunLock:
         return self.acquire()

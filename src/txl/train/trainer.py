@@ -81,7 +81,7 @@ class Trainer:
         try:
             self._setup(resume, corpus, force)
         except BaseException:
-            self.close()
+            self.close(discard=True)  # a fresh run refused before writing anything leaves no directory
             raise
 
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
@@ -153,10 +153,10 @@ class Trainer:
         elif self.plan is not None and self.dist.main:
             print(f"txl train: {self.out_dir} has no checkpoint yet: starting it again from step 0", file=sys.stderr)
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
         """Release the run directory's lock (:meth:`fit` does it when it ends)."""
         if self.lock is not None:
-            self.lock.release()
+            self.lock.release(discard=discard)
 
     def __enter__(self) -> Trainer:
         return self
