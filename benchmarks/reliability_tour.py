@@ -285,9 +285,9 @@ class Tour:
     def case_10(self, row: Row) -> None:
         """10. a config that cannot fit in memory"""
         p = self.txl(row, ["train", "$TINY", "--tgt-len", "100000000", "--out-dir", "run10"], 2, "training needs about")
-        left = sorted(f.name for f in (self.root / "run10").iterdir()) if (self.root / "run10").exists() else []
-        row.seen[-1] += f" [{p.seconds:.1f} s, peak RSS {p.rss_mib:.0f} MiB; run10 left holding {left}]"
-        row.check(set(left) <= {".lock"}, f"run10 holds {left}")
+        left = (self.root / "run10").exists()
+        row.seen[-1] += f" [{p.seconds:.1f} s, peak RSS {p.rss_mib:.0f} MiB; run10 {'left' if left else 'not created'}]"
+        row.check(not left, "run10 was left behind")
 
     def case_11(self, row: Row) -> None:
         """11. one line, non-zero exit"""
