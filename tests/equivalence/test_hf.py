@@ -1,7 +1,7 @@
 """attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.interop.hf.
 
-HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Several
-of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
+HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Releases
+4.38-4.57 call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
 makes that call work for the duration of a test. HF differs from the official code in ways the test
 handles explicitly: its memories start as ``mem_len`` zeros unless given (we pass empty ones), it keeps
 ``n_layer`` memories (we keep ``n_layer + 1``), its loss shifts labels internally and reorders tokens by

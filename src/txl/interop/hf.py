@@ -13,9 +13,12 @@ txl                             Hugging Face ``TransfoXLLMHeadModel``
 ==============================  =====================================================================
 
 Shared u, v (``untie_r=False``) are written under every name Hugging Face's model has for them (the
-shared tensor and each layer's alias of it): transformers 4.5x re-initializes an alias missing from the file
-after loading, which overwrites the shared values with random ones ("newly initialized: ...dec_attn.r_w_bias").
-Configurations Hugging Face cannot represent are refused by :func:`check_hf_exportable`.
+shared tensor and each layer's alias of it): from transformers 4.43 on (measured: 4.43.4, 4.46.3, 4.52.4,
+4.57.6; 4.36.2-4.40.2 were not affected) ``from_pretrained`` re-initializes an alias missing from the file
+*after* loading, which overwrites the shared values with random ones ("newly initialized: ...dec_attn.r_w_bias").
+Those releases also load each alias as its own parameter (equal values: the same function, but fine-tuning in
+transformers would then train per-layer copies). Configurations Hugging Face cannot represent are refused by
+:func:`check_hf_exportable`.
 
 Hugging Face ``transformers`` (4.35-4.57, where TransfoXL lives under ``models.deprecated``) is optional:
 :func:`build_hf` (the tests' and the benchmark's oracle) needs it, the weight maps do not.
@@ -168,9 +171,10 @@ def hf_config_dict(model: TransformerXLLM) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- running HF's model
 @contextlib.contextmanager
 def hf_compat() -> Iterator[None]:
-    """Run Hugging Face's TransfoXL forward under this torch: transformers 4.35-4.57 call
-    ``Tensor.type_as(dtype=...)`` (``TransfoXLModel.forward``, the position sequence), which torch rejects;
-    for the block, ``type_as`` also accepts ``dtype=``. Restored afterwards."""
+    """Run Hugging Face's TransfoXL forward under this torch: transformers 4.38-4.57 (measured: 4.38.2, 4.40.2,
+    4.43.4, 4.46.3, 4.52.4, 4.57.6; not 4.36.2, 4.37.2) call ``Tensor.type_as(dtype=...)``
+    (``TransfoXLModel.forward``, the position sequence), which torch rejects ("type_as() missing 1 required
+    positional argument"); for the block, ``type_as`` also accepts ``dtype=``. Restored afterwards."""
     original = torch.Tensor.type_as
 
     def type_as(self, other=None, dtype=None):
