@@ -112,7 +112,8 @@ def test_convert_refuses_damaged_weights_of_every_kind_of_directory(tmp_path, ca
 
 
 def test_convert_imports_refuse_a_damaged_official_export(tmp_path, capsys) -> None:
-    _saved_model(tmp_path, untie_r=False)
+    # nothing tied: the export then holds no copies, whose disagreement would reveal the damage without a manifest
+    _saved_model(tmp_path, untie_r=False, tie_weight=False, tie_projs=[False, False, False])
     off = tmp_path / "off"
     assert main(["convert", str(tmp_path / "model"), "--to", "official", "--out", str(off)]) == 0
     assert sorted(json.loads((off / "MANIFEST.json").read_text())["files"]) == [
@@ -148,6 +149,94 @@ def test_convert_exports_a_model_checkpoint_or_run_directory(trained_run, tmp_pa
     run, _ = trained_run
     assert main(["convert", str(model_arg(run, kind, tmp_path)), "--to", dst, "--out", str(tmp_path / "out")]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"wrote {dst} weights of ")
+    assert f"wrote {dst} weights of " in out
     assert_model_note(err, "txl convert", run, kind)
-    assert len(verify_manifest(tmp_path / "out", required=True)["files"]) == 2
+    tokenizer = {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} if dst == "hf" else set()
+    files = set(verify_manifest(tmp_path / "out", required=True)["files"])
+    assert len(files) == 2 + len(tokenizer) and tokenizer <= files  # the run's vocabulary travels to HF
+
+
+# ------------------------------------------------------------------ --to hf: the vocabulary as TransfoXLTokenizer files
+#: A WikiText line (joiners, a clitic, brackets) with one word the vocabulary lacks ("sales").
+WIKI_LINE = "It was the game 's 1 @,@ 000 sales ( well @-@ known ) , do n't ."
+
+
+def _hf_tokenizer(export, monkeypatch):
+    """``TransfoXLTokenizer.from_pretrained(export)``, with pickle made to fail: the files need none."""
+    pytest.importorskip("sacremoses")  # what TransfoXLTokenizer itself tokenizes with
+    tokenization = pytest.importorskip("transformers.models.deprecated.transfo_xl.tokenization_transfo_xl")
+
+    def no_pickle(*args, **kwargs):
+        raise AssertionError("the tokenizer unpickled something")
+
+    monkeypatch.setattr(tokenization.pickle, "load", no_pickle)
+    return tokenization.TransfoXLTokenizer.from_pretrained(export)
+
+
+def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, capsys, monkeypatch) -> None:
+    import warnings
+
+    from tests.helpers import model_dir_with_vocab, word_vocab
+    from txl.data.codec import TextCodec
+    from txl.data.tokenize import word_tokens
+
+    vocab = word_vocab()
+    _, model_dir = model_dir_with_vocab(tmp_path, vocab)
+    assert main(["convert", str(model_dir), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    out, err = capsys.readouterr()
+    assert "TransfoXLTokenizer files" in out and err == ""
+    files = sorted(json.loads((tmp_path / "hf" / "MANIFEST.json").read_text())["files"])
+    assert files == ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer_config.json",
+                     "vocab.txt"]
+    tok = _hf_tokenizer(tmp_path / "hf", monkeypatch)
+    assert len(tok) == len(vocab) and tok.unk_token_id == vocab.unk_idx and tok.eos_token_id == vocab.eos_idx
+    tokens, _ = word_tokens(WIKI_LINE)  # how txl.data reads a corpus line
+    expected = [int(i) for i in vocab.encode(tokens)]
+    assert "sales" not in vocab and vocab.unk_idx in expected
+    assert tok.encode(WIKI_LINE) == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the <unk> of "sales"
+        assert TextCodec(vocab).encode(WIKI_LINE) == expected  # and as a txl generate prompt
+        raw = "It was the game's 1,000 sales (well-known), do"  # raw text: Moses and txl split it alike
+        assert tok.encode(raw) == TextCodec(vocab).encode(raw)
+    assert tok.decode(expected[:3]) == "It was the"
+
+
+def test_convert_hf_export_without_a_vocabulary_says_so(tmp_path, capsys) -> None:
+    _saved_model(tmp_path, untie_r=False)
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no tokenizer files were written" in err and "--vocab" in err
+    assert sorted(json.loads((tmp_path / "hf" / "MANIFEST.json").read_text())["files"]) == [
+        "config.json", "model.safetensors"]
+    assert not (tmp_path / "hf" / "vocab.txt").exists()
+
+
+def test_convert_hf_export_takes_vocab_and_refuses_a_wrong_size(tmp_path, capsys, monkeypatch) -> None:
+    from tests.helpers import word_vocab
+
+    _saved_model(tmp_path, untie_r=False)  # n_token 60, no vocabulary beside it
+    vocab = Vocab([f"w{i}" for i in range(59)] + ["<unk>"], unk="<unk>")
+    vocab.save(tmp_path / "v.json")
+    argv = ["convert", str(tmp_path / "model"), "--to", "hf", "--vocab", str(tmp_path / "v.json")]
+    assert main([*argv, "--out", str(tmp_path / "hf")]) == 0
+    assert _hf_tokenizer(tmp_path / "hf", monkeypatch).encode("w3 w59 <unk>") == [3, 59, 59]
+    word_vocab().save(tmp_path / "small.json")
+    capsys.readouterr()
+    argv[-1] = str(tmp_path / "small.json")
+    assert main([*argv, "--out", str(tmp_path / "hf2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has 20 symbols but the model has n_token=60" in err
+    assert not (tmp_path / "hf2").exists()
+
+
+def test_convert_hf_export_of_a_character_vocabulary_writes_no_tokenizer(tmp_path, capsys) -> None:
+    _saved_model(tmp_path, untie_r=False)
+    Vocab(list("abcdefghijklmnopqrstuvwxyz") + [chr(0x100 + i) for i in range(34)]).save(
+        tmp_path / "model" / "vocab.json")
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no tokenizer files were written: the vocabulary is char-level" in err
+    assert not (tmp_path / "hf" / "vocab.txt").exists()

@@ -33,6 +33,13 @@ def test_word_detokenization_and_prompt_tokenization() -> None:
     assert codec.encode("") == [codec.vocab.eos_idx]  # empty prompt: start of a line
 
 
+def test_prompts_already_in_wikitext_form_are_kept_as_they_are() -> None:
+    codec = TextCodec(_word_vocab())
+    line = "It was the game 's 1 @,@ 000 ( well @-@ known ) , do n't . 3 @.@ 5"
+    with pytest.warns(PromptWarning):  # "3" and "5"
+        assert codec.vocab.decode(codec.encode(line)) == [s if s in codec.vocab else "<unk>" for s in line.split()]
+
+
 def test_char_text8_and_byte_levels() -> None:
     char = TextCodec(Vocab(["<eos>", "a", "b", " "], eos="<eos>"))
     with pytest.warns(PromptWarning, match="dropped"):

@@ -1,7 +1,7 @@
 """attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.interop.hf.
 
-HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Several
-of those releases call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
+HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Releases
+4.38-4.57 call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
 makes that call work for the duration of a test. HF differs from the official code in ways the test
 handles explicitly: its memories start as ``mem_len`` zeros unless given (we pass empty ones), it keeps
 ``n_layer`` memories (we keep ``n_layer + 1``), its loss shifts labels internally and reorders tokens by
@@ -10,10 +10,18 @@ cluster unless ``keep_order=True``, and its cluster rows are in the opposite ord
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import torch
 
-from txl import TransformerXLLM
+from tests.helpers import TINY
+from txl import TransformerXLLM, TXLConfig
 from txl.interop.hf import config_from_hf, from_hf, from_hf_state_dict, to_hf_state_dict
 from txl.interop.hf import hf_compat as hf_type_as_patch
 
@@ -123,3 +131,124 @@ def test_hf_directory_round_trip(tmp_path) -> None:
     back = to_hf_state_dict(ours)
     for k, v in hf.state_dict().items():
         torch.testing.assert_close(back[k], v, msg=k)
+
+
+# ------------------------------------------------------------------ txl convert --to hf, read by transformers itself
+#: txl configurations (over tests.helpers.TINY: d_model 16, 2 heads of 8, 2 layers) exported with `txl convert`.
+EXPORTS = {
+    "plain-shared-r": dict(),
+    "plain-untied-r": dict(untie_r=True),
+    "div1-tied-projs-d_embed-ne-d_model": dict(cutoffs=[20, 40], div_val=1, d_embed=12, tie_projs=[True, True, True]),
+    "div1-untied-projs-d_embed-ne-d_model": dict(cutoffs=[20, 40], div_val=1, d_embed=12,
+                                                 tie_projs=[False, False, False]),
+    "div1-d_embed-eq-d_model": dict(cutoffs=[20, 40], div_val=1, untie_r=True),
+    "div2-tied-projs": dict(cutoffs=[20, 40], div_val=2, tie_projs=[False, True, True]),
+    "div2-untied-projs-untied-weights": dict(cutoffs=[20, 40], div_val=2, tie_projs=[False, False, False],
+                                             tie_weight=False),
+    "div2-d_embed-32-all-projs-tied": dict(cutoffs=[20, 40], div_val=2, d_embed=32, tie_projs=[True, True, True]),
+    "div4-pre-lnorm-untied-r": dict(cutoffs=[20, 40], div_val=4, pre_lnorm=True, untie_r=True),
+    "same-length-clamp-shared-r": dict(cutoffs=[30], same_length=True, clamp_len=3, tie_weight=False),
+    "same-length-untied-r-long-mem": dict(same_length=True, untie_r=True, mem_len=13),
+}
+
+
+@contextlib.contextmanager
+def _transformers_log() -> Iterator[io.StringIO]:
+    """What transformers logs (warnings and up) inside the block."""
+    from transformers.utils import logging as hf_logging
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    root = hf_logging.get_logger("transformers")
+    old = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
+    root.addHandler(handler)
+    try:
+        yield buf
+    finally:
+        root.removeHandler(handler)
+        hf_logging.set_verbosity(old)
+
+
+def _export(tmp_path, **overrides) -> tuple[TransformerXLLM, Path]:
+    from txl.cli import main
+
+    torch.manual_seed(0)
+    model = TransformerXLLM(TXLConfig(**{**TINY, "n_token": 60, **overrides}))
+    _randomize(model, seed=5)  # LayerNorm, biases and u, v too
+    model.eval().save_pretrained(tmp_path / "model")
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    return model, tmp_path / "hf"
+
+
+def _hf_nll(hf, data: torch.Tensor, mems: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    """Per-token NLL of HF's public forward over N_SEG segments of Q (``prediction_scores`` are log-probabilities
+    when no labels are given), memories carried from ``mems``."""
+    out = []
+    with hf_type_as_patch(), torch.no_grad():
+        for s in range(N_SEG):
+            x, y = data[:, s * Q:(s + 1) * Q], data[:, s * Q + 1:(s + 1) * Q + 1]
+            res = hf(input_ids=x, mems=mems)
+            mems = res.mems
+            out.append(-res.prediction_scores.gather(-1, y[..., None])[..., 0])
+    return out
+
+
+def _our_nll(model: TransformerXLLM, data: torch.Tensor) -> list[torch.Tensor]:
+    out, mems = [], None
+    with torch.no_grad():
+        for s in range(N_SEG):
+            res = model(data[:, s * Q:(s + 1) * Q], data[:, s * Q + 1:(s + 1) * Q + 1], mems)
+            mems = res.mems
+            out.append(res.nll)
+    return out
+
+
+def _empty_mems(hf) -> list[torch.Tensor]:
+    """The official empty start: n_layer memories of length 0 (``mems=None`` would give mem_len zero vectors)."""
+    return [torch.empty(0, B, hf.config.d_model) for _ in range(hf.config.n_layer)]
+
+
+@pytest.mark.parametrize("case", sorted(EXPORTS))
+def test_export_loads_in_transformers_into_the_same_function(tmp_path, case: str) -> None:
+    model, export = _export(tmp_path, **EXPORTS[case])
+    with _transformers_log() as log:
+        hf = transfo.TransfoXLLMHeadModel.from_pretrained(export)
+    assert "newly initialized" not in log.getvalue() and "were not used" not in log.getvalue(), log.getvalue()
+    assert not hf.training and hf.config.untie_r is model.config.untie_r
+    data = torch.randint(0, 60, (B, Q * N_SEG + 1), generator=torch.Generator().manual_seed(2))
+    ours = _our_nll(model, data)
+    theirs = _hf_nll(hf, data, _empty_mems(hf))
+    worst = max((a - b).abs().max().item() for a, b in zip(ours, theirs))
+    print(f"[hf-export] {case}: max |nll diff| over {N_SEG} segments = {worst:.2e}")
+    assert worst < 1e-5, f"{case}: {worst}"
+    for i, layer in enumerate(hf.transformer.layers):  # every layer reads the shared (or its own) u, v
+        u, v = (model.pos_enc.r_w_bias, model.pos_enc.r_r_bias)
+        torch.testing.assert_close(layer.dec_attn.r_w_bias, u[i] if model.config.untie_r else u, atol=0, rtol=0)
+        torch.testing.assert_close(layer.dec_attn.r_r_bias, v[i] if model.config.untie_r else v, atol=0, rtol=0)
+
+
+def test_hf_mems_none_starts_from_zero_vectors_not_an_empty_memory(tmp_path) -> None:
+    """HF's ``mems=None`` means ``init_mems``: mem_len zero hidden states that the first segment attends to."""
+    model, export = _export(tmp_path, cutoffs=[20, 40], div_val=2, tie_projs=[False, True, True])
+    hf = transfo.TransfoXLLMHeadModel.from_pretrained(export)
+    data = torch.randint(0, 60, (B, Q * N_SEG + 1), generator=torch.Generator().manual_seed(3))
+    zeros = _hf_nll(hf, data, None)
+    assert (zeros[0] - _our_nll(model, data)[0]).abs().max() > 1e-3
+    torch.testing.assert_close(_hf_nll(hf, data, _empty_mems(hf))[0], _our_nll(model, data)[0])
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(attn_type=2, mem_len=0), "attn_type 0 only"),
+    (dict(sample_softmax=8), r"no sampled softmax \(sample_softmax=8"),
+    (dict(ext_len=2), r"no ext_len \(ext_len=2\)"),
+])
+def test_export_refuses_what_transformers_cannot_compute(tmp_path, capsys, overrides, reason) -> None:
+    from txl.cli import main
+
+    TransformerXLLM(TXLConfig(**{**TINY, **overrides})).save_pretrained(tmp_path / "model")
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txl convert: error:") and err.count("\n") == 1 and re.search(reason, err), err
+    assert not (tmp_path / "hf").exists()

@@ -341,3 +341,31 @@ def test_rel_shift_equals_explicit_gather(qlen: int, klen: int) -> None:
         for b in range(klen):
             if mlen + a - b >= 0:
                 assert out[1, 2, a, b] == x[1, 2, a, klen - 1 - (mlen + a - b)]
+
+
+@pytest.mark.parametrize("case_id", ["t0-adapt-div1-demb12-preLN", "t1-tie_weight-False", "t2-adapt-div2-postLN",
+                                     "t3-same_length", "t0-untie_r-postLN", "t0-ext_len2"])
+def test_official_export_files_load_into_the_oracle(tmp_path, case_id: str) -> None:
+    """``txl convert --to official`` writes files an official user loads as they are: the state dict read with
+    ``safetensors.torch.load_file`` (every official name, tied ones included) and the kwargs read as JSON."""
+    from safetensors.torch import load_file
+
+    from txl.cli import main
+    from txl.cli.convert import OFFICIAL_KWARGS, OFFICIAL_STATE
+
+    cfg, bsz, n_seg, model, _ = _build(CASES[case_id], torch.float32)
+    model.save_pretrained(tmp_path / "model")
+    model.double()
+    assert main(["convert", str(tmp_path / "model"), "--to", "official", "--out", str(tmp_path / "off")]) == 0
+    kwargs = json.loads((tmp_path / "off" / OFFICIAL_KWARGS).read_text())
+    oracle = OfficialOracle(kwargs, load_file(str(tmp_path / "off" / OFFICIAL_STATE)), dtype=torch.float64)
+    our_mems: list[torch.Tensor] = []
+    off_mems: list[torch.Tensor] = []
+    worst = 0.0
+    for data, target in _segments(cfg.n_token, bsz, n_seg, cfg.tgt_len, cfg.ext_len, seed=9):
+        out = model(data.t(), target.t(), our_mems)
+        off_nll, off_mems = oracle(data, target, off_mems)
+        our_mems = out.mems
+        worst = max(worst, (out.nll - off_nll.t()).abs().max().item())
+    print(f"[official-export] {case_id}: max |nll diff| over {n_seg} segments = {worst:.2e}")
+    assert worst <= NLL_TOL, f"{case_id}: {worst}"

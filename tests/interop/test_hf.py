@@ -13,6 +13,7 @@ from txl.errors import CheckpointError, ConfigError
 from txl.interop import hf as hf_module
 from txl.interop.hf import (
     build_hf,
+    check_hf_exportable,
     config_from_hf,
     from_hf_state_dict,
     hf_compat,
@@ -72,13 +73,19 @@ def test_config_from_hf_refuses_what_txl_cannot_load(hf, message) -> None:
         config_from_hf({**hf_config_dict(tiny_model()), **hf})
 
 
-@pytest.mark.parametrize("attn_type", [1, 2, 3])
-def test_other_attention_types_are_refused(attn_type: int) -> None:
-    model = tiny_model(attn_type=attn_type, mem_len=0 if attn_type in (2, 3) else 6)
-    with pytest.raises(ConfigError, match="attn_type 0 only"):
-        to_hf_state_dict(model)
-    with pytest.raises(ConfigError, match="attn_type 0 only"):
-        hf_config_dict(model)
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(attn_type=1), "attn_type 0 only"),
+    (dict(attn_type=2, mem_len=0), "attn_type 0 only"),
+    (dict(attn_type=3, mem_len=0), "attn_type 0 only"),
+    (dict(sample_softmax=5), r"no sampled softmax \(sample_softmax=5; its model refuses sample_softmax > 0\)"),
+    (dict(ext_len=3), r"no ext_len \(ext_len=3\): its memory keeps the last mem_len positions"),
+])
+def test_what_hf_cannot_compute_is_refused(overrides, reason: str) -> None:
+    model = tiny_model(**overrides)
+    for export in (check_hf_exportable, to_hf_state_dict, hf_config_dict):
+        with pytest.raises(ConfigError, match=reason) as info:
+            export(model.config if export is check_hf_exportable else model)
+        assert "\n" not in str(info.value)
 
 
 # ------------------------------------------------------------------ weights
@@ -93,9 +100,16 @@ def test_state_dict_round_trip_gives_identical_outputs(untie_r: bool) -> None:
 
 
 def test_bias_names_follow_untie_r() -> None:
-    tied = to_hf_state_dict(adaptive_model(untie_r=False))
+    """Shared u, v are written under every name HF's model has for them, each layer's alias a copy (a missing
+    alias is re-initialized at random by transformers 4.5x after loading)."""
+    shared = adaptive_model(untie_r=False)
+    tied = to_hf_state_dict(shared)
     assert {"transformer.r_w_bias", "transformer.r_r_bias"} <= set(tied)
-    assert not any(".dec_attn.r_w_bias" in k or ".dec_attn.r_r_bias" in k for k in tied)
+    for i in range(shared.config.n_layer):
+        for key in ("r_w_bias", "r_r_bias"):
+            alias = tied[f"transformer.layers.{i}.dec_attn.{key}"]
+            assert torch.equal(alias, getattr(shared.pos_enc, key))
+            assert alias.untyped_storage().data_ptr() != tied[f"transformer.{key}"].untyped_storage().data_ptr()
     model = adaptive_model(untie_r=True)
     untied = to_hf_state_dict(model)
     assert "transformer.r_w_bias" not in untied

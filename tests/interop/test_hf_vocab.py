@@ -13,7 +13,15 @@ from tests.helpers import HF_SYMS as SYMS
 from tests.helpers import HostilePickle as _Evil
 from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
 from txl import CheckpointError
-from txl.interop.hf_vocab import load_hf_vocab, read_hf_vocab_dict, restricted_loads
+from txl.data import Vocab
+from txl.interop.hf_vocab import (
+    HF_TOKENIZER_FILES,
+    hf_tokenizer_files,
+    hf_tokenizer_refusal,
+    load_hf_vocab,
+    read_hf_vocab_dict,
+    restricted_loads,
+)
 
 
 class _EvalEvil:
@@ -80,3 +88,40 @@ def test_malformed_files_give_clear_errors(tmp_path) -> None:
         load_hf_vocab(tmp_path / "c.pkl")
 
 
+
+
+# ------------------------------------------------------------------ writing TransfoXLTokenizer files
+def test_hf_tokenizer_files_hold_the_vocabulary_and_its_special_tokens() -> None:
+    import json
+
+    from tests.helpers import word_vocab
+
+    vocab = word_vocab()
+    files = hf_tokenizer_files(vocab)
+    assert tuple(files) == HF_TOKENIZER_FILES
+    assert files["vocab.txt"].splitlines() == vocab.idx2sym
+    config = json.loads(files["tokenizer_config.json"])
+    assert config["tokenizer_class"] == "TransfoXLTokenizer" and config["lower_case"] is False
+    assert config["unk_token"] == "<unk>" and config["eos_token"] == "<eos>"
+    assert config["additional_special_tokens"] == []
+    assert {"<unk>", "<eos>", "@[-,.]@"} <= set(config["never_split"])
+    assert json.loads(files["special_tokens_map.json"]) == {"unk_token": "<unk>", "eos_token": "<eos>",
+                                                            "additional_special_tokens": []}
+    lower = Vocab(["<eos>", "<unk>", "the", "cat"], special=["<eos>"], eos="<eos>", unk="<unk>")
+    assert json.loads(hf_tokenizer_files(lower)["tokenizer_config.json"])["lower_case"] is True  # as TextCodec
+
+
+@pytest.mark.parametrize("vocab, reason", [
+    (Vocab(["<unk>", "a b", "c"], unk="<unk>"), "the symbol 'a b', which a one-symbol-a-line vocab.txt cannot hold"),
+    (Vocab(["<unk>", "", "cat"], unk="<unk>"), "the symbol '', which"),
+    (Vocab(["<eos>", "cat", "dog"], eos="<eos>"), "maps unknown words to <unk> or <UNK>, the vocabulary's unknown "
+                                                  "symbol is None"),
+    (Vocab(["<oov>", "cat", "dog"], unk="<oov>"), "symbol is <oov>"),
+    (Vocab(["<UNK>", "<unk>", "cat"], unk="<unk>"), "maps unknown words to <UNK>"),
+    (Vocab(["<eos>", "<unk>", "a", "b", " "], eos="<eos>", unk="<unk>"), "the vocabulary is char-level"),
+    (Vocab([str(b) for b in range(256)]), "the vocabulary is byte-level"),
+])
+def test_hf_tokenizer_refuses_what_its_vocab_file_cannot_hold(vocab, reason: str) -> None:
+    assert reason in hf_tokenizer_refusal(vocab)
+    with pytest.raises(CheckpointError, match=re.escape(reason)):
+        hf_tokenizer_files(vocab)

@@ -8,7 +8,7 @@ import torch
 from tests.helpers import adaptive_model
 from txl import CheckpointError
 from txl.interop.official import from_official, to_official
-from txl.interop.state_dicts import check_size, fill_tied, read_state_dict
+from txl.interop.state_dicts import check_size, fill_tied, own_tensors, read_state_dict
 
 
 class Evil:
@@ -75,3 +75,26 @@ def test_a_config_larger_than_the_file_is_refused_before_building() -> None:
     check_size(model.config, state, "f")  # as many numbers as the model's parameters (and more: tied names)
     with pytest.raises(CheckpointError, match=r"f holds [\d,]+ numbers but its config \(n_layer=3, .*the config does"):
         check_size(model.config.replace(n_layer=3), state, "f")
+
+
+def test_own_tensors_gives_every_tied_name_its_own_copy(tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    from txl.store.tensors import save_tensors
+
+    model = adaptive_model()  # tie_weight and tied projections
+    _, state = to_official(model)
+    def ptr(t: torch.Tensor) -> int:
+        return t.untyped_storage().data_ptr()
+
+    assert ptr(state["crit.out_layers.1.weight"]) == ptr(state["word_emb.emb_layers.1.weight"])
+    own = own_tensors(state)
+    assert own.keys() == state.keys() and own["word_emb.emb_layers.1.weight"] is state["word_emb.emb_layers.1.weight"]
+    assert ptr(own["crit.out_layers.1.weight"]) != ptr(own["word_emb.emb_layers.1.weight"])
+    save_tensors(state, tmp_path / "aliased.safetensors")
+    save_tensors(own, tmp_path / "own.safetensors")
+    assert "crit.out_layers.1.weight" not in load_file(str(tmp_path / "aliased.safetensors"))
+    plain = load_file(str(tmp_path / "own.safetensors"))  # what a reader without txl gets
+    assert plain.keys() == state.keys()
+    for name, t in state.items():
+        assert torch.equal(plain[name], t), name

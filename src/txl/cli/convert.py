@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from txl.cli.args import add_no_verify, stderr_note
@@ -29,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
                    "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
-                   "PATH/vocab.pkl or PATH/vocab.bin by itself")
+                   "PATH/vocab.pkl or PATH/vocab.bin by itself. With --to hf: the vocabulary to write as "
+                   "TransfoXLTokenizer files (vocab.txt, tokenizer_config.json, special_tokens_map.json; default: "
+                   "the model's own vocab.json)")
     add_no_verify(p)
     p.set_defaults(func=run)
 
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from txl.inference.loading import load_model
     from txl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
     from txl.interop.official import load_official, to_official
-    from txl.store.files import write_json
+    from txl.interop.state_dicts import own_tensors
+    from txl.store.files import write_json, write_text
     from txl.store.layout import CONFIG, VOCAB, WEIGHTS
     from txl.store.manifest import write_manifest
     from txl.store.tensors import save_tensors
@@ -53,16 +57,23 @@ def run(args: argparse.Namespace) -> int:
     elif args.src == "hf":
         model = from_hf(args.path, verify=verify)
     else:
-        model, _ = load_model(args.path, verify=verify, note=stderr_note("txl convert"))  # model, checkpoint, run
+        # a model, checkpoint or run directory (saying which model of a run it picked)
+        model, model_dir = load_model(args.path, verify=verify, note=stderr_note("txl convert"))
         if args.dst == "official":
             kwargs, state = to_official(model)
-            save_tensors(state, out / OFFICIAL_STATE)
+            save_tensors(own_tensors(state), out / OFFICIAL_STATE)  # tied names too: load_file gets them all
             write_json(out / OFFICIAL_KWARGS, kwargs, sort_keys=False)
             write_manifest(out, [OFFICIAL_STATE, OFFICIAL_KWARGS])
         else:  # transformers' from_pretrained reads config.json and the weights, and ignores the manifest
-            save_tensors(to_hf_state_dict(model), out / HF_WEIGHTS[0])
-            write_json(out / HF_CONFIG, hf_config_dict(model), sort_keys=False)
-            write_manifest(out, [HF_WEIGHTS[0], HF_CONFIG])
+            state, hf_config = to_hf_state_dict(model), hf_config_dict(model)  # refusals first
+            tokenizer = _export_tokenizer(args, model_dir, model.config.n_token)
+            save_tensors(state, out / HF_WEIGHTS[0])
+            write_json(out / HF_CONFIG, hf_config, sort_keys=False)
+            for name, text in tokenizer.items():
+                write_text(out / name, text)
+            write_manifest(out, [HF_WEIGHTS[0], HF_CONFIG, *tokenizer])
+            if tokenizer:
+                print(f"wrote TransfoXLTokenizer files ({', '.join(tokenizer)}) to {out}")
         print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
         return 0
     if vocab is not None and len(vocab) != model.config.n_token:
@@ -89,3 +100,27 @@ def _import_vocab(args: argparse.Namespace):
     if path.suffix == ".json":
         return Vocab.load(path)
     return load_hf_vocab(path)
+
+
+def _export_tokenizer(args: argparse.Namespace, model_dir: Path, n_token: int) -> dict[str, str]:
+    """The TransfoXLTokenizer files of the model's vocabulary (--vocab, else the one beside the model), or none,
+    said on stderr in one line, when there is no vocabulary or the tokenizer cannot represent it."""
+    from txl.data import Vocab
+    from txl.errors import CheckpointError
+    from txl.interop.hf_vocab import hf_tokenizer_files, hf_tokenizer_refusal, load_hf_vocab
+    from txl.store.layout import find_vocab
+
+    try:
+        path = find_vocab(model_dir, args.vocab)
+    except CheckpointError:
+        print(f"txl convert: no vocabulary beside {model_dir}, so no tokenizer files were written (pass --vocab "
+              "PATH for them)", file=sys.stderr)
+        return {}
+    vocab = Vocab.load(path) if path.suffix == ".json" else load_hf_vocab(path)
+    if len(vocab) != n_token:
+        raise ConfigError(f"the vocabulary {path} has {len(vocab)} symbols but the model has n_token={n_token}")
+    reason = hf_tokenizer_refusal(vocab)
+    if reason is not None:
+        print(f"txl convert: no tokenizer files were written: {reason}", file=sys.stderr)
+        return {}
+    return hf_tokenizer_files(vocab)

@@ -63,7 +63,9 @@ def detect_level(vocab: Vocab) -> str:
 
 def _wikitext_split(line: str) -> list[str]:
     """Light WikiText tokenization of user text: ``well-known`` -> ``well @-@ known``, ``1,000`` ->
-    ``1 @,@ 000``, ``3.5`` -> ``3 @.@ 5``, punctuation and clitics split off words."""
+    ``1 @,@ 000``, ``3.5`` -> ``3 @.@ 5``, punctuation and clitics split off words; text already in that form
+    (``1 @,@ 000``, ``do n't``) is left as it is."""
+    line = re.sub(r"@([-,.])@", lambda m: {"-": "\0H", ",": "\0C", ".": "\0D"}[m.group(1)], line)  # already split
     line = re.sub(r"(?<=\d),(?=\d)", "\0C", line)  # placeholders survive the punctuation split below
     line = re.sub(r"(?<=\d)\.(?=\d)", "\0D", line)
     line = re.sub(r"(?<=\w)-(?=\w)", "\0H", line)

@@ -5,12 +5,20 @@ Key map (everything else gets a ``transformer.`` prefix):
 ==============================  =====================================================================
 txl                             Hugging Face ``TransfoXLLMHeadModel``
 ==============================  =====================================================================
-``pos_enc.r_w_bias`` (u)        ``transformer.r_w_bias``, or with ``untie_r`` one per layer:
-``pos_enc.r_r_bias`` (v)        ``transformer.layers.{l}.dec_attn.r_w_bias`` / ``r_r_bias``
+``pos_enc.r_w_bias`` (u)        ``transformer.r_w_bias`` and a copy under every layer, or with ``untie_r``
+``pos_enc.r_r_bias`` (v)        one per layer: ``transformer.layers.{l}.dec_attn.r_w_bias`` / ``r_r_bias``
 ``crit.cluster_weight/bias``    same names, but cluster ``i`` at head column ``shortlist + i - 1`` where the
                                 official code (and txl) read column ``-i``: the rows are reversed
 ``crit.*`` (other)              same
 ==============================  =====================================================================
+
+Shared u, v (``untie_r=False``) are written under every name Hugging Face's model has for them (the
+shared tensor and each layer's alias of it): from transformers 4.43 on (measured: 4.43.4, 4.46.3, 4.52.4,
+4.57.6; 4.36.2-4.40.2 were not affected) ``from_pretrained`` re-initializes an alias missing from the file
+*after* loading, which overwrites the shared values with random ones ("newly initialized: ...dec_attn.r_w_bias").
+Those releases also load each alias as its own parameter (equal values: the same function, but fine-tuning in
+transformers would then train per-layer copies). Configurations Hugging Face cannot represent are refused by
+:func:`check_hf_exportable`.
 
 Hugging Face ``transformers`` (4.35-4.57, where TransfoXL lives under ``models.deprecated``) is optional:
 :func:`build_hf` (the tests' and the benchmark's oracle) needs it, the weight maps do not.
@@ -90,20 +98,31 @@ def from_hf_state_dict(cfg: TXLConfig, hf_state: dict[str, Tensor]) -> Transform
     return model
 
 
-def to_hf_state_dict(model: TransformerXLLM) -> dict[str, Tensor]:
-    """The ``TransfoXLLMHeadModel`` state dict of our (attn_type 0) model."""
-    cfg = model.config
+def check_hf_exportable(cfg: TXLConfig) -> None:
+    """Refuse (one-line :class:`ConfigError`) a config Hugging Face's ``TransfoXLLMHeadModel`` cannot compute."""
     if cfg.attn_type != 0:
         raise ConfigError("Hugging Face TransfoXL implements attn_type 0 only")
+    if cfg.sample_softmax > 0:
+        raise ConfigError(f"Hugging Face TransfoXL has no sampled softmax (sample_softmax={cfg.sample_softmax}; "
+                          "its model refuses sample_softmax > 0)")
+    if cfg.ext_len > 0:
+        raise ConfigError(f"Hugging Face TransfoXL has no ext_len (ext_len={cfg.ext_len}): its memory keeps the "
+                          "last mem_len positions of every segment, so its memories would differ")
+
+
+def to_hf_state_dict(model: TransformerXLLM) -> dict[str, Tensor]:
+    """The ``TransfoXLLMHeadModel`` state dict of our (attn_type 0) model: every name Hugging Face's model has,
+    the per-layer aliases of shared u, v included (each its own tensor, so that a safetensors file holds it)."""
+    cfg = model.config
+    check_hf_exportable(cfg)
     out: dict[str, Tensor] = {}
     for name, t in model.state_dict().items():
         if name.startswith("pos_enc."):
             key = name.removeprefix("pos_enc.")
-            if cfg.untie_r:
-                for i in range(cfg.n_layer):
-                    out[f"transformer.layers.{i}.dec_attn.{key}"] = t[i]
-            else:
+            if not cfg.untie_r:
                 out[f"transformer.{key}"] = t
+            for i in range(cfg.n_layer):
+                out[f"transformer.layers.{i}.dec_attn.{key}"] = t[i] if cfg.untie_r else t.clone()
         elif name.startswith("crit."):
             out[name] = t.flip(0) if name in ("crit.cluster_weight", "crit.cluster_bias") else t
         else:
@@ -135,8 +154,7 @@ def from_hf(path: str | Path, *, verify: bool = True) -> TransformerXLLM:
 def hf_config_dict(model: TransformerXLLM) -> dict[str, Any]:
     """The ``config.json`` of a Hugging Face TransfoXL model with ``model``'s architecture (attn_type 0)."""
     cfg = model.config
-    if cfg.attn_type != 0:
-        raise ConfigError("Hugging Face TransfoXL implements attn_type 0 only")
+    check_hf_exportable(cfg)
     return {
         "architectures": ["TransfoXLLMHeadModel"], "model_type": "transfo-xl", "vocab_size": cfg.n_token,
         "cutoffs": list(cfg.cutoffs), "d_model": cfg.d_model, "d_embed": cfg.d_embed, "n_head": cfg.n_head,
@@ -153,9 +171,10 @@ def hf_config_dict(model: TransformerXLLM) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- running HF's model
 @contextlib.contextmanager
 def hf_compat() -> Iterator[None]:
-    """Run Hugging Face's TransfoXL forward under this torch: transformers 4.35-4.57 call
-    ``Tensor.type_as(dtype=...)`` (``TransfoXLModel.forward``, the position sequence), which torch rejects;
-    for the block, ``type_as`` also accepts ``dtype=``. Restored afterwards."""
+    """Run Hugging Face's TransfoXL forward under this torch: transformers 4.38-4.57 (measured: 4.38.2, 4.40.2,
+    4.43.4, 4.46.3, 4.52.4, 4.57.6; not 4.36.2, 4.37.2) call ``Tensor.type_as(dtype=...)``
+    (``TransfoXLModel.forward``, the position sequence), which torch rejects ("type_as() missing 1 required
+    positional argument"); for the block, ``type_as`` also accepts ``dtype=``. Restored afterwards."""
     original = torch.Tensor.type_as
 
     def type_as(self, other=None, dtype=None):
@@ -189,11 +208,5 @@ def build_hf(model: TransformerXLLM) -> Any:
     from transformers.models.deprecated.transfo_xl import TransfoXLConfig
 
     hf = mod.TransfoXLLMHeadModel(TransfoXLConfig(**hf_config_dict(model)))
-    cfg = model.config
-    state = to_hf_state_dict(model)
-    if not cfg.untie_r:  # HF also lists the shared u, v under every layer
-        for i in range(cfg.n_layer):
-            for key in ("r_w_bias", "r_r_bias"):
-                state[f"transformer.layers.{i}.dec_attn.{key}"] = state[f"transformer.{key}"]
-    hf.load_state_dict(state, strict=True)
+    hf.load_state_dict(to_hf_state_dict(model), strict=True)
     return hf

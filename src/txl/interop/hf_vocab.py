@@ -180,3 +180,59 @@ def find_hf_vocab(directory: str | Path) -> Path | None:
         if (Path(directory) / name).is_file():
             return Path(directory) / name
     return None
+
+
+# ---------------------------------------------------------------------------------------------- writing, without pickle
+#: What ``txl convert --to hf`` writes for ``TransfoXLTokenizer.from_pretrained``: its ``vocab_file`` (one symbol
+#: a line, read by ``_build_from_file``), its constructor arguments, and its special tokens.
+HF_TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+#: Pieces of pre-tokenized WikiText that the Moses tokenizer inside ``TransfoXLTokenizer`` would split again:
+#: the joiners ``@-@ @,@ @.@`` and clitics standing alone (`` 's``, `` n't``). Moses takes them as
+#: ``protected_patterns`` (the tokenizer's ``never_split``); a clitic's pattern includes the space before it,
+#: so it is only protected where it already stands alone, and ``game's`` still becomes ``game 's``.
+WIKITEXT_PROTECTED = (r"@[-,.]@", r"\s(?:'s|'re|'ve|'ll|'d|'m|'t|n't)(?=\s|$)")
+
+
+def hf_tokenizer_refusal(vocab: Vocab) -> str | None:
+    """Why ``TransfoXLTokenizer`` cannot read ``vocab`` from a ``vocab.txt``, or None when it can: it reads
+    word-level vocabularies whose symbols hold no whitespace and whose unknown symbol is ``<unk>``/``<UNK>``."""
+    from txl.data.codec import detect_level
+
+    level = detect_level(vocab)
+    if level != "word":
+        return f"the vocabulary is {level}-level and TransfoXLTokenizer splits text into words"
+    bad = next((s for s in vocab.idx2sym if not s or s != s.strip() or len(s.split()) != 1), None)
+    if bad is not None:
+        return f"the vocabulary has the symbol {bad!r}, which a one-symbol-a-line vocab.txt cannot hold"
+    hf_unk = "<UNK>" if "<UNK>" in vocab else "<unk>" if "<unk>" in vocab else None
+    if vocab.unk is None or vocab.unk != hf_unk:
+        return (f"TransfoXLTokenizer maps unknown words to {hf_unk or '<unk> or <UNK>'}, the vocabulary's unknown "
+                f"symbol is {vocab.unk}")
+    return None
+
+
+def hf_tokenizer_files(vocab: Vocab) -> dict[str, str]:
+    """File name -> text of a ``TransfoXLTokenizer`` directory for ``vocab`` (:data:`HF_TOKENIZER_FILES`);
+    :func:`hf_tokenizer_refusal` must have found nothing. Prompts are lower-cased when the vocabulary is (as
+    :class:`txl.data.codec.TextCodec` does); no ``<formula>`` or other added token outside the vocabulary."""
+    import json
+    import re
+
+    from txl.data.codec import TextCodec
+
+    reason = hf_tokenizer_refusal(vocab)
+    if reason is not None:
+        raise CheckpointError(f"cannot write a Hugging Face tokenizer: {reason}")
+    specials = {"unk_token": vocab.unk, "eos_token": vocab.eos, "additional_special_tokens": []}
+    kept = [s for s in dict.fromkeys([*vocab.special, vocab.unk, vocab.eos]) if s is not None]
+    config = {
+        "tokenizer_class": "TransfoXLTokenizer", "special": list(vocab.special), "lower_case": TextCodec(vocab).lower,
+        "delimiter": None, "language": "en", "never_split": [*map(re.escape, kept), *WIKITEXT_PROTECTED],
+        **specials, "model_max_length": 1_000_000_000,
+    }
+    return {
+        HF_TOKENIZER_FILES[0]: "".join(f"{s}\n" for s in vocab.idx2sym),
+        HF_TOKENIZER_FILES[1]: json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+        HF_TOKENIZER_FILES[2]: json.dumps(specials, indent=2, ensure_ascii=False) + "\n",
+    }

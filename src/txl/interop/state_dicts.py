@@ -74,3 +74,16 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
         raise CheckpointError(f"{path} does not hold a state dict of tensors")
     return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def own_tensors(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``state`` with every tied name holding its own copy, so that a safetensors file lists every name (txl's
+    files record tied names as aliases that a plain ``safetensors.torch.load_file`` does not restore, and the
+    official ``load_state_dict`` needs them all)."""
+    seen: set[tuple] = set()
+    out: dict[str, Tensor] = {}
+    for name, t in state.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        out[name] = t.clone() if key in seen else t
+        seen.add(key)
+    return out
