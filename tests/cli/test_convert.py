@@ -200,6 +200,11 @@ def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, ca
         raw = "It was the game's 1,000 sales (well-known), do"  # raw text: Moses and txl split it alike
         assert tok.encode(raw) == TextCodec(vocab).encode(raw)
     assert tok.decode(expected[:3]) == "It was the"
+    # and back: --from hf reads the export's vocab.txt (no pickle) into the same vocabulary
+    assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--out", str(tmp_path / "back")]) == 0
+    from txl.data import Vocab
+
+    assert Vocab.load(tmp_path / "back" / "vocab.json").sha256() == vocab.sha256()
 
 
 def test_convert_hf_export_without_a_vocabulary_says_so(tmp_path, capsys) -> None:

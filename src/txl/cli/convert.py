@@ -30,9 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
                    "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
-                   "PATH/vocab.pkl or PATH/vocab.bin by itself. With --to hf: the vocabulary to write as "
-                   "TransfoXLTokenizer files (vocab.txt, tokenizer_config.json, special_tokens_map.json; default: "
-                   "the model's own vocab.json)")
+                   "PATH/vocab.pkl, vocab.bin or vocab.txt (a --to hf export) by itself. With --to hf: the "
+                   "vocabulary to write as TransfoXLTokenizer files (vocab.txt, tokenizer_config.json, "
+                   "special_tokens_map.json; default: the model's own vocab.json)")
     add_no_verify(p)
     p.set_defaults(func=run)
 

@@ -164,22 +164,42 @@ def vocab_from_hf_dict(d: dict[str, Any], *, source: str = "vocabulary") -> Voca
 
 
 def load_hf_vocab(path: str | Path) -> Vocab:
-    """Read a Hugging Face TransfoXL vocabulary file (or the first of :data:`HF_VOCAB_NAMES` in a directory)."""
+    """Read a Hugging Face TransfoXL vocabulary: a pickled ``vocab.pkl``/``vocab.bin`` (without running code), or
+    the ``vocab.txt`` + ``tokenizer_config.json`` that ``txl convert --to hf`` writes; a directory: the first of
+    them it holds (:func:`find_hf_vocab`)."""
     path = Path(path)
     if path.is_dir():
         found = find_hf_vocab(path)
         if found is None:
-            raise CheckpointError(f"no {' or '.join(HF_VOCAB_NAMES)} in {path}")
+            raise CheckpointError(f"no {' or '.join((*HF_VOCAB_NAMES, HF_TOKENIZER_FILES[0]))} in {path}")
         path = found
+    if path.name == HF_TOKENIZER_FILES[0]:
+        return _vocab_from_tokenizer_files(path)
     return vocab_from_hf_dict(read_hf_vocab_dict(path), source=str(path))
 
 
 def find_hf_vocab(directory: str | Path) -> Path | None:
-    """The vocabulary file of a Hugging Face TransfoXL directory, or None."""
+    """The vocabulary file of a Hugging Face TransfoXL directory (a pickled one first, then ``vocab.txt`` with its
+    ``tokenizer_config.json``), or None."""
     for name in HF_VOCAB_NAMES:
         if (Path(directory) / name).is_file():
             return Path(directory) / name
-    return None
+    txt, cfg = (Path(directory) / n for n in HF_TOKENIZER_FILES[:2])
+    return txt if txt.is_file() and cfg.is_file() else None
+
+
+def _vocab_from_tokenizer_files(path: Path) -> Vocab:
+    """The vocabulary of a ``vocab.txt`` (one symbol a line) and the ``tokenizer_config.json`` beside it."""
+    from txl.store.files import read_json
+
+    try:
+        symbols = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path} ({exc})") from None
+    cfg = read_json(path.parent / HF_TOKENIZER_FILES[1], error=CheckpointError)
+    unk = cfg.get("unk_token")
+    return vocab_from_hf_dict({"idx2sym": symbols, "special": cfg.get("special") or [],
+                               "unk_idx": symbols.index(unk) if unk in symbols else None}, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------- writing, without pickle
