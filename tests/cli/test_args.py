@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from txl.cli.args import parse_int_list
@@ -53,3 +55,32 @@ def test_parse_float_list_refuses_non_finite_values() -> None:
     assert parse_float_list("0.1,1", "--r") == [0.1, 1.0]
     with pytest.raises(ConfigError, match="--r must hold finite numbers"):
         parse_float_list("0.1,nan", "--r")
+
+
+def test_resolve_threads_precedence_flag_env_omp_cores() -> None:
+    from txl.cli.args import available_cores, resolve_threads
+
+    assert resolve_threads(3, {"TXL_NUM_THREADS": "2", "OMP_NUM_THREADS": "4"}) == 3
+    assert resolve_threads(None, {"TXL_NUM_THREADS": " 2 ", "OMP_NUM_THREADS": "4"}) == 2
+    assert resolve_threads(None, {"OMP_NUM_THREADS": "4"}) is None  # torch keeps what OpenMP read
+    assert resolve_threads(None, {"TXL_NUM_THREADS": ""}) == available_cores() >= 1
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ConfigError, match="TXL_NUM_THREADS: expected"):
+            resolve_threads(None, {"TXL_NUM_THREADS": bad})
+
+
+def test_add_threads_reaches_nested_subcommands_and_keeps_an_earlier_value() -> None:
+    from txl.cli.args import add_threads
+
+    top = argparse.ArgumentParser()
+    top.add_argument("--threads", type=int, default=None)
+    sub = top.add_subparsers(dest="cmd")
+    exp = sub.add_parser("exp")
+    exp.add_subparsers(dest="kind").add_parser("recl")
+    add_threads(exp)
+    assert top.parse_args(["--threads", "3", "exp", "recl"]).threads == 3
+    assert top.parse_args(["exp", "recl", "--threads", "2"]).threads == 2
+    assert top.parse_args(["exp", "--threads", "2", "recl"]).threads == 2
+    assert top.parse_args(["exp", "recl"]).threads is None
+    with pytest.raises(SystemExit):
+        top.parse_args(["exp", "recl", "--threads", "0"])

@@ -137,3 +137,39 @@ def test_read_only_out_dir_in_a_subprocess(tmp_path) -> None:
     cmd = [sys.executable, "-m", "txl", "train", "--preset", "tiny", "--out-dir", str(ro / "run")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
     assert proc.returncode == 1 and proc.stderr == f"txl train: error: permission denied ({ro / 'run'})\n"
+
+
+_THREADS_PROBE = ("import sys, torch; from txl.cli import main; rc = main(sys.argv[1:]); "
+                  "print(torch.get_num_threads(), torch.get_num_interop_threads(), rc)")
+
+
+@pytest.mark.parametrize("argv, env, threads", [
+    (["--threads", "1", "eval", "MISSING", "--dataset", "x"], {"TXL_NUM_THREADS": "3"}, 1),
+    (["eval", "MISSING", "--dataset", "x", "--threads", "3"], {"TXL_NUM_THREADS": "1"}, 3),
+    (["experiment", "recl", "--threads", "3", "--model", "a=MISSING", "--dataset", "x", "--contexts", "4,8",
+      "--out", "o"], {}, 3),
+    (["eval", "MISSING", "--dataset", "x"], {"TXL_NUM_THREADS": "3", "OMP_NUM_THREADS": "1"}, 3),
+    (["eval", "MISSING", "--dataset", "x"], {"OMP_NUM_THREADS": "1"}, 1),  # the user's OpenMP setting is kept
+    (["eval", "MISSING", "--dataset", "x"], {}, None),  # the cores available to the process
+])
+def test_threads_reach_torch_once_before_the_command(tmp_path, argv, env, threads) -> None:
+    from txl.cli.args import available_cores
+
+    base = {k: v for k, v in subprocess_env(tmp_path).items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", _THREADS_PROBE, *argv], env={**base, **env}, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    intra, interop, rc = map(int, proc.stdout.split())
+    assert rc == 2 and intra == (threads or available_cores())
+    if "OMP_NUM_THREADS" not in env or "TXL_NUM_THREADS" in env:
+        assert interop == intra
+    assert proc.stderr.count("\n") == 1 and "error:" in proc.stderr  # only the command's own error line
+
+
+def test_bad_thread_counts_are_one_line(tmp_path, capsys, monkeypatch) -> None:
+    assert main(["train", "--threads", "0"]) == 2
+    one_line_error(capsys, "txl train: error: argument --threads: expected a positive integer, got '0'")
+    assert main(["--threads", "x", "eval", "m"]) == 2
+    one_line_error(capsys, "txl: error: argument --threads: expected an integer, got 'x'")
+    monkeypatch.setenv("TXL_NUM_THREADS", "-2")
+    assert main(["eval", str(tmp_path / "missing"), "--dataset", "x"]) == 2
+    one_line_error(capsys, "txl eval: error: TXL_NUM_THREADS: expected a positive integer, got '-2'")

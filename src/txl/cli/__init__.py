@@ -14,6 +14,9 @@ Every input or environment error ends the command with one line on stderr and a 
 
 Any other exception is a bug and keeps its traceback. ``txl --debug CMD ...`` or ``TXL_DEBUG=1`` shows the
 traceback of every error.
+
+Compute commands run on ``--threads N`` CPU threads (before or after the subcommand), else ``TXL_NUM_THREADS``,
+else what ``OMP_NUM_THREADS`` gave torch, else the cores available to the process; set once, before dispatch.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from txl.cli.args import THREADED_COMMANDS, THREADS_HELP, add_threads, apply_threads, positive_int, resolve_threads
 from txl.errors import TXLError
 
 #: OS error numbers that describe the machine or the user's paths, not a bug: printed as one line.
@@ -57,9 +61,12 @@ def _build_parser() -> argparse.ArgumentParser:
                     epilog="errors are one line; --debug (or TXL_DEBUG=1) shows their traceback")
     parser.add_argument("--version", action="version", version=f"txl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of every error (also TXL_DEBUG=1)")
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (train, data, convert, generate, plot, eval_cmd, experiment, bench):
         module.add_parser(sub)
+    for name in THREADED_COMMANDS:
+        add_threads(sub.choices[name])
     return parser
 
 
@@ -109,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
         command = f"txl {args.command}"
+        if args.command in THREADED_COMMANDS:  # set once, before any computation (txl.cli.args.resolve_threads)
+            args.threads = apply_threads(resolve_threads(args.threads))
         return int(args.func(args) or 0)
     except UsageError as exc:
         print(exc, file=sys.stderr)

@@ -1,13 +1,16 @@
 """Parsing command-line values: lists the library takes, argparse types that refuse impossible numbers
 (``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``finite_float``, ``positive_float``,
-``nonneg_float``), options several commands share (``--no-verify``), and notes on stderr (:func:`stderr_note`)."""
+``nonneg_float``), options several commands share (``--no-verify``, ``--threads``: :func:`add_threads`,
+:func:`resolve_threads`, :func:`apply_threads`), and notes on stderr (:func:`stderr_note`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from txl.errors import ConfigError
@@ -126,3 +129,59 @@ def stderr_note(prefix: str) -> Callable[[str], None]:
         print(f"{prefix}: {message}", file=sys.stderr, flush=True)
 
     return note
+
+
+# ---------------------------------------------------------------------------------------------- threads
+#: Commands that compute with torch: they take ``--threads`` (``txl data`` and ``txl plot`` do not).
+THREADED_COMMANDS = ("train", "eval", "generate", "convert", "recl", "experiment", "bench")
+THREADS_HELP = ("CPU threads for torch (default: $TXL_NUM_THREADS, else $OMP_NUM_THREADS, else the cores "
+                "available to this process)")
+
+
+def add_threads(parser: argparse.ArgumentParser, *, default: Any = argparse.SUPPRESS) -> None:
+    """``--threads N`` on ``parser`` and on every subcommand below it.
+
+    Below the top level the default is ``SUPPRESS``: a subcommand given no ``--threads`` keeps the value given
+    before it (``txl --threads 1 train`` and ``txl train --threads 1`` are the same)."""
+    parser.add_argument("--threads", type=positive_int, default=default, metavar="N", help=THREADS_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                add_threads(child)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(flag: int | None, environ: Mapping[str, str] | None = None) -> int | None:
+    """The number of torch threads: ``--threads`` > ``TXL_NUM_THREADS`` > (``OMP_NUM_THREADS`` set: None, torch
+    keeps what OpenMP read from it, e.g. the 1 ``torchrun`` sets for each worker) > the available cores."""
+    environ = os.environ if environ is None else environ
+    if flag is not None:
+        return flag
+    text = environ.get("TXL_NUM_THREADS", "").strip()
+    if text:
+        try:
+            return positive_int(text)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"TXL_NUM_THREADS: {exc}") from None
+    if environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    return available_cores()
+
+
+def apply_threads(n: int | None) -> int:
+    """``torch.set_num_threads(n)`` (and the inter-op pool, while it has not started); None keeps torch's own
+    count. Returns the intra-op thread count torch now uses."""
+    import torch
+
+    if n is not None:
+        torch.set_num_threads(n)
+        with contextlib.suppress(RuntimeError):  # only possible before the first inter-op parallel work
+            torch.set_num_interop_threads(n)
+    return torch.get_num_threads()

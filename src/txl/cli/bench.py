@@ -23,7 +23,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
     p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads")
     p.add_argument("--batch-size", type=positive_int, default=None, help="override the cases' batch size")
     p.add_argument("--no-hf", action="store_true", help="time txl only")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
