@@ -52,3 +52,32 @@ def test_two_gloo_processes_equal_one_process(tmp_path, word_corpus) -> None:
     sa, sb = (load_file(str(tmp_path / n / step / "train_state.safetensors")) for n in ("one", "two"))
     for k in (k for k in sa if k.startswith(".mems")):
         torch.testing.assert_close(sb[k], sa[k], rtol=1e-5, atol=1e-5, msg=k)
+
+
+def test_unused_parameter_rule() -> None:
+    from txl.model.config import TXLConfig
+    from txl.train.distributed import has_step_local_parameters
+
+    base = dict(n_token=60, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
+    assert not has_step_local_parameters(TXLConfig(**base))
+    assert not has_step_local_parameters(TXLConfig(**base, cutoffs=[20, 40]))  # tail clusters: slices of one layer
+    assert not has_step_local_parameters(TXLConfig(**base, sample_softmax=8))
+    assert has_step_local_parameters(TXLConfig(**base, cutoffs=[20, 40], div_val=2))
+    assert has_step_local_parameters(TXLConfig(**base, cutoffs=[20, 40], d_embed=32))
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+@pytest.mark.parametrize("model", [dict(cutoffs=[10, 25]), dict(sample_softmax=8), dict(cutoffs=[10, 25], div_val=2)])
+def test_two_processes_print_no_ddp_warning(tmp_path, word_corpus, model) -> None:
+    # rule False: DDP without the unused-parameter search must not fail (it would at the next step if a parameter
+    # got no gradient); rule True: the search is on, and the only warning allowed is DDP's "found no unused
+    # parameter" one for steps where every cluster happened to be used
+    cfg = tiny_cfg(tmp_path / "run", dataset=str(word_corpus), max_step=6, batch_size=8)
+    cfg = dataclasses.replace(cfg, model_overrides={**cfg.model_overrides, **model})
+    (tmp_path / "c.json").write_text(cfg.to_json())
+    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "txl", "train",
+                  "--config", str(tmp_path / "c.json")], tmp_path)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    assert "broadcast_buffers" not in multi.stderr and "FutureWarning" not in multi.stderr, multi.stderr
+    if "div_val" not in model:
+        assert "find_unused_parameters" not in multi.stderr, multi.stderr

@@ -1,4 +1,5 @@
-"""``torch.distributed`` as ``torchrun`` starts it (gloo on CPU, NCCL on GPU), or a single process."""
+"""``torch.distributed`` as ``torchrun`` starts it (gloo on CPU, NCCL on GPU), or a single process; the model's
+DDP wrapper (:func:`wrap_ddp`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import Tensor
 
 from txl.errors import ConfigError
+from txl.model.config import TXLConfig
 from txl.train.config import TrainConfig
 
 
@@ -87,3 +89,33 @@ def resolve_device(cfg: TrainConfig, local_rank: int) -> str:
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {cfg.device!r} requested but CUDA is not available")
     return f"cuda:{local_rank}" if cfg.device == "cuda" else cfg.device
+
+
+def has_step_local_parameters(cfg: TXLConfig) -> bool:
+    """Whether a training step can leave parameters of ``cfg``'s model without a gradient (DDP then needs
+    ``find_unused_parameters=True``, an extra graph traversal every step; without it DDP fails at the next step).
+
+    The rule: only adaptive clusters with parameters of their own. With ``cutoffs`` and ``div_val > 1`` each
+    cluster has its own embedding, output layer and projections, used only when an input or target of the step
+    falls in it; with ``div_val == 1`` and ``d_embed != d_model`` the tail clusters' untied output projections are
+    used only for their targets. Everything else (a full softmax, ``div_val == 1`` with ``d_embed == d_model`` where
+    the tail clusters are slices of the one output layer, the sampled softmax whose negatives index the whole
+    embedding matrix, every attention/positional variant) gives every parameter a gradient in every step."""
+    if not cfg.cutoffs:
+        return False
+    return cfg.div_val > 1 or cfg.d_embed != cfg.d_model
+
+
+def wrap_ddp(model: torch.nn.Module, cfg: TXLConfig, device: str) -> torch.nn.Module:
+    """``model`` in ``DistributedDataParallel``: ``find_unused_parameters`` by :func:`has_step_local_parameters`;
+    buffers are not broadcast at each forward (the one buffer, the positional ``inv_freq``, is computed from the
+    config and equal on every process; torch >= 2.13 names that ``forward_sync_buffers``, the deprecated
+    ``broadcast_buffers`` before)."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
+               inspect.signature(DistributedDataParallel).parameters else {"broadcast_buffers": False})
+    return DistributedDataParallel(model, device_ids=[device] if device.startswith("cuda") else None,
+                                   find_unused_parameters=has_step_local_parameters(cfg), **no_sync)

@@ -48,7 +48,7 @@ from txl.store.layout import RunDir
 from txl.store.lock import RunLock
 from txl.train.batches import train_iterator
 from txl.train.config import TrainConfig
-from txl.train.distributed import Dist, resolve_device
+from txl.train.distributed import Dist, resolve_device, wrap_ddp
 from txl.train.footprint import check_fits, estimate_training_bytes
 from txl.train.init_from import init_setup, write_record
 from txl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
@@ -127,12 +127,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.forward_model: Any = self.model
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
-            sparse_use = bool(self.model_cfg.cutoffs) or self.model_cfg.sample_softmax > 0
-            self.forward_model = DistributedDataParallel(
-                self.model, device_ids=[self.device] if self.device.startswith("cuda") else None,
-                broadcast_buffers=False, find_unused_parameters=sparse_use)
+            self.forward_model = wrap_ddp(self.model, self.model_cfg, self.device)
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model)
         self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
