@@ -154,6 +154,11 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_json(), end="")
         return 0
+    finished = _finished_step(args.resume, cfg.max_step) if args.resume else None
+    if finished is not None:
+        print(f"txl train: {args.resume} already finished at step {finished} (max_step {cfg.max_step}); "
+              "raise --max-step to continue", file=sys.stderr)
+        return 0
     summary = train(cfg, resume=args.resume, force=args.force)
     if summary["rank"] != 0:  # under torchrun only the first process reports
         return 0
@@ -172,3 +177,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; models in {out}")
     return 0
+
+
+def _finished_step(resume: str, max_step: int) -> int | None:
+    """The step of the checkpoint ``--resume`` would continue from when it already reached ``max_step`` and the
+    run finished (its ``results.json`` is written); otherwise None."""
+    from txl.store.checkpoint import list_checkpoints
+    from txl.store.layout import STEP_DIR, RunDir, is_checkpoint_dir
+
+    path = Path(resume)
+    run = RunDir(RunDir.of_checkpoint(path) if is_checkpoint_dir(path) else path)
+    ckpts = [path] if is_checkpoint_dir(path) else list_checkpoints(run.checkpoints)
+    match = STEP_DIR.match(ckpts[-1].name) if ckpts else None
+    if match is None or not run.results.is_file() or int(match.group(1)) < max_step:
+        return None
+    return int(match.group(1))
