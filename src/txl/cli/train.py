@@ -144,7 +144,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from txl.model.presets import model_preset
-    from txl.train import train
+    from txl.train.trainer import Trainer
 
     cfg = resolve_config(args)
     model_preset(cfg.model, 10**7, **cfg.model_overrides)  # the model keys' values, before printing or training
@@ -154,12 +154,15 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_json(), end="")
         return 0
-    finished = _finished_step(args.resume, cfg.max_step) if args.resume else None
-    if finished is not None:
-        print(f"txl train: {args.resume} already finished at step {finished} (max_step {cfg.max_step}); "
-              "raise --max-step to continue", file=sys.stderr)
+    trainer = Trainer(cfg, resume=args.resume, force=args.force)  # a resume's changes are checked here
+    if args.resume and trainer.step >= cfg.max_step and trainer.run.results.is_file():
+        trainer.close()
+        trainer.dist.close()
+        if trainer.dist.main:
+            print(f"txl train: {args.resume} already finished at step {trainer.step} (max_step {cfg.max_step}); "
+                  "raise --max-step to continue", file=sys.stderr)
         return 0
-    summary = train(cfg, resume=args.resume, force=args.force)
+    summary = trainer.fit()
     if summary["rank"] != 0:  # under torchrun only the first process reports
         return 0
     metric = summary["metric"]
@@ -177,18 +180,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; models in {out}")
     return 0
-
-
-def _finished_step(resume: str, max_step: int) -> int | None:
-    """The step of the checkpoint ``--resume`` would continue from when it already reached ``max_step`` and the
-    run finished (its ``results.json`` is written); otherwise None."""
-    from txl.store.checkpoint import list_checkpoints
-    from txl.store.layout import STEP_DIR, RunDir, is_checkpoint_dir
-
-    path = Path(resume)
-    run = RunDir(RunDir.of_checkpoint(path) if is_checkpoint_dir(path) else path)
-    ckpts = [path] if is_checkpoint_dir(path) else list_checkpoints(run.checkpoints)
-    match = STEP_DIR.match(ckpts[-1].name) if ckpts else None
-    if match is None or not run.results.is_file() or int(match.group(1)) < max_step:
-        return None
-    return int(match.group(1))

@@ -119,8 +119,8 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         start = time.perf_counter()
-        total = len(it) if hasattr(it, "__len__") else None
-        bar = Progress(total, desc=desc, unit="seg", mode=progress, min_seconds=2.0, rate_unit="tok")
+        segments = len(it) if hasattr(it, "__len__") else None
+        bar = Progress(segments, desc=desc, unit="seg", mode=progress, min_seconds=2.0, rate_unit="tok")
         for batch in it:
             with autocast or contextlib.nullcontext():
                 nll = rec(batch.input_ids, batch.targets).nll.double()  # [B, seq_len]
