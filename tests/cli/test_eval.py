@@ -107,3 +107,31 @@ def test_cli_eval_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_pat
     assert out.startswith("loss ")
     assert_model_note(err, "txl eval", run, kind)
     assert json.loads((tmp_path / "r.json").read_text())["model"] == str(run / "best" if kind == "run" else path)
+
+
+def test_a_sweep_prints_each_row_as_soon_as_its_evaluation_ends(text_corpus, monkeypatch, capsys) -> None:
+    import sys
+
+    from txl.inference import evaluate as E
+
+    path, model_dir, _ = text_corpus
+    events: list[str] = []
+    real_evaluate = E.evaluate
+
+    def evaluate(*args, **kwargs):
+        events.append(f"start {kwargs['mem_len']}")
+        assert kwargs["progress"] == "lines"  # --no-progress: lines, never a bar
+        return real_evaluate(*args, **kwargs)
+
+    class Out:  # stdout that records when each line is written relative to the evaluations
+        def write(self, text: str) -> int:
+            events.extend(f"print {line.split(':')[0].split()[-1]}" for line in text.splitlines() if line)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(E, "evaluate", evaluate)
+    monkeypatch.setattr(sys, "stdout", Out())
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--mem-len", "0,4,8", "--no-progress"]) == 0
+    assert events == ["start 0", "print 0", "start 4", "print 4", "start 8", "print 8"]

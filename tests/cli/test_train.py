@@ -154,3 +154,27 @@ def test_train_on_cuda_without_a_gpu(tmp_path, capsys) -> None:
     assert main(["train", "--preset", "tiny", "--dataset", str(corpus), "--device", "cuda", "--out-dir",
                  str(tmp_path / "run"), "--set", f"data_dir={tmp_path}"]) == 2
     assert "CUDA is not available" in one_line_error(capsys, "txl train: error: ")
+
+
+def test_no_progress_prints_plain_lines_and_a_finished_run_is_not_rerun(tmp_path, word_corpus, capsys) -> None:
+    from tests.helpers import tiny_train_config as tiny_cfg
+    from txl.cli import main
+
+    run = tmp_path / "run"
+    cfg = tiny_cfg(run, dataset=str(word_corpus), max_step=4, log_interval=2, progress=True, final_eval=False)
+    (tmp_path / "cfg.json").write_text(cfg.to_json())
+    assert main(["train", "--config", str(tmp_path / "cfg.json"), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.startswith("train: step")]
+    assert [ln.split(" | ")[0] for ln in lines] == ["train: step 2/4 (50%)", "train: step 4/4 (100%)"]
+    for field in ("loss ", "ppl ", "lr ", "tok/s ", "ETA "):
+        assert all(f" | {field}" in ln for ln in lines), (field, lines)
+    assert "\r" not in err and "done in" in out
+    metrics = (run / "metrics.jsonl").read_bytes()
+    assert main(["train", "--resume", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"txl train: {run} already finished at step 4 (max_step 4); raise --max-step to "
+                                 "continue\n")
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing re-run
+    assert main(["train", "--resume", str(run), "--max-step", "6"]) == 0  # continues
+    assert "at step 6" in capsys.readouterr().out

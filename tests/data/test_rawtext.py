@@ -160,3 +160,17 @@ def test_normalize_newlines_matches_universal_newlines(text: str) -> None:
 def test_with_compressed_variants_order() -> None:
     p = Path("data") / "ptb.train.txt"
     assert with_compressed_variants(p) == [p, Path("data/ptb.train.txt.gz"), Path("data/ptb.train.txt.xz")]
+
+
+def test_preparing_a_large_file_reports_its_chunks_on_stderr(monkeypatch, capsys) -> None:
+    from txl.data import rawtext
+
+    data = b"".join(f"line {i}\n".encode() for i in range(40))  # 40 lines of 7-8 bytes
+    assert "".join(iter_text_chunks(data, "small.txt")) == data.decode()  # one chunk: never a progress
+    monkeypatch.setattr(rawtext, "CHUNK_BYTES", 30)
+    monkeypatch.setattr(rawtext, "PROGRESS_AFTER_S", 0.0)
+    assert "".join(iter_text_chunks(data, "/some/big.txt")) == data.decode()
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()  # not a terminal: plain lines, about every 10 %
+    assert captured.out == "" and 5 <= len(lines) <= 11, lines
+    assert all(ln.startswith("prepare big.txt: chunk ") and " MB/s | ETA " in ln for ln in lines)

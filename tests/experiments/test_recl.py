@@ -115,7 +115,7 @@ def test_loss_cache_roundtrip_and_resume(tmp_path) -> None:
     assert next(iter(manifest["entries"].values()))["key"] == key
 
 
-def test_group_losses_methods_caps_and_cache(tmp_path, monkeypatch) -> None:
+def test_group_losses_methods_caps_and_cache(tmp_path, monkeypatch, capsys) -> None:
     data = np.random.default_rng(0).integers(0, 40, 300)
     xl, van = eval_model(0, n_token=40), eval_model(3, n_token=40, tgt_len=12)
     members = [R.GroupMember("xl", xl, "d-xl", R.default_method(xl)),
@@ -140,9 +140,16 @@ def test_group_losses_methods_caps_and_cache(tmp_path, monkeypatch) -> None:
         raise AssertionError("recomputed")
 
     monkeypatch.setattr(R, "context_losses", boom)  # everything now comes from the cache
+    lines: list[str] = []
     again, _ = R.group_losses(members, data, [8, 16], start=16, tokens=100, data_key={"d": 1}, cache=cache,
-                              tgt_len=4)
+                              tgt_len=4, progress=lines.append, bar="lines")
     np.testing.assert_allclose(again, losses, rtol=1e-6)
+    assert lines == ["xl: context 8 cached, ppl " + f"{np.exp(losses[0, 0].mean()):.3f}",
+                     "xl: context 16 cached, ppl " + f"{np.exp(losses[0, 1].mean()):.3f}",
+                     "van: context 8 cached, ppl " + f"{np.exp(losses[1, 0].mean()):.3f}",
+                     "van: context 16 (read at 12) cached, ppl " + f"{np.exp(losses[1, 1].mean()):.3f}"]
+    counts = [ln.split(" | ")[0] for ln in capsys.readouterr().err.splitlines()]  # the progress over the group
+    assert counts == ["recl 1/4 (25%)", "recl 2/4 (50%)", "recl 3/4 (75%)", "recl 4/4 (100%)"]
 
 
 @pytest.mark.slow

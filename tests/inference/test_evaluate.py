@@ -112,3 +112,27 @@ def test_memory_sweep_turns_the_models_own_same_length_off_without_memory() -> N
     model = _model(same_length=True)
     res = memory_sweep(model, _data(), [0, 8], batch_size=2, tgt_len=4)
     assert [r.settings["same_length"] for r in res] == [False, True]
+
+
+@pytest.mark.parametrize("mode", ["lines", "off"])
+def test_evaluate_reports_segments_as_lines_on_stderr(mode: str, monkeypatch, capsys) -> None:
+    from txl.data import progress as P
+
+    real = P.Progress
+
+    def quick(*args, **kwargs):  # no waiting: a line every 10 % from the start
+        return real(*args, **{**kwargs, "min_seconds": 0.0})
+
+    monkeypatch.setattr(P, "Progress", quick)
+    model = _model()
+    data = np.random.default_rng(0).integers(0, model.config.n_token, 401)
+    result = evaluate(model, data, batch_size=1, tgt_len=4, mem_len=4, progress=mode)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    if mode == "off":
+        assert lines == []
+        return
+    assert len(lines) == 10 and lines[-1].startswith("eval segment 100/100 (100%) | ")
+    assert lines[0].startswith("eval segment 10/100 (10%) | ") and " tok/s | ETA " in lines[0]
+    assert result.tokens == 400

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 
@@ -116,35 +117,48 @@ def test_other_processes_write_nothing(tmp_path) -> None:
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # no events/ either
 
 
-def test_progress_bar_only_when_asked_and_on_rank_0(tmp_path) -> None:
-    assert progress(tiny_train_config(tmp_path, progress=False), 0, True) is None
-    assert progress(tiny_train_config(tmp_path, progress=True), 0, False) is None
+def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise(tmp_path, monkeypatch) -> None:
+    import io
+
+    assert progress(tiny_train_config(tmp_path, progress=True), 0, False) is None  # rank 0 only
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     bar = progress(tiny_train_config(tmp_path, progress=True, max_step=8), 3, True)
     try:
-        assert bar is not None and bar.total == 8 and bar.n == 3
+        assert bar.mode == "bar" and bar.bar.total == 8 and bar.bar.n == 3
     finally:
         bar.close()
+    assert progress(tiny_train_config(tmp_path, progress=False), 0, True).mode == "lines"  # --no-progress
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    lines = progress(tiny_train_config(tmp_path, progress=True, max_step=8, log_interval=2), 0, True)
+    assert lines.mode == "lines" and lines.bar is None and lines.every == 2
+    lines.stream = io.StringIO()
+    postfix(lines, 2.0, "bpc", 2.5e-4, 1234.4)
+    lines.update(1)
+    lines.update(1)
+    out = lines.stream.getvalue().splitlines()
+    assert len(out) == 1 and out[0].startswith("train: step 2/8 (25%) | loss 2.000 | bpc 2.89 | lr 2.50e-04 | "
+                                               "tok/s 1234 | ") and "ETA " in out[0]
 
 
 class _Bar:
     def __init__(self) -> None:
-        self.calls: list[tuple[dict, bool]] = []
+        self.calls: list[dict] = []
 
-    def set_postfix(self, values: dict, refresh: bool = True) -> None:
-        self.calls.append((values, refresh))
+    def set_fields(self, **values: str) -> None:
+        self.calls.append(values)
 
 
 @pytest.mark.parametrize("metric, shown", [("ppl", f"{math.exp(2.0):.2f}"), ("bpc", f"{2.0 / math.log(2):.2f}")])
 def test_postfix_shows_the_runs_metric(metric: str, shown: str) -> None:
     bar = _Bar()
     postfix(bar, 2.0, metric, 2.5e-4, 1234.4)
-    assert bar.calls == [({"loss": "2.000", metric: shown, "lr": "2.50e-04", "tok/s": "1234"}, False)]
+    assert bar.calls == [{"loss": "2.000", metric: shown, "lr": "2.50e-04", "tok/s": "1234"}]
 
 
 def test_postfix_survives_a_huge_loss() -> None:
     bar = _Bar()
     postfix(bar, 1e6, "ppl", 1e-3, 1.0)  # exp(1e6) would overflow
-    assert bar.calls[0][0]["ppl"] == f"{math.exp(50.0):.2f}"
+    assert bar.calls[0]["ppl"] == f"{math.exp(50.0):.2f}"
 
 
 def test_published_models_carry_the_runs_vocabulary_in_their_manifest(tmp_path) -> None:

@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="vanilla evaluation: each token from its own window of L previous tokens, no memory")
     p.add_argument("--rows", type=positive_int, help="windows per forward with --sliding-window (default: by memory)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="a progress bar on stderr when it is a terminal (--no-progress, or no terminal: plain "
+                   "periodic lines)")
     add_no_verify(p)
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the results as JSON to PATH")
     p.add_argument("--out", metavar="DIR",
@@ -51,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from txl.cli.args import parse_int_list
     from txl.data import load_corpus
-    from txl.inference.evaluate import describe, evaluate, memory_sweep, replace_settings
+    from txl.data.progress import progress_mode
+    from txl.inference.evaluate import EvalResult, describe, evaluate, memory_sweep, replace_settings
     from txl.inference.loading import check_dataset, load_model
     from txl.inference.window import evaluate_sliding_window
 
@@ -79,15 +83,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         kw = dict(batch_size=args.batch_size, tgt_len=args.tgt_len, ext_len=args.ext_len, clamp_len=args.clamp_len,
                   same_length=args.same_length, max_tokens=args.max_tokens, char_level=corpus.char_level,
-                  device=args.device)
+                  device=args.device, progress=progress_mode(args.progress))
         if mem_lens is not None and len(mem_lens) > 1:
-            results = memory_sweep(model, data, mem_lens, **kw)
+            def row(r: EvalResult) -> None:  # each row as soon as its evaluation ends
+                print(f"mem_len {r.settings['mem_len']:>5}: " + describe(r), flush=True)
+
+            results = memory_sweep(model, data, mem_lens, on_result=row, **kw)
         else:
             results = [evaluate(model, data, mem_len=mem_lens[0] if mem_lens else None, **kw)]
     results = [replace_settings(r, **info) for r in results]
-    for r in results:
-        prefix = f"mem_len {r.settings['mem_len']:>5}: " if len(results) > 1 else ""
-        print(prefix + describe(r))
+    if len(results) == 1:
+        print(describe(results[0]))
     rows = [r.to_dict() for r in results]
     doc = rows[0] if len(rows) == 1 else {"sweep": rows}
     if args.json_path:

@@ -23,7 +23,21 @@ from txl.store.files import write_json, write_text
 
 
 def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    from tqdm import tqdm
+
+    tqdm.write(msg, file=sys.stderr)  # above a bar, when one is shown
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="a progress bar on stderr when it is a terminal (--no-progress: only the plain lines)")
+
+
+def _bar(args: argparse.Namespace) -> str:
+    """A bar when asked for and stderr is a terminal; otherwise none (the per-item lines are the progress)."""
+    from txl.data.progress import progress_mode
+
+    return "bar" if progress_mode(args.progress) == "bar" else "off"
 
 
 def _add_size(p: argparse.ArgumentParser, default_preset: str) -> None:
@@ -65,6 +79,7 @@ def _add_recl(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", help="per-token loss cache directory (default: OUT/cache)")
     p.add_argument("--out", required=True, help="output directory: recl.json, recl.md, recl.png")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    _add_progress(p)
     p.set_defaults(func=run_recl)
 
 
@@ -94,6 +109,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--eval-tokens", type=positive_int, help="score only the first N validation tokens")
     a.add_argument("--seed", type=seed_int, default=0, help="seed (default: 0)")
     a.add_argument("--out", required=True, help="output directory (one subdirectory per variant, ablations.md)")
+    _add_progress(a)
     a.set_defaults(func=run_ablation)
 
     add_eval_speed(ex, "eval-speed")
@@ -118,6 +134,7 @@ def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
     s.add_argument("--repeats", type=positive_int, default=3, help="alternating repeats, median kept (default: 3)")
     s.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     s.add_argument("--out", help="write OUT/eval-speed.json, .md, .png")
+    _add_progress(s)
     s.set_defaults(func=run_eval_speed)
 
 
@@ -161,7 +178,8 @@ def run_recl(args: argparse.Namespace) -> int:
     cache = R.LossCache(args.cache or out / "cache")
     losses, caps = R.group_losses(members, data, contexts, start=start, tokens=args.tokens,
                                   data_key={"dataset": args.dataset, "split": args.split}, cache=cache,
-                                  tgt_len=args.tgt_len, clamp_len=args.clamp_len, device=args.device, progress=_log)
+                                  tgt_len=args.tgt_len, clamp_len=args.clamp_len, device=args.device, progress=_log,
+                                  bar=_bar(args))
     result = R.compute_recl(losses, contexts, names=[m.name for m in members], r_values=r_values,
                             threshold=args.threshold, max_context=caps)
     doc = {**result.to_dict(), "dataset": args.dataset, "split": args.split, "start": start, "tokens": args.tokens,
@@ -196,7 +214,7 @@ def run_ablation(args: argparse.Namespace) -> int:
     rows = A.run_ablation(base, corpus, args.out, variants, tgt_len=T,
                           steps=args.steps, attn_grid=grid, batch_size=args.batch_size, lr=args.lr,
                           warmup=args.warmup, seed=args.seed, eval_tokens=args.eval_tokens,
-                          max_minutes=args.max_minutes, log=_log)
+                          max_minutes=args.max_minutes, log=_log, progress=args.progress)
     table = A.ablation_table(rows, char_level=corpus.char_level)
     write_text(Path(args.out, "ablations.md"), table)
     print(table)
@@ -215,7 +233,8 @@ def run_eval_speed(args: argparse.Namespace) -> int:
     base = _base_config(args, len(corpus.vocab))
     rows = S.eval_speed(base, corpus.splits[args.split], lens, tgt_len=args.tgt_len, xl_batch=args.xl_batch,
                         vanilla_attn_type=args.vanilla_attn_type, rows=args.rows, xl_tokens=args.xl_tokens,
-                        vanilla_tokens=args.vanilla_tokens, repeats=args.repeats, device=args.device, progress=_log)
+                        vanilla_tokens=args.vanilla_tokens, repeats=args.repeats, device=args.device, progress=_log,
+                        bar=_bar(args))
     table = speed_table(rows)
     print(table)
     if args.out:

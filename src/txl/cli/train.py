@@ -144,7 +144,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from txl.model.presets import model_preset
-    from txl.train import train
+    from txl.train.trainer import Trainer
 
     cfg = resolve_config(args)
     model_preset(cfg.model, 10**7, **cfg.model_overrides)  # the model keys' values, before printing or training
@@ -154,7 +154,15 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_json(), end="")
         return 0
-    summary = train(cfg, resume=args.resume, force=args.force)
+    trainer = Trainer(cfg, resume=args.resume, force=args.force)  # a resume's changes are checked here
+    if args.resume and trainer.step >= cfg.max_step and trainer.run.results.is_file():
+        trainer.close()
+        trainer.dist.close()
+        if trainer.dist.main:
+            print(f"txl train: {args.resume} already finished at step {trainer.step} (max_step {cfg.max_step}); "
+                  "raise --max-step to continue", file=sys.stderr)
+        return 0
+    summary = trainer.fit()
     if summary["rank"] != 0:  # under torchrun only the first process reports
         return 0
     metric = summary["metric"]

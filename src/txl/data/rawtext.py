@@ -12,6 +12,7 @@ from txl.errors import DataError
 
 COMPRESSED_SUFFIXES = (".gz", ".xz")
 CHUNK_BYTES = 8 << 20
+PROGRESS_AFTER_S = 5.0  # quiet below: small corpora prepare without progress
 
 
 def with_compressed_variants(path: Path) -> list[Path]:
@@ -67,6 +68,17 @@ def normalize_newlines(text: str) -> str:
 
 
 def iter_text_chunks(data: bytes, source: str, errors: str = "strict") -> Iterator[str]:
-    """Decoded, newline-normalized text of ``data`` in chunks that end at line boundaries."""
-    for offset, chunk in iter_line_chunks(data):
-        yield normalize_newlines(decode_utf8(chunk, source, offset, errors))
+    """Decoded, newline-normalized text of ``data`` in chunks that end at line boundaries.
+
+    The preparation of a large file (more than one chunk) shows its progress on stderr once it lasts
+    :data:`PROGRESS_AFTER_S` seconds: a bar on a terminal, else a line every ~10 % (:mod:`txl.data.progress`)."""
+    from txl.data.progress import Progress
+
+    chunks = -(-len(data) // CHUNK_BYTES)
+    mode = "auto" if chunks > 1 else "off"
+    name = Path(source).name or source
+    with Progress(chunks, desc=f"prepare {name}: chunk", unit="chunk", mode=mode, min_seconds=PROGRESS_AFTER_S,
+                  rate_unit="MB") as bar:
+        for offset, chunk in iter_line_chunks(data, CHUNK_BYTES):
+            yield normalize_newlines(decode_utf8(chunk, source, offset, errors))
+            bar.update(1, amount=len(chunk) / (1 << 20))

@@ -171,10 +171,11 @@ def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, attn_
 def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants: Sequence[Variant] = TABLE6, *,
                  tgt_len: int, steps: int, attn_grid: Sequence[int], batch_size: int = 16, lr: float = 1e-3,
                  warmup: int = 50, seed: int = 0, eval_tokens: int | None = None, max_minutes: float | None = None,
-                 log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+                 log: Callable[[str], None] | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Train and evaluate (on ``corpus``'s valid split) every variant not yet finished under ``out_dir``;
     returns all rows (resumable). SIGTERM or Ctrl-C stop a variant's training at a checkpoint and raise
-    ``KeyboardInterrupt``; ``max_minutes`` stops each variant's training and evaluates it as it is."""
+    ``KeyboardInterrupt``; ``max_minutes`` stops each variant's training and evaluates it as it is. With ``log``,
+    each training shows its progress (a bar on a terminal when ``progress``, else a line every ``log_interval``)."""
     check_int("steps", steps, 1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +194,8 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
                 f"attn_type {cfg.attn_type}, {v.loss} loss)")
         model, train_log = train_variant(cfg, corpus, vdir / "run", steps=steps, batch_size=batch_size, lr=lr,
                                          warmup=warmup, half_loss=v.loss == "half", seed=seed,
-                                         max_minutes=max_minutes, eval_tokens=eval_tokens, progress=log is not None)
+                                         max_minutes=max_minutes, eval_tokens=eval_tokens,
+                                         progress=log is not None and progress)
         if train_log["stopped"] == "signal":  # not finished: no result; the next run resumes from the checkpoint
             if log is not None:
                 log(f"{v.name}: stopped on a signal at step {train_log['steps']} (checkpoint saved); run the same "

@@ -267,28 +267,43 @@ class GroupMember:
 def group_losses(members: Sequence[GroupMember], data: np.ndarray, contexts: Sequence[int], *, start: int,
                  tokens: int, data_key: dict[str, Any], cache: LossCache | None = None, tgt_len: int = 32,
                  clamp_len: int | None = None, device: Any = None,
-                 progress: Callable[[str], None] | None = None) -> tuple[np.ndarray, list[int | None]]:
-    """Losses ``[models, contexts, tokens]`` for the group (cached), and each model's context cap."""
+                 progress: Callable[[str], None] | None = None,
+                 bar: str = "off") -> tuple[np.ndarray, list[int | None]]:
+    """Losses ``[models, contexts, tokens]`` for the group (cached), and each model's context cap. ``progress``
+    gets a line per (model, context); ``bar`` is a :mod:`txl.data.progress` mode for a bar over them."""
+    from txl.data.progress import Progress
+
     out = np.empty((len(members), len(contexts), tokens))
     caps: list[int | None] = []
-    for i, m in enumerate(members):
-        cap = max_context(m.model, m.method)
-        caps.append(cap)
-        for k, c in enumerate(contexts):
-            eff = min(c, cap) if cap is not None else c
-            key = {"model": m.digest, **data_key, "start": start, "tokens": tokens, "method": m.method,
-                   "context": eff, "tgt_len": tgt_len if m.method == "memory" else None,
-                   "clamp_len": clamp_len if m.method == "memory" else None}
-            arr = cache.get(key) if cache is not None else None
-            state = "cached"
-            if arr is None:
-                arr = context_losses(m.model, data, eff, method=m.method, start=start, tokens=tokens,
-                                     tgt_len=tgt_len, clamp_len=clamp_len, device=device)
-                state = "computed"
-                if cache is not None:
-                    cache.put(key, arr)
-            out[i, k] = arr
-            if progress is not None:
-                progress(f"{m.name}: context {c}{f' (read at {eff})' if eff != c else ''} {state}, "
-                         f"ppl {math.exp(float(np.mean(arr))):.3f}")
+    with Progress(len(members) * len(contexts), desc="recl", unit="context", mode=bar) as p:
+        for i, m in enumerate(members):
+            caps.append(_member_losses(m, data, contexts, out[i], start=start, tokens=tokens, data_key=data_key,
+                                       cache=cache, tgt_len=tgt_len, clamp_len=clamp_len, device=device,
+                                       progress=progress, bar=p))
     return out, caps
+
+
+def _member_losses(m: GroupMember, data: np.ndarray, contexts: Sequence[int], out: np.ndarray, *, start: int,
+                   tokens: int, data_key: dict[str, Any], cache: LossCache | None, tgt_len: int,
+                   clamp_len: int | None, device: Any, progress: Callable[[str], None] | None, bar: Any) -> int | None:
+    """One model's losses into ``out[contexts, tokens]``; returns its context cap."""
+    cap = max_context(m.model, m.method)
+    for k, c in enumerate(contexts):
+        eff = min(c, cap) if cap is not None else c
+        key = {"model": m.digest, **data_key, "start": start, "tokens": tokens, "method": m.method,
+               "context": eff, "tgt_len": tgt_len if m.method == "memory" else None,
+               "clamp_len": clamp_len if m.method == "memory" else None}
+        arr = cache.get(key) if cache is not None else None
+        state = "cached"
+        if arr is None:
+            arr = context_losses(m.model, data, eff, method=m.method, start=start, tokens=tokens,
+                                 tgt_len=tgt_len, clamp_len=clamp_len, device=device)
+            state = "computed"
+            if cache is not None:
+                cache.put(key, arr)
+        out[k] = arr
+        if progress is not None:
+            progress(f"{m.name}: context {c}{f' (read at {eff})' if eff != c else ''} {state}, "
+                     f"ppl {math.exp(float(np.mean(arr))):.3f}")
+        bar.update(1)
+    return cap

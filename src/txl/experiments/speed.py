@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from txl.data.progress import Progress
 from txl.errors import ConfigError, DataError
 from txl.inference.window import default_rows, sliding_window_nll
 from txl.model import Recurrence, TransformerXLLM, TXLConfig
@@ -79,13 +80,15 @@ def _time_vanilla(model: TransformerXLLM, data: np.ndarray, *, attn_len: int, ro
 def eval_speed(base: TXLConfig, data: np.ndarray, attn_lens: Sequence[int] = CPU_LENGTHS, *, tgt_len: int = 128,
                xl_batch: int = 10, vanilla_attn_type: int = 3, rows: int | None = None, xl_tokens: int = 2560,
                vanilla_tokens: int | None = None, repeats: int = 3, device: str | torch.device = "cpu",
-               seed: int = 0, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+               seed: int = 0, progress: Callable[[str], None] | None = None,
+               bar: str = "off") -> list[dict[str, Any]]:
     """Per-token evaluation time of XL and of the vanilla window at each attention length (module docstring).
 
     ``base`` gives the shared size (its lengths and ``attn_type`` are replaced). ``xl_tokens`` tokens are
     timed for XL over ``xl_batch`` streams (the official eval batch is 10; rounded to whole segments),
     ``vanilla_tokens`` (default: ``rows``, at least 16) for the
-    vanilla model, per repeat.
+    vanilla model, per repeat. ``progress`` gets a line per length; ``bar`` is a :mod:`txl.data.progress` mode
+    for a bar over the lengths.
     """
     if vanilla_attn_type not in (2, 3):
         raise ConfigError(f"the vanilla model has absolute positions: attn_type 2 or 3, got {vanilla_attn_type}")
@@ -94,37 +97,49 @@ def eval_speed(base: TXLConfig, data: np.ndarray, attn_lens: Sequence[int] = CPU
     dev = torch.device(device)
     arr = np.asarray(data)
     tensor = torch.from_numpy(np.array(arr[: 1 << 20], dtype=np.int64))
-    out = []
-    for L in attn_lens:
-        torch.manual_seed(seed)
-        xl = TransformerXLLM(dataclasses.replace(base, attn_type=0, tgt_len=tgt_len, mem_len=L, ext_len=0,
-                                                 same_length=True, dropout=0.0, dropatt=0.0)).to(dev).eval()
-        torch.manual_seed(seed)
-        vanilla = TransformerXLLM(dataclasses.replace(base, attn_type=vanilla_attn_type, tgt_len=L, mem_len=0,
-                                                      ext_len=0, same_length=False, untie_r=False, dropout=0.0,
-                                                      dropatt=0.0)).to(dev).eval()
-        n_rows = rows or min(default_rows(vanilla, L), 64)
-        n_forwards = max(1, -(-(vanilla_tokens or max(16, n_rows)) // n_rows))
-        segments = max(1, xl_tokens // (tgt_len * xl_batch))
-        # warm-up (allocator, kernels), untimed
-        _time_xl(xl, tensor, tgt_len=tgt_len, attn_len=L, segments=1, batch=xl_batch, device=dev)
-        _time_vanilla(vanilla, arr, attn_len=L, rows=n_rows, forwards=1, device=dev)
-        xl_t, van_t = [], []
-        for _ in range(repeats):
-            xl_t.append(_time_xl(xl, tensor, tgt_len=tgt_len, attn_len=L, segments=segments, batch=xl_batch,
-                                 device=dev))
-            van_t.append(_time_vanilla(vanilla, arr, attn_len=L, rows=n_rows, forwards=n_forwards, device=dev))
-        row = {"attn_len": L, "xl_tgt_len": tgt_len, "xl_batch": xl_batch, "xl_tokens": segments * tgt_len * xl_batch,
-               "xl_ms_per_token": 1000 * min(xl_t), "xl_ms_median": 1000 * statistics.median(xl_t),
-               "vanilla_rows": n_rows, "vanilla_tokens": n_rows * n_forwards,
-               "vanilla_ms_per_token": 1000 * min(van_t), "vanilla_ms_median": 1000 * statistics.median(van_t),
-               "xl_ms_all": [round(1000 * t, 4) for t in xl_t], "vanilla_ms_all": [round(1000 * t, 3) for t in van_t],
-               "xl_params": xl.num_parameters(), "vanilla_params": vanilla.num_parameters(),
-               "vanilla_attn_type": vanilla_attn_type, "repeats": repeats, "device": str(dev)}
-        row["slowdown"] = row["vanilla_ms_per_token"] / row["xl_ms_per_token"]
-        row["slowdown_median"] = row["vanilla_ms_median"] / row["xl_ms_median"]
-        out.append(row)
-        if progress is not None:
-            progress(f"L={L}: XL {row['xl_ms_per_token']:.3f} ms/token, vanilla {row['vanilla_ms_per_token']:.2f} "
-                     f"ms/token, slow-down {row['slowdown']:.0f}x")
+    out: list[dict[str, Any]] = []
+    with Progress(len(attn_lens), desc="eval-speed", unit="length", mode=bar) as p:
+        for L in attn_lens:
+            out.append(_speed_row(base, arr, tensor, L, tgt_len=tgt_len, xl_batch=xl_batch, rows=rows,
+                                  vanilla_attn_type=vanilla_attn_type, xl_tokens=xl_tokens,
+                                  vanilla_tokens=vanilla_tokens, repeats=repeats, dev=dev, seed=seed))
+            row = out[-1]
+            if progress is not None:
+                progress(f"L={L}: XL {row['xl_ms_per_token']:.3f} ms/token, vanilla "
+                         f"{row['vanilla_ms_per_token']:.2f} ms/token, slow-down {row['slowdown']:.0f}x")
+            p.update(1)
     return out
+
+
+def _speed_row(base: TXLConfig, arr: np.ndarray, tensor: torch.Tensor, L: int, *, tgt_len: int, xl_batch: int,
+               rows: int | None, vanilla_attn_type: int, xl_tokens: int, vanilla_tokens: int | None, repeats: int,
+               dev: torch.device, seed: int) -> dict[str, Any]:
+    """The timings at attention length ``L``."""
+    torch.manual_seed(seed)
+    xl = TransformerXLLM(dataclasses.replace(base, attn_type=0, tgt_len=tgt_len, mem_len=L, ext_len=0,
+                                             same_length=True, dropout=0.0, dropatt=0.0)).to(dev).eval()
+    torch.manual_seed(seed)
+    vanilla = TransformerXLLM(dataclasses.replace(base, attn_type=vanilla_attn_type, tgt_len=L, mem_len=0,
+                                                  ext_len=0, same_length=False, untie_r=False, dropout=0.0,
+                                                  dropatt=0.0)).to(dev).eval()
+    n_rows = rows or min(default_rows(vanilla, L), 64)
+    n_forwards = max(1, -(-(vanilla_tokens or max(16, n_rows)) // n_rows))
+    segments = max(1, xl_tokens // (tgt_len * xl_batch))
+    # warm-up (allocator, kernels), untimed
+    _time_xl(xl, tensor, tgt_len=tgt_len, attn_len=L, segments=1, batch=xl_batch, device=dev)
+    _time_vanilla(vanilla, arr, attn_len=L, rows=n_rows, forwards=1, device=dev)
+    xl_t, van_t = [], []
+    for _ in range(repeats):
+        xl_t.append(_time_xl(xl, tensor, tgt_len=tgt_len, attn_len=L, segments=segments, batch=xl_batch,
+                             device=dev))
+        van_t.append(_time_vanilla(vanilla, arr, attn_len=L, rows=n_rows, forwards=n_forwards, device=dev))
+    row = {"attn_len": L, "xl_tgt_len": tgt_len, "xl_batch": xl_batch, "xl_tokens": segments * tgt_len * xl_batch,
+           "xl_ms_per_token": 1000 * min(xl_t), "xl_ms_median": 1000 * statistics.median(xl_t),
+           "vanilla_rows": n_rows, "vanilla_tokens": n_rows * n_forwards,
+           "vanilla_ms_per_token": 1000 * min(van_t), "vanilla_ms_median": 1000 * statistics.median(van_t),
+           "xl_ms_all": [round(1000 * t, 4) for t in xl_t], "vanilla_ms_all": [round(1000 * t, 3) for t in van_t],
+           "xl_params": xl.num_parameters(), "vanilla_params": vanilla.num_parameters(),
+           "vanilla_attn_type": vanilla_attn_type, "repeats": repeats, "device": str(dev)}
+    row["slowdown"] = row["vanilla_ms_per_token"] / row["xl_ms_per_token"]
+    row["slowdown_median"] = row["vanilla_ms_median"] / row["xl_ms_median"]
+    return row

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +79,7 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
              clamp_len: int | None = None, same_length: bool | None = None, max_tokens: int | None = None,
              char_level: bool = False, return_nll: bool = False, device: Any = None,
              offsets: np.ndarray | None = None, autocast: contextlib.AbstractContextManager | None = None,
-             inference_cache: bool = True) -> EvalResult:
+             inference_cache: bool = True, progress: str = "off", desc: str = "eval segment") -> EvalResult:
     """Score a token array with memory, as the official ``eval.py`` (see the module docstring).
 
     Lengths left ``None`` keep the model's. ``max_tokens`` evaluates only the first ``max_tokens + 1``
@@ -90,8 +90,11 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
     entered around every forward (mixed-precision validation during training). ``inference_cache`` reuses the
     memories' projected keys/values and ``W_kR R`` between segments (:class:`txl.model.InferenceCache`;
     the same values, each memory position projected once instead of once per segment it stays).
+    ``progress`` (a :mod:`txl.data.progress` mode: ``"auto"``, ``"bar"``, ``"lines"``, ``"off"``) shows the segments
+    on stderr when the evaluation lasts more than a moment: a bar, or a line every ~10 % with tokens/s and ETA.
     """
     from txl.data import LMOrderedIterator, LMShuffledIterator
+    from txl.data.progress import Progress
 
     arr = np.asarray(data)
     if max_tokens is not None:
@@ -116,6 +119,8 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         start = time.perf_counter()
+        segments = len(it) if hasattr(it, "__len__") else None
+        bar = Progress(segments, desc=desc, unit="seg", mode=progress, min_seconds=2.0, rate_unit="tok")
         for batch in it:
             with autocast or contextlib.nullcontext():
                 nll = rec(batch.input_ids, batch.targets).nll.double()  # [B, seq_len]
@@ -126,6 +131,8 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
                 idx = np.arange(batch_size)[:, None] * it.n_step + np.arange(pos, pos + batch.seq_len)[None]
                 nll_out[idx] = nll.cpu().numpy()
             pos += batch.seq_len
+            bar.update(1, amount=nll.numel())
+        bar.close()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         seconds = time.perf_counter() - start
@@ -136,8 +143,10 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
                       unscored=int(arr.shape[0]) - tokens, settings=settings, nll=nll_out)
 
 
-def memory_sweep(model: TransformerXLLM, data: np.ndarray, mem_lens: Sequence[int], **kwargs: Any) -> list[EvalResult]:
-    """:func:`evaluate` once per memory length (how the loss falls as the memory grows).
+def memory_sweep(model: TransformerXLLM, data: np.ndarray, mem_lens: Sequence[int], *,
+                 on_result: Callable[[EvalResult], None] | None = None, **kwargs: Any) -> list[EvalResult]:
+    """:func:`evaluate` once per memory length (how the loss falls as the memory grows); ``on_result`` is called
+    with each result as soon as it is computed (e.g. to print the sweep row by row).
 
     ``same_length`` (given, or the model's) needs a memory, so it is switched off for ``mem_len=0`` (recorded in
     the settings).
@@ -147,7 +156,10 @@ def memory_sweep(model: TransformerXLLM, data: np.ndarray, mem_lens: Sequence[in
         kw = dict(kwargs)
         if mem == 0 and (kw.get("same_length") or (kw.get("same_length") is None and model.config.same_length)):
             kw["same_length"] = False
+        kw.setdefault("desc", f"eval mem_len {mem} segment")
         results.append(evaluate(model, data, mem_len=mem, **kw))
+        if on_result is not None:
+            on_result(results[-1])
     return results
 
 

@@ -1,5 +1,5 @@
-"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), the tqdm bar, the run's
-``config.json`` and ``vocab.json``, and its ``best/`` and ``final/`` model directories.
+"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), training's progress (bar or
+lines), the run's ``config.json`` and ``vocab.json``, and its ``best/`` and ``final/`` model directories.
 
 ``metrics.jsonl`` is appended to line by line, so a crash can leave its last line torn: :func:`read_metrics`
 skips such a line (and says so), and a resumed run rewrites the file without it.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from txl.data.progress import Progress, progress_mode
 from txl.data.vocab import Vocab
 from txl.errors import DataError
 from txl.store.files import atomic_dir, write_json, write_text
@@ -113,18 +114,19 @@ def _print(msg: str) -> None:
     tqdm.write(msg)
 
 
-def progress(cfg: TrainConfig, initial: int, main: bool) -> Any:
-    if not (main and cfg.progress):
+def progress(cfg: TrainConfig, initial: int, main: bool) -> Progress | None:
+    """Training's progress on rank 0 (:class:`txl.data.progress.Progress`): a bar when ``cfg.progress`` and stderr
+    is a terminal; otherwise a plain line every ``log_interval`` steps (step, loss, ppl/bpc, lr, tokens/s, ETA)."""
+    if not main:
         return None
-    from tqdm import tqdm
+    return Progress(cfg.max_step, initial=initial, desc="train: step", unit="step", every=cfg.log_interval,
+                    mode=progress_mode(cfg.progress))
 
-    return tqdm(total=cfg.max_step, initial=initial, desc="train", unit="step", dynamic_ncols=True, mininterval=1.0)
 
-
-def postfix(bar: Any, loss: float, metric: str, lr: float, tok_s: float) -> None:
+def postfix(bar: Progress, loss: float, metric: str, lr: float, tok_s: float) -> None:
+    """The fields of training's bar and lines."""
     shown = loss / math.log(2) if metric == "bpc" else math.exp(min(loss, 50.0))
-    bar.set_postfix({"loss": f"{loss:.3f}", metric: f"{shown:.2f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_s:.0f}"},
-                    refresh=False)
+    bar.set_fields(loss=f"{loss:.3f}", **{metric: f"{shown:.2f}"}, lr=f"{lr:.2e}", **{"tok/s": f"{tok_s:.0f}"})
 
 
 def write_run_files(run: RunDir, cfg: TrainConfig, model: Any, corpus: Any, *, world_size: int) -> None:
