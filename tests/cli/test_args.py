@@ -53,3 +53,17 @@ def test_parse_float_list_refuses_non_finite_values() -> None:
     assert parse_float_list("0.1,1", "--r") == [0.1, 1.0]
     with pytest.raises(ConfigError, match="--r must hold finite numbers"):
         parse_float_list("0.1,nan", "--r")
+
+
+@pytest.mark.parametrize("text, ok", [("0.1", True), ("0.49", True), ("0", False), ("0.5", False), ("nan", False),
+                                      ("x", False)])
+def test_fraction(text: str, ok: bool) -> None:
+    import argparse
+
+    from txl.cli.args import fraction
+
+    if ok:
+        assert fraction(text) == float(text)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError):
+            fraction(text)

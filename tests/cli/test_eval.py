@@ -107,3 +107,29 @@ def test_cli_eval_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_pat
     assert out.startswith("loss ")
     assert_model_note(err, "txl eval", run, kind)
     assert json.loads((tmp_path / "r.json").read_text())["model"] == str(run / "best" if kind == "run" else path)
+
+
+def test_user_text_options_come_from_flags_the_run_or_the_vocabulary(tmp_path, capsys) -> None:
+    import argparse
+
+    from txl.cli.eval import user_text_options
+    from txl.data.vocab import Vocab
+
+    def ns(dataset: str, **kw) -> argparse.Namespace:
+        return argparse.Namespace(dataset=dataset, **{k: kw.get(k) for k in ("level", "tokenizer", "valid_fraction",
+                                                                             "test_fraction")})
+
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {"level": "byte", "valid_fraction": 0.2}, "model": {}}))
+    assert user_text_options(ns(str(tmp_path)), run / "best") == {"level": "byte", "valid_fraction": 0.2}
+    assert user_text_options(ns(str(tmp_path), level="word"), run / "best") == {"level": "word"}
+    model = tmp_path / "model"  # no run config: the vocabulary tells the level
+    model.mkdir()
+    Vocab(["<eos>", "a", "b", " "], eos="<eos>").save(model / "vocab.json")
+    assert user_text_options(ns(str(tmp_path)), model) == {"level": "char"}
+    Vocab(["<eos>", "hello", "world"], eos="<eos>").save(model / "vocab.json")
+    assert user_text_options(ns(str(tmp_path)), model) == {}
+    assert user_text_options(ns("wt2"), run / "best") == {}
+    assert main(["eval", str(model), "--dataset", "wt2", "--level", "char"]) == 2
+    assert "--level applies to your own text only; wt2 is a known dataset" in capsys.readouterr().err
