@@ -84,3 +84,17 @@ def test_add_threads_reaches_nested_subcommands_and_keeps_an_earlier_value() -> 
     assert top.parse_args(["exp", "recl"]).threads is None
     with pytest.raises(SystemExit):
         top.parse_args(["exp", "recl", "--threads", "0"])
+
+
+@pytest.mark.parametrize("text, ok", [("0.1", True), ("0.49", True), ("0", False), ("0.5", False), ("nan", False),
+                                      ("x", False)])
+def test_fraction(text: str, ok: bool) -> None:
+    import argparse
+
+    from txl.cli.args import fraction
+
+    if ok:
+        assert fraction(text) == float(text)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError):
+            fraction(text)

@@ -68,6 +68,27 @@ def test_a_damaged_cache_is_one_line(tmp_path, monkeypatch, capsys, damage, mess
     assert main(["data", "prepare", str(corpus)]) == 0
     damage(next((tmp_path / "cache").iterdir()))
     capsys.readouterr()
-    assert main(["data", "info", str(corpus)]) == 2
+    assert main(["data", "prepare", str(corpus)]) == 2  # `info` lists the caches; `prepare` (or info --prepare) reads
     assert message in one_line_error(capsys, "txl data: error: ")
     assert main(["data", "info", str(corpus), "--rebuild"]) == 0
+
+
+def test_info_lists_the_caches_and_prepare_builds(tmp_path, monkeypatch, capsys) -> None:
+    from tests.helpers import corpus_dir
+    from txl.cli import main
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = corpus_dir(tmp_path)
+    assert main(["data", "info", str(corpus)]) == 0
+    assert "no prepared cache" in capsys.readouterr().out and not (tmp_path / "cache").exists()
+    assert main(["data", "info", str(corpus), "--level", "char", "--prepare"]) == 0
+    assert "metric bpc" in capsys.readouterr().out
+    assert main(["data", "prepare", str(corpus)]) == 0
+    capsys.readouterr()
+    assert main(["data", "info", str(corpus)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("cache ") == 2 and "char: vocabulary" in out and "word: vocabulary" in out
+    assert main(["data", "info", str(corpus), "--level", "char"]) == 0
+    assert capsys.readouterr().out.count("cache ") == 1
+    assert main(["data", "prepare", str(corpus), "--valid-fraction", "0.5"]) == 2
+    assert "expected a fraction in (0, 0.5), got '0.5'" in capsys.readouterr().err

@@ -135,3 +135,29 @@ def test_a_sweep_prints_each_row_as_soon_as_its_evaluation_ends(text_corpus, mon
     monkeypatch.setattr(sys, "stdout", Out())
     assert main(["eval", str(model_dir), "--dataset", str(path), "--mem-len", "0,4,8", "--no-progress"]) == 0
     assert events == ["start 0", "print 0", "start 4", "print 4", "start 8", "print 8"]
+
+
+def test_user_text_options_come_from_flags_the_run_or_the_vocabulary(tmp_path, capsys) -> None:
+    import argparse
+
+    from txl.cli.eval import user_text_options
+    from txl.data.vocab import Vocab
+
+    def ns(dataset: str, **kw) -> argparse.Namespace:
+        return argparse.Namespace(dataset=dataset, **{k: kw.get(k) for k in ("level", "tokenizer", "valid_fraction",
+                                                                             "test_fraction")})
+
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {"level": "byte", "valid_fraction": 0.2}, "model": {}}))
+    assert user_text_options(ns(str(tmp_path)), run / "best") == {"level": "byte", "valid_fraction": 0.2}
+    assert user_text_options(ns(str(tmp_path), level="word"), run / "best") == {"level": "word"}
+    model = tmp_path / "model"  # no run config: the vocabulary tells the level
+    model.mkdir()
+    Vocab(["<eos>", "a", "b", " "], eos="<eos>").save(model / "vocab.json")
+    assert user_text_options(ns(str(tmp_path)), model) == {"level": "char"}
+    Vocab(["<eos>", "hello", "world"], eos="<eos>").save(model / "vocab.json")
+    assert user_text_options(ns(str(tmp_path)), model) == {}
+    assert user_text_options(ns("wt2"), run / "best") == {}
+    assert main(["eval", str(model), "--dataset", "wt2", "--level", "char"]) == 2
+    assert "--level applies to your own text only; wt2 is a known dataset" in capsys.readouterr().err

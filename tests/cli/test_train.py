@@ -178,3 +178,91 @@ def test_no_progress_prints_plain_lines_and_a_finished_run_is_not_rerun(tmp_path
     assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing re-run
     assert main(["train", "--resume", str(run), "--max-step", "6"]) == 0  # continues
     assert "at step 6" in capsys.readouterr().out
+
+
+def test_every_config_field_has_a_help_line() -> None:
+    import dataclasses
+
+    from txl.model import TXLConfig
+    from txl.train.config import FIELD_HELP, MODEL_FIELD_HELP, TrainConfig
+
+    assert {f.name for f in dataclasses.fields(TrainConfig)} == set(FIELD_HELP)
+    assert {f.name for f in dataclasses.fields(TXLConfig)} == set(MODEL_FIELD_HELP)
+    assert all(text.strip() for text in [*FIELD_HELP.values(), *MODEL_FIELD_HELP.values()])
+
+
+def _subparsers(parser):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield name, sub
+                yield from ((f"{name} {n}", s) for n, s in _subparsers(sub))
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    from txl.cli import _build_parser
+
+    missing = [f"{name} {action.option_strings[-1]}" for name, sub in _subparsers(_build_parser())
+               for action in sub._actions if action.option_strings and not (action.help or "").strip()]
+    assert not missing, f"options without help: {missing}"
+
+
+def test_train_help_shows_choices_descriptions_and_defaults(capsys) -> None:
+    import re
+
+    from txl.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--optim {adam,sgd,adagrad}", "--scheduler {cosine,inv_sqrt,constant,dev_perf}",
+                 "--precision {fp32,bf16,fp16}", "--device {auto,cpu,cuda,cuda:N}", "--level {word,char,byte}"):
+        assert flag in out
+    options = out.split("\noptions:\n", 1)[1].split("\ntraining presets:", 1)[0]
+    # an option line either carries its help on the same line or the next, indented deeper
+    lines = options.splitlines()
+    bare = [ln.strip() for i, ln in enumerate(lines) if re.match(r"^  --\S+(?: \S+)?(?:, --\S+)?$", ln)
+            and not (i + 1 < len(lines) and re.match(r"^ {10,}\S", lines[i + 1]))]
+    assert not bare, f"options without help text: {bare}"
+    assert "--max-step MAX_STEP   training steps (default: 100000; a preset changes it)" in out
+
+
+def test_own_text_trains_at_char_level_and_eval_uses_the_runs_level(tmp_path, monkeypatch, capsys) -> None:
+    from txl.cli import main
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "mine"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the cat sat on the mat\nand the dog ran\n" * 60)
+    run = tmp_path / "run"
+    tiny = ["--preset", "tiny", "--max-step", "2", "--n-layer", "1", "--d-model", "16", "--d-head", "8", "--n-head",
+            "2", "--d-inner", "32", "--tgt-len", "8", "--mem-len", "8", "--no-final-eval", "--eval-max-tokens", "50",
+            "--eval-interval", "2", "--no-progress", "--no-tensorboard", "--out-dir", str(run)]
+    assert main(["train", "--dataset", str(corpus), "--level", "char", "--valid-fraction", "0.1", *tiny]) == 0
+    cfg = json.loads((run / "config.json").read_text())["train"]
+    assert cfg["level"] == "char" and cfg["valid_fraction"] == 0.1
+    capsys.readouterr()
+    assert main(["eval", str(run), "--dataset", str(corpus), "--max-tokens", "40"]) == 0
+    assert "bpc" in capsys.readouterr().out  # the run's char level (and its fraction): the model's vocabulary
+    assert main(["train", "--resume", str(run), "--level", "word", "--max-step", "3"]) == 2
+    assert "cannot change level on --resume" in one_line_error(capsys)
+
+
+def test_user_text_flags_on_a_registered_dataset_are_refused(capsys) -> None:
+    from txl.cli import main
+
+    assert main(["train", "--preset", "wt2-cpu", "--level", "char", "--print-config"]) == 2
+    assert "level applies to your own text only; wt2 is a known dataset" in one_line_error(capsys)
+    assert main(["train", "--preset", "tiny", "--dataset", "x", "--level", "char", "--tokenizer", "t.json",
+                 "--print-config"]) == 2
+    assert "give level or tokenizer, not both" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("value", ["null", "None", "none"])
+def test_set_null_or_none_clears_a_value(capsys, value: str) -> None:
+    from txl.cli import main
+
+    assert main(["train", "--preset", "wt2-cpu", "--set", f"save_minutes={value}", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["save_minutes"] is None

@@ -136,7 +136,9 @@ def test_user_text_levels_and_splits(tmp_path: Path) -> None:
     assert word.vocab.idx2sym[:2] == ["<eos>", "<unk>"] and "hello" in word.vocab
     n = 50 * 2 * 3 + 10 * 4
     assert sum(v.shape[0] for v in word.splits.values()) == n
-    assert word.splits["test"].shape[0] == int(n * 0.05)
+    eos = word.vocab.eos_idx  # the cuts are moved forward to the next line end: no line is split
+    assert word.splits["train"][-1] == eos and word.splits["valid"][-1] == eos and word.splits["test"][-1] == eos
+    assert 0 < int(n * 0.05) - word.splits["test"].shape[0] < 4  # "rare words here <eos>": 4 tokens a line
     capped = load_corpus("text", paths=[d / "a.txt"], cache_dir=tmp_path / "c", max_size=1)
     assert capped.vocab.idx2sym == ["<eos>", "<unk>", "hello"]
     char = load_corpus("text", paths=[d / "a.txt"], cache_dir=tmp_path / "c", level="char")
@@ -159,15 +161,19 @@ def test_user_text_explicit_splits_and_tokenizer(tmp_path: Path) -> None:
     tok = Tokenizer(models.WordLevel({"<unk>": 0, "<eos>": 1, "one": 2, "two": 3}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.save(str(tmp_path / "tok.json"))
+    (tmp_path / "lines.txt").write_text("one two\nthree one\ntwo\none\n")
     t = load_corpus(
-        str(d / "train.txt"),
+        str(tmp_path / "lines.txt"),
         cache_dir=tmp_path / "c",
         tokenizer=str(tmp_path / "tok.json"),
         valid_fraction=0.3,
         test_fraction=0.3,
     )
-    allids = np.concatenate([t.splits[s] for s in ("train", "valid", "test")]).tolist()
-    assert allids == [0, 2, 3, 1, 0, 0, 1] and t.vocab.eos_idx == 1
+    # 10 tokens: the cuts at 4 and 7 move to the next line ends (after ids 6 and 8)
+    assert [t.splits[s].tolist() for s in ("train", "valid", "test")] == [[2, 3, 1, 0, 2, 1], [3, 1], [2, 1]]
+    assert t.vocab.eos_idx == 1
+    given = load_corpus(str(d), cache_dir=tmp_path / "c", tokenizer=str(tmp_path / "tok.json"))  # given splits
+    assert given.splits["valid"].tolist() == [0, 2, 3, 1, 0, 0, 1]
 
 
 def test_bad_input(tmp_path: Path) -> None:

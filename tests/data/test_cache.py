@@ -113,3 +113,19 @@ def test_corrupt_arrays_are_refused(tmp_path: Path) -> None:
     np.save(npy, arr)
     with pytest.raises(DataError, match=f"holds token id {len(first.vocab)}, but the vocabulary has"):
         load_corpus(str(corpus), cache_dir=tmp_path / "c")
+
+
+def test_list_caches_reads_manifests_only(tmp_path: Path) -> None:
+    from txl.data.cache import list_caches
+
+    assert list_caches(tmp_path / "none", "text-x") == []
+    (tmp_path / "text-x-123").mkdir()
+    (tmp_path / "text-x-123" / "manifest.json").write_text(
+        '{"dataset": "text-x", "config": {"options": {"tokenizer": "/t.json"}}, "sources": [{"path": "/d/a.txt"}], '
+        '"vocab": {"size": 7}, "splits": {"train": {"file": "train.npy", "length": 5, "dtype": "uint8"}}, '
+        '"created": "2026-01-01"}')
+    (tmp_path / "text-x-456").mkdir()  # no manifest: not a cache
+    listed = list_caches(tmp_path, "text-x")
+    assert [(c["level"], c["tokenizer"], c["vocab_size"], c["tokens"]) for c in listed] == [
+        ("tokenizer", "/t.json", 7, {"train": 5})]
+    assert list_caches(tmp_path, "text-x", Path("/d")) == listed and list_caches(tmp_path, "text-x", Path("/e")) == []

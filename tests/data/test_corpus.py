@@ -131,3 +131,59 @@ def test_a_given_vocabulary_must_fit_the_level(tmp_path: Path) -> None:
     assert n == 50 * 7 and set(flat.vocab.decode(flat.splits["train"])) <= {"the", "cat", "<eos>", "<unk>"}
     with pytest.raises(DataError, match="not in the vocabulary, which has no unknown symbol"):
         load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", vocab=Vocab(["<eos>", "the"], eos="<eos>"))
+
+
+def test_given_split_folders_are_used_as_given(tmp_path: Path) -> None:
+    d = tmp_path / "mine"
+    for split, texts in (("train", ["a b\n", "b c\n"]), ("valid", ["c d\n"]), ("test", ["a a\n"])):
+        (d / split).mkdir(parents=True)
+        for i, text in enumerate(texts):
+            (d / split / f"part{i}.txt").write_text(text)
+    c = load_corpus(str(d), cache_dir=tmp_path / "c")
+    assert c.vocab.decode(c.splits["train"]) == ["a", "b", "<eos>", "b", "c", "<eos>"]
+    assert c.vocab.decode(c.splits["valid"]) == ["c", "<unk>", "<eos>"]  # "d" is not in train: unknown
+    byte = load_corpus(str(d), cache_dir=tmp_path / "c", level="byte")
+    assert bytes(byte.splits["test"].tolist()) == b"a a\n"
+
+
+def test_some_split_files_without_the_others_are_refused(tmp_path: Path) -> None:
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "train.txt").write_text("a b\n" * 50)
+    (d / "test.txt").write_text("a b\n")
+    with pytest.raises(DataError, match="has train, test but not all of train, valid and test"):
+        load_corpus(str(d), cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize("fraction", [0, 0.5, -0.1, "0.1", True])
+def test_fractions_outside_the_open_interval_are_refused(tmp_path: Path, fraction) -> None:
+    (tmp_path / "t.txt").write_text("a b\n" * 100)
+    with pytest.raises(DataError, match=r"valid_fraction must be a number in \(0, 0.5\)"):
+        load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", valid_fraction=fraction)
+
+
+def test_fractions_cut_whole_lines(tmp_path: Path) -> None:
+    lines = [f"line {i} " + "x " * (i % 7) + "\n" for i in range(200)]
+    (tmp_path / "t.txt").write_text("".join(lines))
+    c = load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", valid_fraction=0.1, test_fraction=0.2)
+    text = {k: " ".join(c.vocab.decode(v)).split(" <eos>") for k, v in c.splits.items()}
+    assert text["valid"][0].startswith("line ") and text["test"][0].startswith("line ")
+    n = sum(v.size for v in c.splits.values())
+    assert abs(c.splits["test"].size - 0.2 * n) < 10 and abs(c.splits["valid"].size - 0.1 * n) < 10
+
+
+def test_prepared_caches_lists_without_building(tmp_path: Path) -> None:
+    from txl.data.corpus import prepared_caches
+
+    (tmp_path / "t.txt").write_text("a b\n" * 100)
+    assert prepared_caches(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c") == []
+    assert not (tmp_path / "c").exists()
+    load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c", level="char")
+    load_corpus(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c")
+    listed = prepared_caches(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c")
+    assert sorted(c["level"] for c in listed) == ["char", "word"]
+    char = next(c for c in listed if c["level"] == "char")
+    assert char["vocab_size"] == 5 and sum(char["tokens"].values()) == 400 and char["created"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "t.txt").write_text("a b\n" * 100)  # same label, another folder: not listed
+    assert prepared_caches(str(tmp_path / "other" / "t.txt"), cache_dir=tmp_path / "c") == []

@@ -94,7 +94,8 @@ def test_sgd_momentum_change_is_applied(tmp_path, corpus, tiny_run) -> None:
 
 _FIXED_CHANGES = {"dataset": "ptb", "model": "cpu-small", "batch_size": 8, "varlen": True, "optim": "sgd",
                   "scheduler": "inv_sqrt", "seed": 8, "half_loss": True,
-                  "init_from": "some/model",
+                  "init_from": "some/model", "level": "char", "tokenizer": "tok.json", "valid_fraction": 0.1,
+                  "test_fraction": 0.1,
                   "n_layer": 3, "tgt_len": 8, "mem_len": 12, "d_inner": 40}
 
 

@@ -121,6 +121,22 @@ def add_no_verify(parser: argparse.ArgumentParser) -> None:
                         "purpose); NaN/inf weights and a config that does not fit them are still refused")
 
 
+def fraction(text: str) -> float:
+    """An argparse ``type`` for ``--valid-fraction`` / ``--test-fraction``: a number in (0, 0.5)."""
+    value = finite_float(text)
+    if not 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 0.5), got {text!r}")
+    return value
+
+
+def add_split_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--valid-fraction`` / ``--test-fraction``: how your own text without train/valid/test files is cut."""
+    for split in ("valid", "test"):
+        parser.add_argument(f"--{split}-fraction", type=fraction, default=None, metavar="F",
+                            help=f"user text without given splits: the {split} part, cut at a line end (0 < F "
+                            "< 0.5; default: 0.05)")
+
+
 def stderr_note(prefix: str) -> Callable[[str], None]:
     """A function printing ``PREFIX: message`` as one line on stderr (e.g. which model of a run directory a
     command uses: ``txl generate: using runs/x/best (the best validation model, step 1200)``)."""

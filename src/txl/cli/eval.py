@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from txl.cli.args import add_no_verify, clamp_int, nonneg_int, positive_int, stderr_note
-from txl.errors import ConfigError
+from txl.cli.args import add_no_verify, add_split_flags, clamp_int, nonneg_int, positive_int, stderr_note
+from txl.errors import CheckpointError, ConfigError, DataError
 from txl.store.files import write_json, write_text
 
 
@@ -28,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset name (see `txl data info`) or a user corpus path")
     p.add_argument("--split", default="valid", choices=["valid", "test", "train"], help="split (default: valid)")
     p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    p.add_argument("--level", choices=("word", "char", "byte"), default=None,
+                   help="your own text: the unit of a token (default: the run's, else read from the model's "
+                   "vocabulary)")
+    p.add_argument("--tokenizer", metavar="TOK_JSON", default=None,
+                   help="your own text: a Hugging Face tokenizers JSON (default: the run's)")
+    add_split_flags(p)
     p.add_argument("--tgt-len", type=positive_int, help="evaluation segment length (default: the model's)")
     p.add_argument("--mem-len", default=None,
                    help="memory length, or a comma-separated list to sweep, e.g. 0,128,512,1600 (default: model's)")
@@ -69,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
         if ignored:
             raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
                               "window, without memory)")
+    given = given_text_options(args)  # a refusal needs no model
     model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
                                   note=stderr_note("txl eval"))
-    corpus = load_corpus(args.dataset, data_dir=args.data_dir)
+    text = given if given is not None else run_text_options(directory)
+    corpus = load_corpus(args.dataset, data_dir=args.data_dir, **text)
     check_dataset(model, directory, corpus, args.dataset)
     if args.split not in corpus.splits:
         raise ConfigError(f"{args.dataset} has no {args.split!r} split (has {', '.join(corpus.splits)})")
@@ -113,3 +121,51 @@ def _write_sweep(rows: list[dict], out: Path, char_level: bool, title: str) -> N
     write_text(out / "memory-sweep.md", f"Memory sweep: {title}\n\n" + sweep_table(rows, char_level))
     plot_sweep(rows, out / "memory-sweep.png", char_level=char_level, title=title)
     print(f"wrote {out}/memory-sweep.json, .md, .png")
+
+
+USER_TEXT_FLAGS = ("level", "tokenizer", "valid_fraction", "test_fraction")
+
+
+def user_text_options(args: argparse.Namespace, model_dir: Path) -> dict:
+    """The preparation of your own text ``args.dataset`` to score ``model_dir`` on: the flags given, else those of
+    the run the model belongs to (its ``config.json``), else the level its vocabulary shows (char, byte: a model
+    trained on characters is scored on characters). A registered dataset takes none of them (one-line refusal)."""
+    given = given_text_options(args)
+    return given if given is not None else run_text_options(model_dir)
+
+
+def given_text_options(args: argparse.Namespace) -> dict | None:
+    """The user-text flags given (``{}`` for a registered dataset, which refuses them in one line); None for your
+    own text without any: the model's run decides (:func:`run_text_options`)."""
+    from txl.data.registry import get_spec
+
+    given = {k: getattr(args, k) for k in USER_TEXT_FLAGS if getattr(args, k, None) is not None}
+    try:
+        get_spec(args.dataset)
+    except DataError:
+        return given or None
+    if given:
+        raise ConfigError(f"--{next(iter(given)).replace('_', '-')} applies to your own text only; "
+                          f"{args.dataset} is a known dataset prepared by its own rules")
+    return {}
+
+
+def run_text_options(model_dir: Path) -> dict:
+    """The user-text options of the run ``model_dir`` belongs to, else the level its vocabulary shows."""
+    import json
+
+    from txl.data.codec import detect_level
+    from txl.inference.loading import load_vocab
+
+    for folder in (model_dir, model_dir.parent, model_dir.parent.parent):
+        try:
+            doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("train"), dict):
+            return {k: doc["train"][k] for k in USER_TEXT_FLAGS if doc["train"].get(k) is not None}
+    try:
+        level = detect_level(load_vocab(model_dir))
+    except (CheckpointError, DataError):
+        return {}
+    return {"level": level} if level in ("char", "byte") else {}

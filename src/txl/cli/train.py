@@ -52,7 +52,7 @@ def _parser_for(annotation: str) -> Any:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from txl.model.presets import MODEL_PRESETS
+    from txl.model.presets import MODEL_PRESETS, model_preset
     from txl.train.config import TrainConfig
     from txl.train.presets import TRAIN_PRESETS
 
@@ -68,28 +68,60 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="start even when the memory estimate of the config exceeds the device's memory")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="set any config key, e.g. --set cutoffs=[2000,10000]")
-    defaults = TrainConfig()
-    train_group = p.add_argument_group("training (TrainConfig)")
+                   help="set any config key, e.g. --set cutoffs=[2000,10000]; KEY=null (or None) clears a value")
+    from txl.train.config import FIELD_HELP, MODEL_FIELD_HELP
+
+    defaults, by_preset = TrainConfig(), _preset_fields()
+    train_group = p.add_argument_group(
+        "training (TrainConfig)", "defaults: the bare config's, which a --preset or --config may change")
     for f in dataclasses.fields(TrainConfig):
         if f.name in _SKIP or f.name == "preset":
             continue
-        _add_flag(train_group, f, f"(default: {getattr(defaults, f.name)})")
-    model_group = p.add_argument_group("model (TXLConfig fields over the model preset)")
+        value = getattr(defaults, f.name)
+        where = "" if value is None else f" (default: {_shown(value)}"
+        where += "; a preset changes it)" if where and f.name in by_preset else (")" if where else "")
+        _add_flag(train_group, f, FIELD_HELP[f.name] + where)
+    bare = model_preset(defaults.model, 10**4)
+    model_group = p.add_argument_group(
+        "model (TXLConfig fields over the model preset)",
+        f"defaults: those of the model preset (--model, default {defaults.model}); shown: {defaults.model}'s")
     for f in dataclasses.fields(TXLConfig):
         if f.name not in _SKIP:
-            _add_flag(model_group, f, "")
+            _add_flag(model_group, f, f"{MODEL_FIELD_HELP[f.name]} (default: {_shown(getattr(bare, f.name))})")
     p.set_defaults(func=run)
 
 
+def _shown(value: Any) -> str:
+    """A default as a user would type it (JSON lists, ``null``, ``true``/``false``)."""
+    return value if isinstance(value, str) else json.dumps(list(value) if isinstance(value, tuple) else value)
+
+
+def _preset_fields() -> set[str]:
+    """The TrainConfig fields some training preset sets to another value than the bare config's."""
+    from txl.train.config import TrainConfig
+    from txl.train.presets import TRAIN_PRESETS, train_preset
+
+    bare, out = TrainConfig().to_dict(), set()
+    for name in TRAIN_PRESETS:
+        out |= {k for k, v in train_preset(name).to_dict().items() if v != bare[k]}
+    return out - {"preset"}
+
+
 def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field, help_text: str) -> None:
+    from txl.train.config import FIELD_CHOICES
+
     flag = "--" + f.name.replace("_", "-")
+    help_text = help_text.replace("%", "%%")
     if str(f.type) == "bool":
         group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                            help=help_text)
-    else:
-        group.add_argument(flag, dest=f.name, type=_parser_for(f.type), default=argparse.SUPPRESS, help=help_text,
-                           metavar=f.name.upper())
+        return
+    choices = FIELD_CHOICES.get(f.name)
+    metavar = "{" + ",".join(map(str, choices)) + "}" if choices else f.name.upper()
+    if f.name == "device":
+        metavar = "{auto,cpu,cuda,cuda:N}"
+    group.add_argument(flag, dest=f.name, type=_parser_for(f.type), default=argparse.SUPPRESS, help=help_text,
+                       metavar=metavar)
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
@@ -130,6 +162,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
         if not run.config.is_file():
             raise ConfigError(f"{run_dir} is not a txl run directory (no {run.config.name})")
         cfg = TrainConfig.from_dict(read_config_file(run.config))
+        _check_text_fields(cfg, flags, run_dir)
         return TrainConfig.from_dict({**flags, "out_dir": str(run_dir)}, base=cfg)
     file_values = read_config_file(args.config_file) if args.config_file else {}
     preset = getattr(args, "preset", None) or file_values.get("preset")
@@ -140,6 +173,17 @@ def resolve_config(args: argparse.Namespace) -> Any:
         base.model_overrides = {k: v for k, v in base.model_overrides.items() if k in SETTABLE}
     cfg = TrainConfig.from_dict({**file_values, **({"preset": preset} if preset else {})}, base=base)
     return TrainConfig.from_dict(flags, base=cfg)
+
+
+def _check_text_fields(cfg: Any, flags: dict[str, Any], run_dir: Path) -> None:
+    """Refuse another preparation of the run's own text on --resume before the text is prepared again."""
+    from txl.train.config import USER_TEXT_KEYS
+    from txl.train.resume import _WHY
+
+    for key in USER_TEXT_KEYS:
+        if key in flags and flags[key] != getattr(cfg, key):
+            raise ConfigError(f"cannot change {key} on --resume: {run_dir} was trained with {key}="
+                              f"{getattr(cfg, key)!r} (it fixes {_WHY[key]}); start a new run with another --out-dir")
 
 
 def run(args: argparse.Namespace) -> int:

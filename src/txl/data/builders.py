@@ -47,7 +47,7 @@ class Built:
     unknown: dict[str, int] | None = None  # per split: tokens a given vocabulary lacks (build_with_vocab)
 
 
-def _check_nonempty(name: str, splits: dict[str, np.ndarray], where: str) -> None:
+def check_nonempty(name: str, splits: dict[str, np.ndarray], where: str) -> None:
     for split, arr in splits.items():
         if arr.size == 0:
             raise DataError(f"{name}: the {split} split is empty ({where})")
@@ -115,7 +115,7 @@ def build_text_splits(
     """
     table = TypeTable()
     ids = {s: _encode(table, srcs, level=level, lower=lower, eos=eos, errors=errors) for s, srcs in sources.items()}
-    _check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+    check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
     return _finish(
         name,
         table,
@@ -153,12 +153,12 @@ def build_with_vocab(
     eos = vocab.eos or "<eos>"
     if isinstance(sources, dict):
         ids = {s: _encode(table, srcs, level=level, lower=lower, eos=eos, errors=errors) for s, srcs in sources.items()}
-        _check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+        check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
     else:
         stream = _encode(table, sources, level=level, lower=lower, eos=eos, errors=errors)
         if stream.size == 0:
             raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
-        ids = _cut(stream, *tail_split(stream.size, valid_fraction, test_fraction, name))
+        ids = cut_lines(stream, valid_fraction, test_fraction, name, table.index.get(eos))
     missing = np.fromiter((s not in vocab.sym2idx for s in table.symbols), dtype=bool, count=len(table))
     lut = table.lookup_table(vocab, name)
     dtype = smallest_dtype(len(vocab))
@@ -172,6 +172,26 @@ def tail_split(n: int, valid_fraction: float, test_fraction: float, name: str) -
     if n - n_valid - n_test < 2 or (valid_fraction > 0 and n_valid < 2) or (test_fraction > 0 and n_test < 2):
         raise DataError(f"{name}: corpus too small to split ({n} tokens, fractions {valid_fraction}/{test_fraction})")
     return n_valid, n_test
+
+
+def cut_lines(arr: np.ndarray, valid_fraction: float, test_fraction: float, name: str,
+              boundary: int | None) -> dict[str, np.ndarray]:
+    """Cut a stream into train / valid / test (test last) of about the given fractions, each cut moved forward to
+    just after the next line end (the token ``boundary``: ``<eos>``, or the newline byte) so that no line is
+    split between two parts; without ``boundary`` (a tokenizer without an eos token) the cut is by token."""
+    n = int(arr.shape[0])
+    n_valid, n_test = tail_split(n, valid_fraction, test_fraction, name)
+    if boundary is None:
+        return _cut(arr, n_valid, n_test)
+    cuts = []
+    for pos in (n - n_valid - n_test, n - n_test):
+        ends = np.flatnonzero(arr[max(pos - 1, 0):] == boundary)
+        cuts.append(min(n, max(pos - 1, 0) + int(ends[0]) + 1) if ends.size else pos)
+    a, b = cuts[0], max(cuts[1], cuts[0])
+    if a < 2 or b - a < 1 or n - b < 1:
+        raise DataError(f"{name}: corpus too small to split at line ends ({n} tokens, fractions "
+                        f"{valid_fraction}/{test_fraction}): give train/valid/test files, or more lines")
+    return {"train": arr[:a], "valid": arr[a:b], "test": arr[b:]}
 
 
 def _cut(arr: np.ndarray, n_valid: int, n_test: int) -> dict[str, np.ndarray]:
@@ -206,15 +226,14 @@ def build_user_text(
         arr = np.frombuffer(b"".join(s.read() for s in sources), dtype=np.uint8)
         if arr.size == 0:
             raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
-        vocab = Vocab([str(b) for b in range(256)])
-        return Built(vocab, _cut(arr, *tail_split(arr.size, valid_fraction, test_fraction, name)))
+        return Built(byte_vocab(), cut_lines(arr, valid_fraction, test_fraction, name, ord("\n")))
     if level not in ("word", "char"):
         raise DataError(f"unknown level {level!r}; use word, char or byte")
     table = TypeTable(["<eos>", "<unk>"])
     stream = _encode(table, sources, level=level, lower=lower, eos="<eos>", errors=errors)
     if stream.size == 0:
         raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
-    ids = _cut(stream, *tail_split(stream.size, valid_fraction, test_fraction, name))
+    ids = cut_lines(stream, valid_fraction, test_fraction, name, table.index["<eos>"])
     return _finish(
         name,
         table,
@@ -228,45 +247,16 @@ def build_user_text(
     )
 
 
-def build_with_tokenizer(
-    name: str,
-    sources: Sequence[Source],
-    tokenizer_file: Path,
-    *,
-    eos_token: str | None = "<eos>",
-    valid_fraction: float = 0.05,
-    test_fraction: float = 0.05,
-    errors: str = "strict",
-) -> Built:
-    """Subword ids from a Hugging Face ``tokenizers`` JSON, line by line (+ ``eos_token`` if it exists)."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
-        raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'txl[data]'") from exc
-    try:
-        tok = Tokenizer.from_file(str(tokenizer_file))
-    except Exception as exc:
-        raise DataError(f"{tokenizer_file}: not a tokenizers JSON ({exc})") from None
-    size = tok.get_vocab_size(with_added_tokens=True)
-    symbols = [tok.id_to_token(i) or f"<id{i}>" for i in range(size)]
-    eos_id = tok.token_to_id(eos_token) if eos_token else None
-    parts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    for src in sources:
-        for text in iter_text_chunks(src.read(), str(src), errors):
-            lines = text.split("\n")
-            if text.endswith("\n"):
-                lines.pop()
-            encs = tok.encode_batch([ln.strip() for ln in lines], add_special_tokens=False)
-            for enc in encs:
-                parts.append(np.asarray(enc.ids, dtype=np.int64))
-                if eos_id is not None:
-                    parts.append(np.asarray([eos_id], dtype=np.int64))
-    stream = np.concatenate(parts)
-    if stream.size == 0:
-        raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
-    vocab = Vocab(symbols, eos=eos_token if eos_id is not None else None)
-    stream = stream.astype(smallest_dtype(len(vocab)))
-    return Built(vocab, _cut(stream, *tail_split(stream.size, valid_fraction, test_fraction, name)))
+def build_byte_splits(name: str, sources: dict[str, Sequence[Source]]) -> Built:
+    """Byte-level text of given train / valid / test files: id = byte value, newlines kept."""
+    ids = {k: np.frombuffer(b"".join(s.read() for s in v), dtype=np.uint8) for k, v in sources.items()}
+    check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+    return Built(byte_vocab(), ids)
+
+
+def byte_vocab() -> Vocab:
+    """The byte-level vocabulary: symbol ``str(b)`` for each byte value ``b``."""
+    return Vocab([str(b) for b in range(256)])
 
 
 def _first_occurrence(arr: np.ndarray, present: np.ndarray, block: int = 1 << 20) -> np.ndarray:
@@ -311,7 +301,7 @@ def build_enwik8(name: str, source: Source, n_test: int = 5_000_000) -> Built:
     """
     arr = np.frombuffer(source.read(), dtype=np.uint8)
     parts = {k: v[v != 10] for k, v in _split_tail(arr, n_test, str(source)).items()}
-    _check_nonempty(name, parts, str(source))
+    check_nonempty(name, parts, str(source))
     vocab, lut = _byte_vocab_by_count(parts, [str(b) for b in range(256)])
     dtype = smallest_dtype(len(vocab))
     return Built(vocab, {k: lut[v].astype(dtype) for k, v in parts.items()})
@@ -336,7 +326,7 @@ def build_text8(name: str, source: Source, n_test: int = 5_000_000) -> Built:
         keep = np.flatnonzero(~is_ws[part])
         part = part[keep[0] : keep[-1] + 1] if keep.size else part[:0]  # str.strip()
         parts[split] = part[(part == 32) | ~is_ws[part]]
-    _check_nonempty(name, parts, str(source))
+    check_nonempty(name, parts, str(source))
     symbols = ["_" if b == 32 else chr(b) for b in range(256)]
     vocab, lut = _byte_vocab_by_count(parts, symbols)
     dtype = smallest_dtype(len(vocab))
@@ -372,5 +362,5 @@ def build_lm1b(name: str, sources: dict[str, Sequence[Source]], vocab_file: Path
         extras[f"{split}.sent_offsets"] = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
         if split == "train":
             extras["train.file_offsets"] = np.asarray(file_starts, dtype=np.int64)
-    _check_nonempty(name, splits, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+    check_nonempty(name, splits, ", ".join(str(s) for srcs in sources.values() for s in srcs))
     return Built(vocab, splits, extras)

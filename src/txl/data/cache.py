@@ -154,3 +154,29 @@ def load_arrays(cache_dir: Path, entries: dict[str, Any], vocab_size: int | None
                             "symbols; rebuild with --rebuild")
         out[key] = arr
     return out
+
+
+def list_caches(cache_root: Path, label: str, under: Path | None = None) -> list[dict[str, Any]]:
+    """The caches already prepared for ``label`` in ``cache_root`` (none is built), newest first: folder, level,
+    tokenizer, vocabulary size, tokens per split and when built. ``under``: only caches whose source files lie in
+    this file or folder (user text: another folder of the same name has another cache)."""
+    out = []
+    folders = sorted(cache_root.glob(f"{label}-*")) if cache_root.is_dir() else []
+    for folder in folders:
+        manifest = read_manifest(folder)
+        if manifest is None or manifest.get("dataset") != label:
+            continue
+        paths = [Path(str(s.get("path"))) for s in manifest.get("sources", [])]
+        if under is not None and not any(p == under or under in p.parents for p in paths):
+            continue
+        options = manifest.get("config", {}).get("options", {})
+        out.append({
+            "cache_dir": str(folder),
+            "level": "tokenizer" if options.get("tokenizer") else options.get("level", "word"),
+            "tokenizer": options.get("tokenizer"),
+            "options": options,
+            "vocab_size": manifest.get("vocab", {}).get("size"),
+            "tokens": {k: v.get("length") for k, v in manifest.get("splits", {}).items()},
+            "created": manifest.get("created"),
+        })
+    return sorted(out, key=lambda c: str(c["created"]), reverse=True)

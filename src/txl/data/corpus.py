@@ -11,10 +11,11 @@ import numpy as np
 
 from txl.data import builders
 from txl.data.builders import Built, Source
-from txl.data.cache import config_key, load_arrays, read_manifest, stale_reason, write_cache
+from txl.data.cache import config_key, list_caches, load_arrays, read_manifest, stale_reason, write_cache
 from txl.data.paths import resolve_cache_dir, resolve_data_dir
 from txl.data.rawtext import with_compressed_variants
 from txl.data.registry import ASSETS_DIR, DatasetSpec, find_resource, get_spec
+from txl.data.subword import build_with_tokenizer
 from txl.data.vocab import Vocab
 from txl.errors import DataError
 from txl.store.layout import VOCAB
@@ -22,6 +23,7 @@ from txl.store.layout import VOCAB
 log = logging.getLogger(__name__)
 PREP_VERSION = 1  # bump when a preparation rule changes: older caches are then rebuilt
 USER_SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "val", "dev"), "test": ("test",)}
+LEVELS = ("word", "char", "byte")
 USER_OPTIONS = ("level", "lower", "min_freq", "max_size", "valid_fraction", "test_fraction", "tokenizer")
 
 
@@ -130,12 +132,16 @@ def _user_sources(paths: list[Path]) -> dict[str, list[Source]] | list[Source]:
         split_files: dict[str, Source] = {}
         for split, stems in USER_SPLIT_NAMES.items():
             for stem in stems:
-                src = _locate_one(f"{stem}.txt", root) or _locate_one(stem, root)
-                if src:
-                    split_files[split] = src
+                found = _split_sources(root, stem)
+                if found:
+                    split_files[split] = found
                     break
         if len(split_files) == 3:
-            return {k: [v] for k, v in split_files.items()}
+            return split_files
+        if split_files:
+            have = ", ".join(split_files)
+            raise DataError(f"{root}: has {have} but not all of train, valid and test (files train.txt/valid.txt/"
+                            "test.txt or folders train/, valid/, test/); give all three, or none to cut the text")
         files = sorted(p for p in root.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.parts))
         if not files:
             raise DataError(f"{root}: no text files in this directory")
@@ -144,6 +150,28 @@ def _user_sources(paths: list[Path]) -> dict[str, list[Source]] | list[Source]:
         if not p.is_file():
             raise DataError(f"{p}: no such file")
     return [Source(p) for p in paths]
+
+
+def _split_sources(root: Path, stem: str) -> list[Source]:
+    """The files of one given split: ``stem.txt`` (or ``stem``, compressed variants too), or every file of a
+    ``stem/`` folder in name order."""
+    src = _locate_one(f"{stem}.txt", root) or _locate_one(stem, root)
+    if src:
+        return [src]
+    folder = root / stem
+    if folder.is_dir():
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError(f"{folder}: the {stem} folder holds no files")
+        return [Source(p) for p in files]
+    return []
+
+
+def check_fraction(name: str, value: Any) -> float:
+    """``valid_fraction`` / ``test_fraction``: a number in (0, 0.5), else a one-line :class:`DataError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 0.5:
+        raise DataError(f"{name} must be a number in (0, 0.5), got {value!r}")
+    return float(value)
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -177,8 +205,9 @@ def _build_user(name: str, sources: dict[str, list[Source]] | list[Source], opts
         "test_fraction": opts.get("test_fraction", 0.05),
     }
     if opts.get("tokenizer"):
-        flat = sources if isinstance(sources, list) else [s for v in sources.values() for s in v]
-        return builders.build_with_tokenizer(name, flat, Path(opts["tokenizer"]), errors=errors, **fractions)
+        return build_with_tokenizer(name, sources, Path(opts["tokenizer"]), errors=errors, **fractions)
+    if isinstance(sources, dict) and level == "byte":
+        return builders.build_byte_splits(name, sources)
     if isinstance(sources, dict) and level != "byte":
         return builders.build_text_splits(
             name,
@@ -234,6 +263,11 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
         if bad:
             raise DataError(f"unknown option(s) for user text: {', '.join(sorted(bad))}")
         opts.update({k: v for k, v in options.items() if v is not None})
+        for key in ("valid_fraction", "test_fraction"):
+            if key in opts:
+                opts[key] = check_fraction(key, opts[key])
+        if opts.get("level", "word") not in LEVELS:
+            raise DataError(f"unknown level {opts['level']!r}; use {', '.join(LEVELS)}")
         sources = _user_sources(plist)
         flat = sources if isinstance(sources, list) else [s for v in sources.values() for s in v]
         label = "text-" + (plist[0].stem or "corpus")
@@ -316,3 +350,14 @@ def _aliases() -> set[str]:
     from txl.data.registry import _ALIASES
 
     return set(_ALIASES)
+
+
+def prepared_caches(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> list[dict]:
+    """The caches already prepared for a dataset or a user text path (see :func:`txl.data.cache.list_caches`);
+    nothing is built or read besides the manifests."""
+    ddir = resolve_data_dir(data_dir)
+    root = resolve_cache_dir(cache_dir, ddir)
+    if name.lower() not in _aliases() and Path(name).exists():
+        path = Path(name).expanduser().resolve()
+        return list_caches(root, "text-" + (path.stem or "corpus"), path)
+    return list_caches(root, get_spec(name).name)

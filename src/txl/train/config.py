@@ -29,6 +29,9 @@ OPTIMIZERS = ("adam", "sgd", "adagrad")
 SCHEDULERS = ("cosine", "inv_sqrt", "constant", "dev_perf")
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: model fields a training config may override (``n_token`` always comes from the dataset)
+LEVELS = ("word", "char", "byte")
+#: fields that apply to the user's own text only (a registered dataset is prepared by its own rules)
+USER_TEXT_KEYS = ("level", "tokenizer", "valid_fraction", "test_fraction")
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(TXLConfig) if f.name != "n_token")
 
 
@@ -44,6 +47,11 @@ class TrainConfig:
     model_overrides: dict[str, Any] = field(default_factory=dict)
     init_from: str | None = None  # fine-tune: start from this model's weights, architecture and vocabulary
     init_vocab: str | None = None  # init_from's vocabulary when none is beside the model
+    # your own text only (dataset a file or folder; see `txl data --help`)
+    level: str | None = None  # word | char | byte (None: word)
+    tokenizer: str | None = None  # a Hugging Face tokenizers JSON: subword ids instead of level
+    valid_fraction: float | None = None  # without train/valid/test files: the valid part (None: 0.05)
+    test_fraction: float | None = None  # without train/valid/test files: the test part (None: 0.05)
     out_dir: str = "runs/txl"
     # batches (batch_size is the global batch over all processes, as one process would see it)
     batch_size: int = 16
@@ -142,9 +150,26 @@ class TrainConfig:
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.init_vocab is not None and self.init_from is None:
             raise ConfigError("init_vocab is the vocabulary of init_from: give init_from (--init-from MODEL_DIR) too")
+        if self.level is not None and self.level not in LEVELS:
+            raise ConfigError(f"level must be one of {', '.join(LEVELS)}, got {self.level!r}"
+                              f"{did_you_mean(self.level, LEVELS)}")
+        if self.level is not None and self.tokenizer is not None:
+            raise ConfigError("give level or tokenizer, not both (a tokenizer decides the tokens itself)")
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < 0.5:
+                raise ConfigError(f"{name} must be in (0, 0.5), got {value}")
+        given = [k for k in USER_TEXT_KEYS if getattr(self, k) is not None]
+        if given and _is_registered(self.dataset):
+            raise ConfigError(f"{given[0]} applies to your own text only; {self.dataset} is a known dataset "
+                              "prepared by its own rules (see `txl data info`)")
         bad = [k for k in self.model_overrides if k not in MODEL_KEYS]
         if bad:
             raise ConfigError(f"unknown model config key {bad[0]!r}{did_you_mean(bad[0], MODEL_KEYS)}")
+
+    def corpus_options(self) -> dict[str, Any]:
+        """The options of :func:`txl.data.load_corpus` for the user-text fields that are set."""
+        return {k: getattr(self, k) for k in USER_TEXT_KEYS if getattr(self, k) is not None}
 
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
@@ -230,3 +255,106 @@ def _typed(cfg: TrainConfig) -> None:
             raise ConfigError(f"{f.name} must be {' or '.join(kinds)}, got {value!r}")
         if "float" in kinds and isinstance(value, int):
             setattr(cfg, f.name, float(value))
+
+
+def _is_registered(name: str) -> bool:
+    from txl.data.registry import get_spec
+    from txl.errors import DataError
+
+    try:
+        get_spec(name)
+    except DataError:
+        return False
+    return True
+
+
+#: One line of help per :class:`TrainConfig` field (``txl train --help``; a test keeps it complete).
+FIELD_HELP: dict[str, str] = {
+    "preset": "the training preset the config was built from",
+    "dataset": "a dataset of `txl data` (wt2, ptb, enwik8, ...) or a path to your own text (file or folder)",
+    "data_dir": "raw data folder (default: $TXL_DATA_DIR, then the user cache)",
+    "model": "the model preset whose architecture the model flags below change",
+    "model_overrides": "model fields over the model preset",
+    "init_from": "fine-tune: start from this model directory's weights, architecture and vocabulary",
+    "init_vocab": "the vocabulary (vocab.json/.txt) of --init-from when none is beside the model",
+    "level": "your own text only: the unit of a token (word, char or byte; char and byte report bpc; default: word)",
+    "tokenizer": "your own text only: a Hugging Face tokenizers JSON giving subword ids (instead of --level)",
+    "valid_fraction": "your own text without train/valid/test files: the valid part, cut at a line end (default: "
+                      "0.05)",
+    "test_fraction": "your own text without train/valid/test files: the test part, last (default: 0.05)",
+    "out_dir": "the run directory (config, checkpoints, best model, metrics)",
+    "batch_size": "sequences per step, over all processes",
+    "batch_chunk": "split each step's rows into this many chunks, accumulating gradients (less memory)",
+    "varlen": "random segment lengths around tgt_len (official --varlen)",
+    "optim": "the optimizer",
+    "lr": "the peak learning rate",
+    "mom": "SGD momentum",
+    "scheduler": "the learning-rate schedule (dev_perf: decay on a validation plateau)",
+    "warmup_step": "linear warm-up steps",
+    "max_step": "training steps",
+    "eta_min": "cosine: the final learning rate",
+    "decay_rate": "dev_perf: the factor applied on a plateau",
+    "patience": "dev_perf: evaluations without improvement before decaying",
+    "lr_min": "dev_perf: the lowest learning rate",
+    "clip": "gradient-norm clipping (<= 0: off)",
+    "precision": "arithmetic: fp32, bf16 (autocast, CPU or GPU) or fp16 (autocast + loss scaling, GPU)",
+    "compile": "torch.compile the model",
+    "recompute": "recompute attention probabilities in backward: less memory, about 10 % slower",
+    "half_loss": "train on the loss of each segment's second half only (paper Table 6)",
+    "device": "auto, cpu, cuda or cuda:N",
+    "eval_interval": "validate (and save the best model) every N steps",
+    "eval_tgt_len": "validation segment length (null: the model's tgt_len)",
+    "eval_batch_size": "validation streams",
+    "eval_max_tokens": "score only the first N validation tokens during training (null: all)",
+    "final_eval": "evaluate the best model on valid and test at the end",
+    "test_tgt_len": "final evaluation segment length (null: eval_tgt_len)",
+    "test_mem_len": "final evaluation memory length (null: the training memory)",
+    "test_clamp_len": "final evaluation clamp length (null: the model's)",
+    "test_same_length": "final evaluation same_length (null: the model's)",
+    "test_batch_size": "final evaluation streams",
+    "log_interval": "log the training loss every N steps",
+    "save_interval": "save a checkpoint every N steps (null: every eval_interval)",
+    "save_minutes": "also save after this many minutes since the last save (null: off)",
+    "keep_checkpoints": "step_* checkpoints kept (the best model is kept apart)",
+    "max_minutes": "stop, saving a checkpoint, after this many minutes (null: no limit)",
+    "max_nonfinite": "stop after this many consecutive non-finite losses or gradients",
+    "seed": "random seed (0 to 2**32 - 1)",
+    "progress": "show a progress bar",
+    "tensorboard": "write TensorBoard events when tensorboard is installed",
+}
+
+#: One line of help per :class:`~txl.model.config.TXLConfig` field (the model flags of ``txl train``).
+MODEL_FIELD_HELP: dict[str, str] = {
+    "n_token": "vocabulary size (always the dataset's)",
+    "n_layer": "layers",
+    "n_head": "attention heads",
+    "d_model": "model width",
+    "d_head": "width of each head",
+    "d_inner": "feed-forward inner width",
+    "dropout": "dropout rate, in [0, 1)",
+    "dropatt": "attention-probability dropout rate, in [0, 1)",
+    "tie_weight": "tie the output embedding to the input embedding",
+    "d_embed": "embedding width (null: d_model)",
+    "div_val": "adaptive embedding: each cluster's width is divided by this (1: no division)",
+    "tie_projs": "adaptive softmax: tie each cluster's projection, a JSON list of booleans",
+    "pre_lnorm": "layer norm before each sub-layer instead of after",
+    "tgt_len": "training segment length (tokens predicted per step and row)",
+    "ext_len": "extended context length (0 in the paper's runs)",
+    "mem_len": "memory length: hidden states kept from previous segments (0: no recurrence)",
+    "cutoffs": "adaptive softmax cluster boundaries, a JSON list such as [2000,10000] ([]: full softmax)",
+    "same_length": "every query attends to the same number of keys",
+    "attn_type": "attention: 0 Transformer-XL relative, 1 Shaw et al., 2 absolute sinusoid, 3 Al-Rfou et al.",
+    "clamp_len": "clamp relative distances at this length (-1 or 0: no clamping)",
+    "sample_softmax": "sampled softmax size (-1 or 0: the full softmax)",
+    "untie_r": "separate global position biases u, v per layer",
+    "init": "weight initialization",
+    "init_range": "uniform initialization range",
+    "init_std": "normal initialization standard deviation",
+    "proj_init_std": "adaptive-softmax projection initialization standard deviation",
+}
+
+#: The allowed values of the fields that have a fixed set (shown as ``{a,b,c}`` by ``txl train --help``).
+FIELD_CHOICES: dict[str, tuple[Any, ...]] = {
+    "optim": OPTIMIZERS, "scheduler": SCHEDULERS, "precision": PRECISIONS, "level": LEVELS,
+    "init": ("normal", "uniform"), "attn_type": (0, 1, 2, 3),
+}

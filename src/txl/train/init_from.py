@@ -129,7 +129,9 @@ def init_setup(cfg: TrainConfig, plan: Any, run: RunDir, corpus: Any, *,
     from txl.data import load_corpus
 
     if not cfg.init_from:
-        return cfg, corpus if corpus is not None else load_corpus(cfg.dataset, cfg.data_dir), None, None
+        if corpus is None:
+            corpus = load_corpus(cfg.dataset, cfg.data_dir, **cfg.corpus_options())
+        return cfg, corpus, None, None
     init = record = None
     if plan is None or plan.checkpoint is None:  # a new run, or one started again before its first checkpoint
         init = open_init(cfg.init_from, cfg.init_vocab)
@@ -140,7 +142,7 @@ def init_setup(cfg: TrainConfig, plan: Any, run: RunDir, corpus: Any, *,
         vocab = Vocab.load(run.vocab)
         record = read_json(run.config, f"run config {run.config}", CheckpointError).get(RECORD)
     if corpus is None:
-        corpus = load_corpus(cfg.dataset, cfg.data_dir, vocab=vocab)
+        corpus = load_corpus(cfg.dataset, cfg.data_dir, vocab=vocab, **cfg.corpus_options())
     elif corpus.vocab.sha256() != vocab.sha256():
         raise DataError(f"the corpus given to the trainer is not encoded with the vocabulary of --init-from "
                         f"{cfg.init_from} ({len(corpus.vocab)} vs {len(vocab)} symbols)")

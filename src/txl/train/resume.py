@@ -30,7 +30,8 @@ from txl.store.layout import RunDir, is_checkpoint_dir
 from txl.train.config import TrainConfig
 
 #: TrainConfig fields a resume may not change (model fields are all fixed too).
-FIXED = ("dataset", "model", "batch_size", "varlen", "optim", "scheduler", "seed", "half_loss", "init_from")
+FIXED = ("dataset", "model", "batch_size", "varlen", "optim", "scheduler", "seed", "half_loss", "init_from", "level",
+         "tokenizer", "valid_fraction", "test_fraction")
 #: Fields that name where the run is, not what it does: not compared (``init_vocab``: where a fine-tuning run
 #: found its vocabulary when it started; the vocabulary itself is compared by its SHA-256).
 UNTRACKED = ("preset", "out_dir", "model_overrides", "init_vocab")
@@ -41,6 +42,9 @@ _WHY = {
     "dataset": "the data and its vocabulary", "model": "the architecture", "batch_size": "the data streams",
     "varlen": "the data iterator", "optim": "the optimizer state's form", "scheduler": "the schedule state",
     "seed": "the random streams", "half_loss": "the objective", "precision": "fp16's loss-scaler state",
+    "level": "the unit of the tokens and so the vocabulary", "tokenizer": "the tokens and so the vocabulary",
+    "valid_fraction": "which text is trained on and which is held out",
+    "test_fraction": "which text is trained on and which is held out",
     "init_from": "the weights and vocabulary the run started from; a resume continues from its own checkpoint",
 }
 

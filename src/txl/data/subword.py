@@ -1,0 +1,62 @@
+"""Subword corpora: user text encoded with a Hugging Face ``tokenizers`` JSON (``--tokenizer tok.json``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from txl.data.builders import Built, Source, check_nonempty, cut_lines
+from txl.data.rawtext import iter_text_chunks
+from txl.data.vocab import Vocab, smallest_dtype
+from txl.errors import DataError
+
+
+def build_with_tokenizer(
+    name: str,
+    sources: Sequence[Source] | dict[str, Sequence[Source]],
+    tokenizer_file: Path,
+    *,
+    eos_token: str | None = "<eos>",
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    errors: str = "strict",
+) -> Built:
+    """Subword ids from a Hugging Face ``tokenizers`` JSON, line by line (+ ``eos_token`` if it exists)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
+        raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'txl[data]'") from exc
+    try:
+        tok = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as exc:
+        raise DataError(f"{tokenizer_file}: not a tokenizers JSON ({exc})") from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    symbols = [tok.id_to_token(i) or f"<id{i}>" for i in range(size)]
+    eos_id = tok.token_to_id(eos_token) if eos_token else None
+    vocab = Vocab(symbols, eos=eos_token if eos_id is not None else None)
+    dtype = smallest_dtype(len(vocab))
+    if isinstance(sources, dict):  # given train / valid / test files
+        ids = {k: _tokenize_lines(tok, v, eos_id, errors).astype(dtype) for k, v in sources.items()}
+        check_nonempty(name, ids, ", ".join(str(s) for srcs in sources.values() for s in srcs))
+        return Built(vocab, ids)
+    stream = _tokenize_lines(tok, sources, eos_id, errors)
+    if stream.size == 0:
+        raise DataError(f"{name}: the corpus is empty ({', '.join(map(str, sources))})")
+    return Built(vocab, cut_lines(stream.astype(dtype), valid_fraction, test_fraction, name, eos_id))
+
+
+def _tokenize_lines(tok: object, sources: Sequence[Source], eos_id: int | None, errors: str) -> np.ndarray:
+    parts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for src in sources:
+        for text in iter_text_chunks(src.read(), str(src), errors):
+            lines = text.split("\n")
+            if text.endswith("\n"):
+                lines.pop()
+            encs = tok.encode_batch([ln.strip() for ln in lines], add_special_tokens=False)  # type: ignore[attr-defined]
+            for enc in encs:
+                parts.append(np.asarray(enc.ids, dtype=np.int64))
+                if eos_id is not None:
+                    parts.append(np.asarray([eos_id], dtype=np.int64))
+    return np.concatenate(parts)
