@@ -58,8 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "train", help="train a Transformer-XL language model",
-        description="Train on a dataset known to `txl data` (default: the embedded WikiText-2). Multi-process: "
-                    "`torchrun --nproc_per_node N -m txl train ...`.",
+        description="Train on a dataset known to `txl data` (default: the embedded WikiText-2) or on your own text "
+                    "(--dataset FILE_OR_FOLDER with --level word|char|byte or --tokenizer TOK_JSON; its splits: see "
+                    "`txl data --help`). Multi-process: `torchrun --nproc_per_node N -m txl train ...`.",
         epilog=f"training presets: {', '.join(TRAIN_PRESETS)}; model presets (--model): {', '.join(MODEL_PRESETS)}")
     p.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME", help="a training preset (see below)")
     p.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="a .toml or .json config")
