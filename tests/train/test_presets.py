@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -73,3 +75,11 @@ def test_every_preset_builds_and_round_trips(name) -> None:
 def test_unknown_preset_suggests_the_closest() -> None:
     with pytest.raises(ConfigError, match="did you mean 'enwik8-large'"):
         train_preset("enwik8-larg")
+
+
+def test_demo_is_wt2_cpu_capped_by_steps_with_a_final_evaluation() -> None:
+    demo, wt2 = train_preset("demo"), train_preset("wt2-cpu")
+    demo.validate()
+    assert demo.max_step == 400 and demo.max_minutes is None and demo.final_eval
+    assert demo.max_step % demo.eval_interval == 0 and demo.max_step % demo.save_interval == 0
+    assert dataclasses.replace(demo, preset="wt2-cpu", max_step=wt2.max_step) == wt2

@@ -112,6 +112,13 @@ def train_wt2_cpu() -> TrainConfig:
     return _cpu(preset="wt2-cpu", dataset="wt2", max_step=600, test_tgt_len=64, test_mem_len=128)
 
 
+def train_demo() -> TrainConfig:
+    """``make demo``: :func:`train_wt2_cpu` capped at 400 steps (about 2 minutes on one idle core), then the final
+    evaluation of valid and test. A step cap, not a time cap, so the result does not depend on the machine's speed
+    (the same numbers for the same torch build and thread count; ``make demo`` pins the threads)."""
+    return dataclasses.replace(train_wt2_cpu(), preset="demo", max_step=400)
+
+
 def train_ptb_cpu() -> TrainConfig:
     """Penn Treebank words, cpu-small (full softmax over 10k), tgt = mem = 64, batch 16, 600 steps."""
     return _cpu(preset="ptb-cpu", dataset="ptb", max_step=600, test_tgt_len=64, test_mem_len=128)
@@ -140,7 +147,7 @@ TRAIN_PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "text8-large": train_text8_large, "wt103-base": train_wt103_base, "wt103-large": train_wt103_large,
     "lm1b-base": train_lm1b_base, "lm1b-large": train_lm1b_large, "ptb": train_ptb,
     "wt2-cpu": train_wt2_cpu, "ptb-cpu": train_ptb_cpu, "wt2-char-cpu": train_wt2_char_cpu,
-    "enwik8-cpu": train_enwik8_cpu, "tiny": train_tiny,
+    "enwik8-cpu": train_enwik8_cpu, "tiny": train_tiny, "demo": train_demo,
 }
 
 
