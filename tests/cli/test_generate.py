@@ -117,3 +117,26 @@ def test_cli_generate_takes_a_model_checkpoint_or_run_directory(trained_run, tmp
         assert "lacks vocab.json, which its MANIFEST.json lists" in one_line_error(capsys, "txl generate: error: ")
         assert main([*argv, "--no-verify"]) == 2
         assert "pass --vocab PATH" in one_line_error(capsys, "txl generate: error: no vocabulary for ")
+
+
+def test_a_model_trained_with_a_tokenizer_generates_through_it(tmp_path, capsys) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tok.json"))
+    (tmp_path / "text").mkdir()
+    for split, n in (("train", 60), ("valid", 10), ("test", 10)):
+        (tmp_path / "text" / f"{split}.txt").write_text("the cat sat on the mat\n" * n)
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--dataset", str(tmp_path / "text"), "--tokenizer",
+                 str(tmp_path / "tok.json"), "--max-step", "2", "--no-final-eval", "--no-progress",
+                 "--out-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(run), "--prompt", "the cat", "--max-new-tokens", "6", "--greedy"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the cat") and set(out.split()) <= set(words)  # the run's tokenizer, found by itself
+    assert main(["generate", str(run), "--tokenizer", str(tmp_path / "tok.json"), "--level", "word"]) == 2
+    assert "exclude each other" in one_line_error(capsys, "txl generate: error: ")

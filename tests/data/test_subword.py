@@ -48,3 +48,18 @@ def test_without_an_eos_token_the_cut_is_by_token(tmp_path: Path) -> None:
     assert [built.splits[s].size for s in ("train", "valid", "test")] == [6, 2, 2]
     with pytest.raises(DataError, match="not a tokenizers JSON"):
         build_with_tokenizer("t", [Source(tmp_path / "all.txt")], tmp_path / "all.txt")
+
+
+def test_subword_codec_encodes_lines_and_streams_text_back(tmp_path: Path) -> None:
+    from txl.data.subword import SubwordCodec
+    from txl.data.vocab import Vocab
+
+    tok = _tokenizer(tmp_path / "tok.json", with_eos=True)
+    vocab = Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>")
+    codec = SubwordCodec(vocab, tok)
+    assert codec.encode("one two\ntwo") == [1, 2, 3, 2] and codec.encode("") == [3]
+    dec = codec.decoder(codec.encode("one"))  # the prompt prints nothing
+    assert dec.feed([2]) + dec.feed([1, 3]) + dec.feed([2]) + dec.flush() == " two one\ntwo"
+    assert codec.decode([1, 2, 3, 1]) == "one two\none"
+    with pytest.raises(DataError, match="not the tokenizer of this model's vocabulary"):
+        SubwordCodec(Vocab(["<unk>", "two", "one", "<eos>"], eos="<eos>"), tok)

@@ -7,6 +7,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from txl.cli.args import (
     add_no_verify,
@@ -37,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab", help="vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)")
     p.add_argument("--level", choices=["word", "char", "text8", "byte"],
                    help="how to split prompts and join output (default: detected from the vocabulary)")
+    p.add_argument("--tokenizer", metavar="TOK_JSON",
+                   help="the tokenizers JSON of a model trained with --tokenizer (default: the one its run recorded)")
     p.add_argument("--max-new-tokens", type=positive_int, default=200,
                    help="tokens to generate per sample (default: 200)")
     p.add_argument("--num-samples", type=positive_int, default=1,
@@ -84,13 +87,25 @@ def run(args: argparse.Namespace) -> int:
     if args.stream and args.num_samples > 1 and not args.json:
         raise ConfigError("--stream prints one sample as it is produced; use --num-samples 1, or --json for "
                           "JSON lines of several samples")
+    if args.tokenizer is not None and args.level is not None:
+        raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
     prompt = _read_prompt(args)
     model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
                                   note=stderr_note("txl generate"))
     vocab = load_vocab(directory, args.vocab)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
-    codec = TextCodec(vocab, args.level)
+    tokenizer = args.tokenizer
+    if tokenizer is None and args.level is None:
+        from txl.cli.eval import run_text_options
+
+        tokenizer = run_text_options(directory).get("tokenizer")
+    if tokenizer is not None:
+        from txl.data.subword import SubwordCodec
+
+        codec: Any = SubwordCodec(vocab, tokenizer)
+    else:
+        codec = TextCodec(vocab, args.level)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PromptWarning)
         codec.encode(prompt)  # report what the prompt loses once, before generating

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +60,83 @@ def _tokenize_lines(tok: object, sources: Sequence[Source], eos_id: int | None, 
                 if eos_id is not None:
                     parts.append(np.asarray([eos_id], dtype=np.int64))
     return np.concatenate(parts)
+
+
+class SubwordCodec:
+    """Prompts and generated ids of a model trained with ``--tokenizer tok.json`` (what ``txl generate`` uses in
+    place of :class:`txl.data.codec.TextCodec`): the vocabulary is the tokenizer's, id for id; each line is
+    encoded by the tokenizer and lines are joined by the vocabulary's ``<eos>``, as :func:`build_with_tokenizer`
+    prepared the training text."""
+
+    level = "subword"
+
+    def __init__(self, vocab: Vocab, tokenizer_file: str | Path) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
+            raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'txl[data]'") from exc
+        try:
+            self.tok = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:
+            raise DataError(f"{tokenizer_file}: not a tokenizers JSON ({exc})") from None
+        size = self.tok.get_vocab_size(with_added_tokens=True)
+        if size != len(vocab) or any(self.tok.id_to_token(i) not in (s, None) for i, s in enumerate(vocab.idx2sym)):
+            raise DataError(f"{tokenizer_file} is not the tokenizer of this model's vocabulary ({size} vs "
+                            f"{len(vocab)} symbols, or other tokens)")
+        self.vocab = vocab
+
+    def start_ids(self) -> list[int]:
+        if self.vocab.eos_idx is None:
+            raise DataError("the prompt is empty and the vocabulary has no <eos> to start from; give a prompt")
+        return [self.vocab.eos_idx]
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text``: each line through the tokenizer, ``<eos>`` between lines."""
+        if not text:
+            return self.start_ids()
+        ids: list[int] = []
+        for n, line in enumerate(text.split("\n")):
+            if n and self.vocab.eos_idx is not None:
+                ids.append(self.vocab.eos_idx)
+            ids += self.tok.encode(line, add_special_tokens=False).ids
+        return ids
+
+    def decoder(self, context: Iterable[int] = ()) -> SubwordDecoder:
+        """A fresh incremental decoder that has seen ``context`` (the prompt ids print nothing)."""
+        dec = SubwordDecoder(self)
+        dec.feed(context)
+        return dec
+
+    def decode(self, ids: Iterable[int]) -> str:
+        dec = SubwordDecoder(self)
+        return dec.feed(ids) + dec.flush()
+
+
+class SubwordDecoder:
+    """Text of subword ids as they come: the current line is decoded whole by the tokenizer (a subword's text
+    depends on its neighbours) and only what is new is returned; ``<eos>`` ends the line."""
+
+    def __init__(self, codec: SubwordCodec) -> None:
+        self.codec = codec
+        self._line: list[int] = []
+        self._shown = ""
+
+    def feed(self, ids: Iterable[int]) -> str:
+        out = []
+        for i in (int(i) for i in ids):
+            if i == self.codec.vocab.eos_idx:
+                out.append(self._new_text() + "\n")
+                self._line, self._shown = [], ""
+            else:
+                self._line.append(i)
+        out.append(self._new_text())
+        return "".join(out)
+
+    def _new_text(self) -> str:
+        text = self.codec.tok.decode(self._line)
+        new = text[len(self._shown):] if text.startswith(self._shown) else text
+        self._shown = text
+        return new
+
+    def flush(self) -> str:
+        return ""
