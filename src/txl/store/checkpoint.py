@@ -100,10 +100,13 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return [p for p in step_dirs(root) if (p / MANIFEST).is_file()]
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict, dict]:
-    """Verify and read a checkpoint: ``(model config dict, model state dict, trainer state)``."""
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", *,
+                    verify: bool = True) -> tuple[dict, dict, dict]:
+    """Verify and read a checkpoint: ``(model config dict, model state dict, trainer state)``. ``verify=False``
+    is for a caller that has just run :func:`verify_checkpoint` itself (the files are hashed once)."""
     path = Path(path)
-    verify_checkpoint(path)
+    if verify:
+        verify_checkpoint(path)
     config, weights = load_model_dir(path, map_location, verify=False)  # just verified
     meta = read_json(path / TRAIN_STATE_JSON, f"checkpoint state {path / TRAIN_STATE_JSON}", CheckpointError)
     state = join_tensors(meta, load_tensors(path / TRAIN_STATE_TENSORS, map_location))

@@ -243,7 +243,8 @@ class Trainer:
         restore_state(self, state)
 
     def _load(self, plan: ResumePlan) -> None:
-        _, weights, state = load_checkpoint(plan.checkpoint, map_location="cpu")
+        # plan_resume verified it, and the run's lock keeps other writers away since
+        _, weights, state = load_checkpoint(plan.checkpoint, map_location="cpu", verify=False)
         state["model"] = weights
         self.load_state_dict(state)
         if plan.schedule_changed:  # a new lr or schedule applies from the next update
