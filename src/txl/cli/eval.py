@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from txl.cli.args import add_no_verify, add_split_flags, clamp_int, nonneg_int, positive_int, stderr_note
-from txl.errors import CheckpointError, ConfigError, DataError
+from txl.errors import ConfigError, DataError
 from txl.store.files import write_json, write_text
 
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from txl.data import load_corpus
     from txl.data.progress import progress_mode
     from txl.inference.evaluate import EvalResult, describe, evaluate, memory_sweep, replace_settings
-    from txl.inference.loading import check_dataset, load_model
+    from txl.inference.loading import check_dataset, load_model, run_text_options
     from txl.inference.window import evaluate_sliding_window
 
     mem_lens = parse_int_list(args.mem_len, "--mem-len") if args.mem_len is not None else None
@@ -123,21 +123,23 @@ def _write_sweep(rows: list[dict], out: Path, char_level: bool, title: str) -> N
     print(f"wrote {out}/memory-sweep.json, .md, .png")
 
 
-USER_TEXT_FLAGS = ("level", "tokenizer", "valid_fraction", "test_fraction")
 
 
 def user_text_options(args: argparse.Namespace, model_dir: Path) -> dict:
     """The preparation of your own text ``args.dataset`` to score ``model_dir`` on: the flags given, else those of
     the run the model belongs to (its ``config.json``), else the level its vocabulary shows (char, byte: a model
     trained on characters is scored on characters). A registered dataset takes none of them (one-line refusal)."""
+    from txl.inference.loading import run_text_options
+
     given = given_text_options(args)
     return given if given is not None else run_text_options(model_dir)
 
 
 def given_text_options(args: argparse.Namespace) -> dict | None:
     """The user-text flags given (``{}`` for a registered dataset, which refuses them in one line); None for your
-    own text without any: the model's run decides (:func:`run_text_options`)."""
+    own text without any: the model's run decides (:func:`txl.inference.loading.run_text_options`)."""
     from txl.data.registry import get_spec
+    from txl.inference.loading import USER_TEXT_FLAGS
 
     given = {k: getattr(args, k) for k in USER_TEXT_FLAGS if getattr(args, k, None) is not None}
     try:
@@ -148,24 +150,3 @@ def given_text_options(args: argparse.Namespace) -> dict | None:
         raise ConfigError(f"--{next(iter(given)).replace('_', '-')} applies to your own text only; "
                           f"{args.dataset} is a known dataset prepared by its own rules")
     return {}
-
-
-def run_text_options(model_dir: Path) -> dict:
-    """The user-text options of the run ``model_dir`` belongs to, else the level its vocabulary shows."""
-    import json
-
-    from txl.data.codec import detect_level
-    from txl.inference.loading import load_vocab
-
-    for folder in (model_dir, model_dir.parent, model_dir.parent.parent):
-        try:
-            doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("train"), dict):
-            return {k: doc["train"][k] for k in USER_TEXT_FLAGS if doc["train"].get(k) is not None}
-    try:
-        level = detect_level(load_vocab(model_dir))
-    except (CheckpointError, DataError):
-        return {}
-    return {"level": level} if level in ("char", "byte") else {}

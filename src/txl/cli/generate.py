@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
     tokenizer = args.tokenizer
     if tokenizer is None and args.level is None:
-        from txl.cli.eval import run_text_options
+        from txl.inference.loading import run_text_options
 
         tokenizer = run_text_options(directory).get("tokenizer")
     if tokenizer is not None:

@@ -72,3 +72,27 @@ def check_dataset(model: TransformerXLLM, model_dir: str | Path, corpus: Any, na
     if len(corpus.vocab) != model.config.n_token:
         raise DataError(f"{name} has {len(corpus.vocab)} symbols but the model predicts {model.config.n_token}: "
                         "not the model's dataset")
+
+
+#: The options that prepare one's own text, recorded in a run's config (``txl train --level ...``).
+USER_TEXT_FLAGS = ("level", "tokenizer", "valid_fraction", "test_fraction")
+
+
+def run_text_options(model_dir: Path) -> dict:
+    """The user-text options of the run ``model_dir`` belongs to, else the level its vocabulary shows."""
+    import json
+
+    from txl.data.codec import detect_level
+
+    for folder in (model_dir, model_dir.parent, model_dir.parent.parent):
+        try:
+            doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("train"), dict):
+            return {k: doc["train"][k] for k in USER_TEXT_FLAGS if doc["train"].get(k) is not None}
+    try:
+        level = detect_level(load_vocab(model_dir))
+    except (CheckpointError, DataError):
+        return {}
+    return {"level": level} if level in ("char", "byte") else {}
