@@ -129,3 +129,26 @@ def test_list_caches_reads_manifests_only(tmp_path: Path) -> None:
     assert [(c["level"], c["tokenizer"], c["vocab_size"], c["tokens"]) for c in listed] == [
         ("tokenizer", "/t.json", 7, {"train": 5})]
     assert list_caches(tmp_path, "text-x", Path("/d")) == listed and list_caches(tmp_path, "text-x", Path("/e")) == []
+
+
+def test_a_cache_published_first_by_another_process_is_used(tmp_path: Path, monkeypatch) -> None:
+    """Two processes (e.g. the ranks of one torchrun) build the same cache at once: the later rename finds the
+    folder taken (ENOTEMPTY) and loads the one already there instead of failing."""
+    import errno
+    import shutil
+
+    import txl.store.files as files
+    from tests.helpers import corpus_dir
+
+    real = files._replace_dir
+
+    def the_other_process_was_first(new: Path, final: Path) -> None:
+        shutil.copytree(new, final)  # the other process's identical cache lands first
+        raise OSError(errno.ENOTEMPTY, "Directory not empty", str(new), None, str(final))
+
+    monkeypatch.setattr(files, "_replace_dir", the_other_process_was_first)
+    corpus = load_corpus(str(corpus_dir(tmp_path)), cache_dir=tmp_path / "c")
+    monkeypatch.setattr(files, "_replace_dir", real)
+    again = load_corpus(str(corpus_dir(tmp_path)), cache_dir=tmp_path / "c", on_stale="error")  # theirs is valid
+    assert again.vocab.sha256() == corpus.vocab.sha256() and len(corpus.splits["train"]) > 0
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".")]  # our temporary is gone

@@ -8,6 +8,7 @@ the size and the mtime is found by content). The manifest names plain file names
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import time
@@ -49,7 +50,22 @@ def write_cache(
     sources: list[Path],
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``built`` atomically (temporary folder, then rename) and return its manifest."""
+    """Write ``built`` atomically (temporary folder, then rename) and return its manifest. When another process
+    (e.g. another rank of the same ``torchrun``) published the same cache first, the rename finds the folder
+    taken: that cache, built from the same sources and config, is kept and its manifest returned."""
+    try:
+        return _write_cache(cache_dir, built, dataset=dataset, config=config, sources=sources, extra=extra)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        theirs = read_manifest(cache_dir)
+        if theirs is None:
+            raise
+        return theirs
+
+
+def _write_cache(cache_dir: Path, built: Built, *, dataset: str, config: dict[str, Any], sources: list[Path],
+                 extra: dict[str, Any] | None) -> dict[str, Any]:
     with atomic_dir(cache_dir) as tmp:
         arrays: dict[str, Any] = {}
         for key, arr in {**built.splits, **built.extras}.items():
