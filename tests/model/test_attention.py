@@ -19,7 +19,7 @@ def _segment(model, qlen: int, mlen: int, **lengths) -> Segment:
     return Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=model.pos_enc,
                    mask_bias=mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len, same_length=lengths.same_length,
                                        device=torch.device("cpu"), dtype=dtype),
-                   table=model.pos_enc.table(qlen + mlen, lengths.clamp_len, dtype, torch.device("cpu")))
+                   make_table=lambda: model.pos_enc.table(qlen + mlen, lengths.clamp_len, dtype, torch.device("cpu")))
 
 
 def _explicit_attention(attn, pos, h: torch.Tensor, mem: torch.Tensor, clamp_len: int) -> torch.Tensor:

@@ -84,9 +84,12 @@ def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
         return fast.nll, fast.mems
 
     mems = None
-    for _ in range(12):  # K grows one token at a time (generation), the cache doubles
+    for _ in range(12):  # K grows one token at a time (generation): the sinusoid R is kept, and doubles
         _, mems = both(torch.randint(0, V, (2, 1), generator=gen), mems)
-    assert cache._tables[0][1].size(0) >= 12
+    assert cache._tables[-1][1].size(0) >= 12 and 0 not in cache._tables  # one query: no projected table
+    for _ in range(3):  # four at a time: W_kR R kept per layer
+        _, mems = both(torch.randint(0, V, (2, 4), generator=gen), mems)
+    assert cache._tables[0][1].size(0) >= 16
     both(torch.randint(0, V, (2, 4), generator=gen), None)  # short K again
     both(torch.randint(0, V, (2, 4), generator=gen), mems, clamp_len=3)
     with torch.no_grad():  # an in-place update (as an optimizer step) bumps the version counter
@@ -126,3 +129,76 @@ def test_inference_mode_models_can_use_the_cache() -> None:
             out, ref = model(x, x, mems_a, cache=cache), model(x, x, mems_b)
             torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-6)
             mems_a, mems_b = out.mems, ref.mems
+
+
+def _generation_model(**kw) -> TransformerXLLM:
+    base = dict(n_token=V, n_layer=3, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=5, mem_len=7,
+                init_std=0.3)
+    return TransformerXLLM(TXLConfig(**{**base, **kw})).eval()
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(pre_lnorm=True, untie_r=True), dict(same_length=True, clamp_len=4),
+                                dict(attn_type=1), dict(cutoffs=[10, 20], div_val=2)])
+def test_buffers_give_the_functional_paths_tokens_and_log_probs(kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generation through the append-only buffers (moved to new buffers every few tokens: mem_len 7, a slack of
+    4, 70 tokens) == the plain formula (memories concatenated, every memory projected again): the same tokens,
+    log-probs and memories, for a batch of 3 rows sampled with one seed."""
+    import txl.inference.generate as G
+    import txl.model.cache as C
+    from txl.model import Recurrence
+
+    model = _generation_model(**kw)
+    prompt = torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(8))
+    monkeypatch.setattr(C, "MIN_SLACK", 1)
+    moves: list[int] = []
+    move = InferenceCache._move_window
+    monkeypatch.setattr(InferenceCache, "_move_window", lambda self, n: moves.append(1) or move(self, n))
+    fast = G.generate(model, prompt, max_new_tokens=70, do_sample=True, seed=3)
+    assert len(moves) >= 10  # the window really moved to new buffers
+    monkeypatch.setattr(G, "Recurrence", lambda model, lengths, mems: Recurrence(model, lengths, mems=mems,
+                                                                                  inference_cache=False))
+    plain = G.generate(model, prompt, max_new_tokens=70, do_sample=True, seed=3)
+    assert torch.equal(fast.sequences, plain.sequences)
+    torch.testing.assert_close(fast.log_probs, plain.log_probs, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fast.mems, plain.mems):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_returned_memories_stay_what_they_were() -> None:
+    """The functional contract: memories a forward returned are views of the buffers, but later forwards (which
+    write on, and move the window) never change them; a forward from an older state branches correctly."""
+    model = _generation_model()
+    cache = InferenceCache()
+    gen = torch.Generator().manual_seed(2)
+    xs = [torch.randint(0, V, (2, 1 if i > 1 else 5), generator=gen) for i in range(60)]
+    kept: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+    mems = None
+    with torch.no_grad():
+        for x in xs:
+            mems = model(x, x, mems, cache=cache).mems
+            kept.append((mems, [m.clone() for m in mems]))
+        for returned, copy in kept:
+            for a, b in zip(returned, copy):
+                assert torch.equal(a, b)
+        old = kept[20][0]  # branch from an older state: the same as without a cache
+        x = xs[21]
+        torch.testing.assert_close(model(x, x, old, cache=cache).nll, model(x, x, old).nll, rtol=1e-5, atol=1e-6)
+        again = model(x, x, old, cache=cache)  # twice from the same memories: the same result
+        torch.testing.assert_close(again.nll, model(x, x, old).nll, rtol=1e-5, atol=1e-6)
+
+
+def test_a_generation_step_copies_nothing_of_the_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the buffers a one-token step concatenates nothing of memory length: no torch.cat runs at all."""
+    model = _generation_model(mem_len=40)
+    cache = InferenceCache()
+    x = torch.randint(0, V, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        mems = model(x, mems=None, cache=cache).mems
+        for _ in range(3):
+            mems = model(x[:, :1], mems=mems, cache=cache).mems
+        calls: list[tuple] = []
+        real_cat = torch.cat
+        monkeypatch.setattr(torch, "cat", lambda ts, *a, **k: calls.append(tuple(t.shape for t in ts))
+                            or real_cat(ts, *a, **k))
+        model(x[:, :1], mems=mems, cache=cache)
+    assert calls == [] and mems[0].size(1) == 8

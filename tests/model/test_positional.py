@@ -25,7 +25,7 @@ def _segment(model, qlen: int, mlen: int, clamp_len: int = -1) -> Segment:
     return Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=model.pos_enc,
                    mask_bias=mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len, same_length=False, device=cpu,
                                        dtype=torch.float32),
-                   table=model.pos_enc.table(qlen + mlen, clamp_len, torch.float32, cpu))
+                   make_table=lambda: model.pos_enc.table(qlen + mlen, clamp_len, torch.float32, cpu))
 
 
 @pytest.mark.parametrize("qlen,mlen", [(1, 0), (3, 0), (3, 4), (5, 2)])

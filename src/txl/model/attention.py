@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -48,7 +47,20 @@ class MultiHeadAttention(nn.Module):
 
     def _kv(self, x: Tensor) -> Tensor:
         """``[W_k; W_v] x``: ``[B, T, D] -> [B, T, 2*H*E]``."""
-        return F.linear(x, self.qkv_net.weight[self.n_head * self.d_head:])
+        he = self.n_head * self.d_head
+        if isinstance(self.qkv_net, nn.Linear):
+            return F.linear(x, self.qkv_net.weight[he:])
+        return self.qkv_net(x)[..., he:]  # a quantized projection (txl.model.quantize) runs whole
+
+    def _q_kv(self, x: Tensor, h: Tensor, prenorm_query: bool) -> tuple[Tensor, Tensor]:
+        """Queries ``[B, Q, H*E]`` and keys/values ``[B, Q, 2*H*E]`` of the segment: one ``[W_q; W_k; W_v] x``
+        (as the official code), or, for the absolute encodings under pre-LN, queries from ``h``."""
+        he = self.n_head * self.d_head
+        if prenorm_query or x is h:
+            qkv = self.qkv_net(x)  # [B, Q, 3*H*E]
+            return qkv[..., :he], qkv[..., he:]
+        q = F.linear(h, self.qkv_net.weight[:he]) if isinstance(self.qkv_net, nn.Linear) else self.qkv_net(h)[..., :he]
+        return q, self._kv(x)
 
     def _memory_kv(self, mem: Tensor) -> Tensor:
         """Keys/values of the memory, projected on their own (they need no gradient, so backward skips them)."""
@@ -60,14 +72,11 @@ class MultiHeadAttention(nn.Module):
         x = self.layer_norm(h) if self.pre_lnorm else h  # [B, Q, D]
         # Queries only for the segment. Under pre-LN the official absolute-position attention projects
         # queries from the un-normalized input, the relative ones from the normalized one.
-        w_q = self.qkv_net.weight[: self.n_head * self.d_head]
-        q = F.linear(x if seg.pos.prenorm_query else h, w_q)  # [B, Q, H*E]
-        q = q.view(bsz, qlen, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q, E]
-        kv = self._kv(x)  # [B, Q, 2*H*E]
-        if mem is not None and mem.size(1) > 0:  # h~ = [SG(m); h]
-            kv = torch.cat([seg.memory_kv(self.index, mem, self._memory_kv), kv], dim=1)  # [B, K, 2*H*E]
-        seg.keep_kv(self.index, kv)
-        k, v = kv.view(bsz, -1, 2, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)  # [B, H, K, E] each
+        q, kv = self._q_kv(x, h, seg.pos.prenorm_query)  # [B, Q, H*E], [B, Q, 2*H*E]
+        q = q.reshape(bsz, qlen, self.n_head, self.d_head).transpose(1, 2)  # [B, H, Q, E]
+        # h~ = [SG(m); h]: keys and values of memory and segment [B, H, K, E] (views of the cache's buffers
+        # with an inference cache)
+        k, v = seg.keys_values(self.index, mem, kv, self.n_head, self._memory_kv)
         a = recomputed(self.recompute, self._attend, q, k, v, seg)  # [B, H, Q, E]
         out = self.drop(self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1)))  # [B, Q, D]
         return h + out if self.pre_lnorm else self.layer_norm(h + out)

@@ -175,15 +175,19 @@ class TransformerXLLM(nn.Module):
         bsz, qlen = self._check_inputs(input_ids, targets, mems)
         mems = list(mems) if mems else (self._empty_mems(bsz) if lengths.mem_len > 0 else [])
         mlen = mems[0].size(1) if mems else 0
+        if not self.pos_enc.memory_position_free:
+            cache = None  # absolute encodings: a memory position's keys depend on where it sits
         if cache is not None:
-            cache.begin(self, mems)
+            cache.begin(self, mems, qlen=qlen, mem_len=lengths.mem_len)
         word_emb = self.word_emb(input_ids)  # [B, Q, D], sqrt(D) E[w]
+        dtype, device = word_emb.dtype, word_emb.device
         seg = Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=self.pos_enc,
                       mask_bias=mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len,
-                                          same_length=lengths.same_length, device=input_ids.device,
-                                          dtype=word_emb.dtype),  # [Q, K], 0 / -inf
-                      table=self.pos_enc.table(qlen + mlen, lengths.clamp_len, word_emb.dtype, word_emb.device),
-                      cache=cache if self.pos_enc.memory_position_free else None)
+                                          same_length=lengths.same_length, device=device, dtype=dtype),  # [Q, K]
+                      make_table=lambda: self.pos_enc.table(qlen + mlen, lengths.clamp_len, dtype, device),
+                      cache=cache)
+        if cache is None:  # made now: in training R's dropout draws come before those of h, as always
+            _ = seg.table
 
         h = self.drop(self.pos_enc.embed(word_emb, seg))  # h^0: [B, Q, D]
         hids: list[Tensor] = []  # h^{n-1}, the input of every layer (what the next memory keeps)
@@ -198,12 +202,12 @@ class TransformerXLLM(nn.Module):
         h = self.drop(h)
 
         new_mems: list[Tensor] = []
-        if mems:  # m^n_{tau+1} = SG(h^n_tau), the last mem_len positions (paper Sec. 3.2)
+        if mems and cache is not None:  # the same positions, written once into the cache's buffers (views)
+            beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
+            new_mems = cache.commit(hids, mems, beg=beg, end=end)
+        elif mems:  # m^n_{tau+1} = SG(h^n_tau), the last mem_len positions (paper Sec. 3.2)
             new_mems = update_mems(hids, [*mems_in, mems[-1]], mlen=mlen, qlen=qlen, mem_len=lengths.mem_len,
                                    ext_len=lengths.ext_len)
-            if seg.cache is not None:  # the cache keeps the keys/values of the same positions
-                beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
-                seg.cache.commit(new_mems, beg=beg, end=end)
 
         out = LMOutput(mems=new_mems, hidden=h.detach())
         tlen = targets.size(1) if targets is not None else qlen
