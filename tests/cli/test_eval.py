@@ -161,3 +161,19 @@ def test_user_text_options_come_from_flags_the_run_or_the_vocabulary(tmp_path, c
     assert user_text_options(ns("wt2"), run / "best") == {}
     assert main(["eval", str(model), "--dataset", "wt2", "--level", "char"]) == 2
     assert "--level applies to your own text only; wt2 is a known dataset" in capsys.readouterr().err
+
+
+def test_cli_eval_quantize_int8_scores_close_to_float(text_corpus, tmp_path, capsys) -> None:
+    path, model_dir, _ = text_corpus
+    loss = {}
+    for flag in ([], ["--quantize", "int8"]):
+        out = tmp_path / f"q{len(flag)}.json"
+        assert main(["eval", str(model_dir), "--dataset", str(path), "--split", "valid", *flag, "--json", str(out),
+                     "--no-progress"]) == 0
+        loss[len(flag)] = json.loads(out.read_text())["loss"]
+    assert loss[0] != loss[2] and abs(loss[2] - loss[0]) < 0.01 * loss[0]
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--quantize", "int4"]) == 2
+    assert "invalid choice: 'int4'" in capsys.readouterr().err
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--quantize", "int8", "--device", "meta"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "int8 quantization is for CPU inference" in err

@@ -140,3 +140,11 @@ def test_a_model_trained_with_a_tokenizer_generates_through_it(tmp_path, capsys)
     assert out.startswith("the cat") and set(out.split()) <= set(words)  # the run's tokenizer, found by itself
     assert main(["generate", str(run), "--tokenizer", str(tmp_path / "tok.json"), "--level", "word"]) == 2
     assert "exclude each other" in one_line_error(capsys, "txl generate: error: ")
+
+
+def test_cli_generate_quantize_int8(tmp_path, capsys) -> None:
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "8", "--greedy",
+                 "--quantize", "int8", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["samples"][0]["token_ids"]) == 8 and all(lp <= 0 for lp in doc["samples"][0]["log_probs"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from txl.cli.args import add_no_verify, add_split_flags, clamp_int, nonneg_int, positive_int, stderr_note
+from txl.cli.args import add_no_verify, add_quantize, add_split_flags, clamp_int, nonneg_int, positive_int, stderr_note
 from txl.errors import ConfigError, DataError
 from txl.store.files import write_json, write_text
 
@@ -51,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a progress bar on stderr when it is a terminal (--no-progress, or no terminal: plain "
                    "periodic lines)")
     add_no_verify(p)
+    add_quantize(p)
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the results as JSON to PATH")
     p.add_argument("--out", metavar="DIR",
                    help="sweep: write DIR/memory-sweep.json, .md and .png (plot needs matplotlib)")
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
                               "window, without memory)")
     given = given_text_options(args)  # a refusal needs no model
-    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
+    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify, quantize=args.quantize,
                                   note=stderr_note("txl eval"))
     text = given if given is not None else run_text_options(directory)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir, **text)

@@ -11,6 +11,7 @@ from typing import Any
 
 from txl.cli.args import (
     add_no_verify,
+    add_quantize,
     clamp_int,
     finite_float,
     nonneg_float,
@@ -62,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     add_no_verify(p)
+    add_quantize(p)
     p.set_defaults(func=run)
 
 
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is not None and args.level is not None:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
     prompt = _read_prompt(args)
-    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
+    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify, quantize=args.quantize,
                                   note=stderr_note("txl generate"))
     vocab = load_vocab(directory, args.vocab)
     if len(vocab) != model.config.n_token:

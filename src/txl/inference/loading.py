@@ -12,6 +12,7 @@ import torch
 from txl.data import Vocab
 from txl.errors import CheckpointError, ConfigError, DataError
 from txl.model import TransformerXLLM
+from txl.model.int8 import check_scheme
 from txl.store.checkpoint import verify_checkpoint
 from txl.store.layout import find_vocab, is_checkpoint_dir, resolve_model
 
@@ -28,7 +29,7 @@ def check_device(device: str | torch.device) -> torch.device:
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: bool = True,
-               note: Callable[[str], None] | None = None) -> tuple[TransformerXLLM, Path]:
+               note: Callable[[str], None] | None = None, quantize: str | None = None) -> tuple[TransformerXLLM, Path]:
     """The model behind ``path`` in eval mode, and its directory: every command that takes a model reads it here.
 
     ``path`` is a model directory, a checkpoint directory ``RUN/checkpoints/step_*`` or a run directory (its
@@ -39,9 +40,12 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
     With ``verify`` (default) the directory's files are checked against its ``MANIFEST.json`` SHA-256 sums
     first (required for a checkpoint; a model directory without one loads unchecked); the config is checked
     against the weights' header and NaN/inf weights are refused either way
-    (:meth:`TransformerXLLM.from_pretrained`).
+    (:meth:`TransformerXLLM.from_pretrained`). ``quantize="int8"`` then quantizes it for CPU inference
+    (:meth:`TransformerXLLM.quantize`; refused before loading on another device).
     """
     check_device(device)
+    if quantize is not None:
+        check_scheme(quantize, torch.device(device))
     directory, why = resolve_model(path)
     checkpoint = is_checkpoint_dir(directory)
     if verify and checkpoint:
@@ -49,6 +53,8 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
     model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
     if note is not None and why is not None:
         note(f"using {directory} ({why})")
+    if quantize is not None:
+        model.quantize(quantize)
     return model.eval(), directory
 
 

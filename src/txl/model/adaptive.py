@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from txl.model.int8 import int8_linear
+
 
 def log_softmax32(logits: Tensor) -> Tensor:
     """``log_softmax`` over the last dim in at least float32 (half precision is upcast, float64 kept)."""
@@ -100,29 +102,47 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
                 d_i = d_embed // div_val**i
                 self.out_projs.append(nn.Parameter(torch.zeros(d_proj, d_i)))
                 self.out_layers.append(nn.Linear(d_i, hi - lo))
+        self.int8_logits: nn.ModuleList | None = None  # set by quantize()
 
     def _cluster_params(self, i: int) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Weight ``[V_i, d_i]``, bias and projection ``[D, d_i]`` of cluster ``i`` (the head for 0)."""
+        """Weight ``[V_i, d_i]``, bias and projection ``[D, d_i]`` of cluster ``i`` (the head's words for 0)."""
         if self.div_val == 1:
             lo, hi = self.bounds[i]
             weight, bias = self.out_layers[0].weight[lo:hi], self.out_layers[0].bias[lo:hi]
         else:
             weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
-        if i == 0 and self.n_clusters:
-            weight = torch.cat([weight, self.cluster_weight], dim=0)
-            bias = torch.cat([bias, self.cluster_bias], dim=0)
         proj = self.out_projs[i] if len(self.out_projs) else None
         return weight, bias, proj
 
-    @staticmethod
-    def _logit(hidden: Tensor, weight: Tensor, bias: Tensor, proj: Tensor | None) -> Tensor:
+    def quantize(self) -> None:
+        """int8 output weights for CPU inference (:mod:`txl.model.int8`): one int8 layer per cluster, the head's
+        with the tail clusters' rows ``cluster_weight`` appended; projections and the (tied) input embedding
+        keep their float weights."""
+        layers = []
+        for i in range(len(self.bounds)):
+            weight, bias, _ = self._cluster_params(i)
+            if i == 0 and self.n_clusters:
+                weight = torch.cat([weight, self.cluster_weight], dim=0)
+                bias = torch.cat([bias, self.cluster_bias], dim=0)
+            layers.append(int8_linear(weight.detach(), bias.detach()))
+        self.int8_logits = nn.ModuleList(layers)
+
+    def _logit(self, hidden: Tensor, i: int) -> Tensor:
+        """Logits ``[N, V_i]`` of cluster ``i``; the head's (``i = 0``) end with the tail clusters' columns
+        ``cluster_weight`` (the logits are concatenated, not the weights: no copy of the head's matrix)."""
+        weight, bias, proj = self._cluster_params(i)
         if proj is not None:
             hidden = hidden @ proj  # [N, D] @ [D, d_i] -> [N, d_i]
-        return F.linear(hidden, weight, bias)
+        if self.int8_logits is not None:
+            return self.int8_logits[i](hidden)
+        logit = F.linear(hidden, weight, bias)
+        if i == 0 and self.n_clusters:
+            logit = torch.cat([logit, F.linear(hidden, self.cluster_weight, self.cluster_bias)], dim=-1)
+        return logit
 
     def nll(self, hidden: Tensor, target: Tensor) -> Tensor:
         """Negative log-likelihood ``[N]`` of ``target [N]`` given ``hidden [N, D]``, in input order."""
-        head_logprob = log_softmax32(self._logit(hidden, *self._cluster_params(0)))
+        head_logprob = log_softmax32(self._logit(hidden, 0))
         if not self.n_clusters:
             return -head_logprob.gather(1, target[:, None]).squeeze(1)
         nll = torch.empty(target.shape, dtype=head_logprob.dtype, device=hidden.device)
@@ -134,19 +154,19 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             if i == 0:
                 logprob = head_logprob[idx].gather(1, tgt_i[:, None]).squeeze(1)
             else:
-                tail = log_softmax32(self._logit(hidden[idx], *self._cluster_params(i)))
+                tail = log_softmax32(self._logit(hidden[idx], i))
                 logprob = head_logprob[idx, -i] + tail.gather(1, tgt_i[:, None]).squeeze(1)
             nll.index_copy_(0, idx, -logprob)
         return nll
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         """Full log-distribution ``[N, n_token]`` (for sampling and inspection; costs N x n_token)."""
-        head_logprob = log_softmax32(self._logit(hidden, *self._cluster_params(0)))
+        head_logprob = log_softmax32(self._logit(hidden, 0))
         if not self.n_clusters:
             return head_logprob
         parts = [head_logprob[:, : self.shortlist]]
         for i in range(1, len(self.bounds)):
-            tail = log_softmax32(self._logit(hidden, *self._cluster_params(i)))
+            tail = log_softmax32(self._logit(hidden, i))
             parts.append(head_logprob[:, -i, None] + tail)
         return torch.cat(parts, dim=1)
 

@@ -87,6 +87,7 @@ class InferenceCache:
         """Forget everything (the next forward projects the memory and the position table again)."""
         self._model: nn.Module | None = None
         self._params: list[Tensor] | None = None  # the model's parameters, listed once
+        self._form: str | None = None  # the model's quantization when they were listed
         self._weights: tuple | None = None  # stamps of the parameters the kept projections were made with
         self._tables: dict[int, tuple[tuple, Tensor]] = {}  # layer -> (key, W_kR R [S, H*E]); -1 -> R [S, D]
         self._drop_buffers()
@@ -114,13 +115,16 @@ class InferenceCache:
         if torch.is_grad_enabled():
             raise ConfigError("an InferenceCache is for inference: use it under torch.no_grad() (with a gradient "
                               "the memory must be projected by the current weights)")
-        if self._params is None or self._model is not model:  # listing a model's parameters walks its modules
-            self._model, self._params = model, list(model.parameters())
+        # Listing a model's parameters walks its modules: done again for another model, or one quantized since.
+        form = getattr(model, "quantized", None)
+        if self._params is None or self._model is not model or self._form != form:
+            self._model, self._form, self._params = model, form, list(model.parameters())
+            self._weights = None
         weights = _stamps(self._params)
         if weights != self._weights:
+            params = self._params
             self.clear()
-            self._model, self._params = model, list(model.parameters())
-            self._weights = weights
+            self._model, self._form, self._params, self._weights = model, form, params, weights
         self.kv_active = len(mems) > 0
         if not self.kv_active:
             return

@@ -37,6 +37,7 @@ from txl.model.attention import DecoderLayer
 from txl.model.cache import InferenceCache
 from txl.model.config import Lengths, TXLConfig
 from txl.model.fastpath import mask_bias
+from txl.model.int8 import check_scheme, quantize_linears
 from txl.model.memory import kept_range, update_mems
 from txl.model.positional import build_positional
 from txl.model.segment import Segment
@@ -78,6 +79,7 @@ class TransformerXLLM(nn.Module):
                                                     cfg.div_val)
         self.reset_parameters()
         self.tie_weights()
+        self.quantized: str | None = None  # "int8" after quantize()
 
     # ------------------------------------------------------------------ parameters
     def tie_weights(self) -> None:
@@ -137,6 +139,32 @@ class TransformerXLLM(nn.Module):
         every other activation is still alive, so it does not lower the peak.)"""
         for layer in self.layers:
             layer.dec_attn.recompute = enabled
+
+    def quantize(self, scheme: str = "int8") -> TransformerXLLM:
+        """Quantize for CPU inference, in place, and return the model (in eval mode): the linear layers of every
+        block (``qkv_net``, ``o_net``, the feed-forward ``CoreNet``) and the output softmax get int8 weights
+        (:mod:`txl.model.int8`: per-channel int8 weights, activations quantized per call). ``W_kR`` (``r_net``),
+        the biases ``u``, ``v``, LayerNorms and the input embedding stay float. A quantized model generates and
+        evaluates; it does not train or save (keep the float model's directory). Measured cost and speed:
+        ``docs/performance.md``."""
+        check_scheme(scheme, next(self.parameters()).device)
+        if self.quantized is not None:
+            raise ConfigError(f"the model is already quantized ({self.quantized})")
+        names = [f"layers.{i}.{name}" for i in range(self.config.n_layer)
+                 for name in ("dec_attn.qkv_net", "dec_attn.o_net", "pos_ff.CoreNet.0", "pos_ff.CoreNet.3")]
+        if self.config.sample_softmax > 0:
+            names.append("out_layer")
+        self.eval()
+        quantize_linears(self, names)
+        if hasattr(self, "crit"):
+            self.crit.quantize()
+        self.quantized = scheme
+        return self
+
+    def train(self, mode: bool = True) -> TransformerXLLM:
+        if mode and getattr(self, "quantized", None) is not None:
+            raise ConfigError(f"a {self.quantized}-quantized model is for inference only: train the float model")
+        return super().train(mode)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters (tied ones counted once)."""
@@ -258,6 +286,9 @@ class TransformerXLLM(nn.Module):
         ``vocab``, a :class:`txl.data.Vocab` (anything with ``to_json()``) or its JSON text, is written as
         ``vocab.json`` and listed in the manifest, so the directory alone is enough to generate text; a
         vocabulary of another size than ``config.n_token`` is refused (:class:`ConfigError`)."""
+        if self.quantized is not None:
+            raise ConfigError(f"a {self.quantized}-quantized model is not saved (its weights are packed for one "
+                              "CPU kernel): save the float model, and quantize after loading")
         vocab_json = None if vocab is None else vocab if isinstance(vocab, str) else vocab.to_json()
         if vocab_json is not None:
             _check_vocab_json(vocab_json, self.config.n_token)
