@@ -84,12 +84,16 @@ def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
         return fast.nll, fast.mems
 
     mems = None
-    for _ in range(12):  # K grows one token at a time (generation): the sinusoid R is kept, and doubles
+    for _ in range(12):  # K grows one token at a time (generation at batch 1): the sinusoid R is kept, and doubles
+        _, mems = both(torch.randint(0, V, (1, 1), generator=gen), mems)
+    assert cache._tables[-1][1].size(0) >= 12 and 0 not in cache._tables  # one query, one row: no projected table
+    mems = None
+    for _ in range(12):  # two rows one token at a time, then four at a time: W_kR R kept per layer
         _, mems = both(torch.randint(0, V, (2, 1), generator=gen), mems)
-    assert cache._tables[-1][1].size(0) >= 12 and 0 not in cache._tables  # one query: no projected table
-    for _ in range(3):  # four at a time: W_kR R kept per layer
+    assert cache._tables[0][1].size(0) >= 12
+    for _ in range(3):
         _, mems = both(torch.randint(0, V, (2, 4), generator=gen), mems)
-    assert cache._tables[0][1].size(0) >= 16
+    assert cache._tables[0][1].size(0) >= 24
     both(torch.randint(0, V, (2, 4), generator=gen), None)  # short K again
     both(torch.randint(0, V, (2, 4), generator=gen), mems, clamp_len=3)
     with torch.no_grad():  # an in-place update (as an optimizer step) bumps the version counter
