@@ -7,9 +7,9 @@ compute the same thing:
 * ``txl incremental``: :func:`txl.inference.generate.generate`: each step is a ``[B, 1]`` segment over the memories;
 * ``naive recompute``: :func:`txl.inference.generate.reference_generate` (``mode="full"``): a forward over the
   whole context at every step (what a Transformer without a cache does);
-* ``HF TransfoXL``: ``TransfoXLLMHeadModel.generate`` of transformers (deprecated TransfoXL, same weights via
-  :func:`txl.interop.hf.build_hf`); if its ``generate`` fails in the installed release, its forward
-  with ``mems`` is looped by hand and the table says so.
+* ``HF TransfoXL``: transformers' deprecated ``TransfoXLLMHeadModel`` (same weights via
+  :func:`txl.interop.hf.build_hf`), its forward with ``mems`` looped by hand from an empty memory
+  (:func:`txl.experiments.bench.generate.hf_greedy`); ``txl bench generate`` times the paper's shapes.
 
 Prints a Markdown table and writes JSON (``--out``). Usage::
 
@@ -26,8 +26,9 @@ import time
 import torch
 
 from txl import TransformerXLLM, TXLConfig
+from txl.experiments.bench.generate import hf_greedy
 from txl.inference.generate import generate, reference_generate
-from txl.interop.hf import build_hf, hf_compat
+from txl.interop.hf import build_hf
 
 
 def _model(n_token: int, seed: int) -> TransformerXLLM:
@@ -51,20 +52,10 @@ def _timed(fn):
 
 
 def _hf_run(hf, prompt: torch.Tensor, n: int) -> tuple[torch.Tensor, str]:
-    with hf_compat(), torch.no_grad():
-        try:
-            out = hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
-                              eos_token_id=None)
-            return out[:, prompt.size(1):], "TransfoXLLMHeadModel.generate"
-        except Exception as exc:  # the deprecated model and newer generate() may not fit together
-            note = f"forward-with-mems loop (generate failed: {type(exc).__name__}: {str(exc)[:80]})"
-        toks, mems, x = [], None, prompt
-        for _ in range(n):
-            out = hf(input_ids=x, mems=mems)
-            mems = out.mems
-            x = out.prediction_scores[:, -1].argmax(-1, keepdim=True)
-            toks.append(x)
-        return torch.cat(toks, 1), note
+    """Hugging Face's forward with ``mems``, one token per step, from an empty memory (its ``generate`` is gone
+    from the deprecated model, and ``mems=None`` would attend to ``mem_len`` zero vectors)."""
+    toks, _ = hf_greedy(hf, prompt, n - 1, chunk=prompt.size(1))
+    return torch.stack(toks, 1), "forward-with-mems loop"
 
 
 def main() -> None:

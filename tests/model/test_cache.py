@@ -206,3 +206,30 @@ def test_a_generation_step_copies_nothing_of_the_memory(monkeypatch: pytest.Monk
                             or real_cat(ts, *a, **k))
         model(x[:, :1], mems=mems, cache=cache)
     assert calls == [] and mems[0].size(1) == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("batch", [1, 4])
+def test_cuda_generation_through_the_buffers_equals_cpu_and_the_plain_path(batch: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA: the buffers (moved several times), the one-query attention and position scores give the plain
+    path's tokens and log-probs, and the CPU's."""
+    import txl.inference.generate as G
+    import txl.model.cache as C
+    from txl.model import Recurrence
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    monkeypatch.setattr(C, "MIN_SLACK", 1)
+    model = _generation_model(cutoffs=[10, 20], div_val=2, d_embed=16, untie_r=True)
+    gpu = _generation_model(cutoffs=[10, 20], div_val=2, d_embed=16, untie_r=True).cuda()
+    gpu.load_state_dict(model.state_dict())
+    prompt = torch.randint(0, V, (batch, 11), generator=torch.Generator().manual_seed(8))
+    fast = G.generate(gpu, prompt.cuda(), max_new_tokens=40)
+    cpu = G.generate(model, prompt, max_new_tokens=40)
+    monkeypatch.setattr(G, "Recurrence", lambda model, lengths, mems: Recurrence(model, lengths, mems=mems,
+                                                                                  inference_cache=False))
+    plain = G.generate(gpu, prompt.cuda(), max_new_tokens=40)
+    assert torch.equal(fast.sequences, plain.sequences) and torch.equal(fast.sequences.cpu(), cpu.sequences)
+    torch.testing.assert_close(fast.log_probs, plain.log_probs, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fast.log_probs.cpu(), cpu.log_probs, rtol=1e-4, atol=1e-4)

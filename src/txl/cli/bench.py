@@ -59,7 +59,8 @@ def add_generate(kinds: argparse._SubParsersAction) -> None:
                    help="Hugging Face decode steps timed per round (default: 8; its steps are slow)")
     g.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds, median kept (default: 3)")
     g.add_argument("--no-hf", action="store_true", help="time txl only")
-    g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights")
+    g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights (always skipped off the CPU)")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument("--json", help="write the full report here")
     g.add_argument("--markdown", help="append the Markdown table to this file")
     g.set_defaults(func=run_generate)
@@ -86,7 +87,7 @@ def run_generate(args: argparse.Namespace) -> int:
                                 mem_lens=parse_int_list(args.mem_lens, "--mem-lens"),
                                 batches=parse_int_list(args.batches, "--batches"), new_tokens=args.new_tokens,
                                 hf_tokens=args.hf_tokens, repeats=args.repeats, hf=not args.no_hf,
-                                int8=not args.no_int8)
+                                int8=not args.no_int8, device=args.device)
     report = run_generate_bench(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()
     _write(report, to_markdown(report, command), args)

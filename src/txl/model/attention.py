@@ -78,7 +78,9 @@ class MultiHeadAttention(nn.Module):
         # with an inference cache)
         k, v = seg.keys_values(self.index, mem, kv, self.n_head, self._memory_kv)
         a = recomputed(self.recompute, self._attend, q, k, v, seg)  # [B, H, Q, E]
-        out = self.drop(self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1)))  # [B, Q, D]
+        out = self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1))  # [B, Q, D]
+        if self.training:
+            out = self.drop(out)
         return h + out if self.pre_lnorm else self.layer_norm(h + out)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, seg: Segment) -> Tensor:
@@ -103,10 +105,18 @@ class PositionwiseFF(nn.Module):
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
 
+    def _core(self, x: Tensor) -> Tensor:
+        """``CoreNet(x)``; in eval mode its two linear layers and a ReLU only (the dropouts and the identity are
+        no-ops there, and a generation step at batch 1 pays for every module call)."""
+        if self.training:
+            return self.CoreNet(x)
+        core = self.CoreNet
+        return core[3](F.relu(core[0](x)))
+
     def forward(self, h: Tensor) -> Tensor:
         if self.pre_lnorm:
-            return h + self.CoreNet(self.layer_norm(h))
-        return self.layer_norm(h + self.CoreNet(h))
+            return h + self._core(self.layer_norm(h))
+        return self.layer_norm(h + self._core(h))
 
 
 class DecoderLayer(nn.Module):

@@ -217,7 +217,9 @@ class TransformerXLLM(nn.Module):
         if cache is None:  # made now: in training R's dropout draws come before those of h, as always
             _ = seg.table
 
-        h = self.drop(self.pos_enc.embed(word_emb, seg))  # h^0: [B, Q, D]
+        h = self.pos_enc.embed(word_emb, seg)  # h^0: [B, Q, D] (dropout in training)
+        if self.training:
+            h = self.drop(h)
         hids: list[Tensor] = []  # h^{n-1}, the input of every layer (what the next memory keeps)
         mems_in: list[Tensor] = []  # m^{n-1} as the layer read it (absolute encodings add positions)
         for i, layer in enumerate(self.layers):
@@ -227,7 +229,8 @@ class TransformerXLLM(nn.Module):
                 mems_in.append(mem)
             h = layer(h, mem, seg)  # h^n: attention over [SG(m^{n-1}); h^{n-1}], feed-forward
         hids.append(h)
-        h = self.drop(h)
+        if self.training:
+            h = self.drop(h)
 
         new_mems: list[Tensor] = []
         if mems and cache is not None:  # the same positions, written once into the cache's buffers (views)

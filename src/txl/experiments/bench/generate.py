@@ -38,7 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from txl.errors import ConfigError
+from txl.experiments.bench.measure import sync
 from txl.inference.generate import stream
+from txl.inference.loading import check_device
 from txl.interop.hf import build_hf, hf_available, hf_compat
 from txl.model import TransformerXLLM, TXLConfig
 from txl.model.presets import enwik8_base, wt103_base
@@ -61,7 +63,8 @@ class GenerateBenchOptions:
     hf_tokens: int = 8  # decode steps timed per round for Hugging Face (its steps are slow at long memories)
     repeats: int = 3  # alternating rounds
     hf: bool = True
-    int8: bool = True
+    int8: bool = True  # CPU only
+    device: str = "cpu"
     seed: int = 0
 
 
@@ -71,12 +74,14 @@ def _txl_decode(model: TransformerXLLM, prompt: torch.Tensor, n: int, mem_len: i
     prompt's forward, is not timed)."""
     steps = stream(model, prompt, max_new_tokens=n + 1, mem_len=mem_len)
     toks = [next(steps).tokens]
+    sync(prompt.device.type)
     start = time.perf_counter()
     toks += [s.tokens for s in steps]
+    sync(prompt.device.type)
     return toks, time.perf_counter() - start
 
 
-def _hf_decode(hf: Any, prompt: torch.Tensor, n: int, chunk: int) -> tuple[list[torch.Tensor], float]:
+def hf_greedy(hf: Any, prompt: torch.Tensor, n: int, chunk: int) -> tuple[list[torch.Tensor], float]:
     """The same with Hugging Face's forward with ``mems`` (the prompt in segments of ``chunk`` tokens)."""
     with hf_compat(), torch.no_grad():
         # An empty memory, as txl starts (mems=None would give mem_len zero vectors to attend to: README, interop)
@@ -87,12 +92,14 @@ def _hf_decode(hf: Any, prompt: torch.Tensor, n: int, chunk: int) -> tuple[list[
             mems = out.mems
         tok = out.prediction_scores[:, -1].argmax(-1)
         toks = [tok]
+        sync(prompt.device.type)
         start = time.perf_counter()
         for _ in range(n):
             out = hf(input_ids=tok[:, None], mems=mems)
             mems = out.mems
             tok = out.prediction_scores[:, -1].argmax(-1)
             toks.append(tok)
+        sync(prompt.device.type)
         return toks, time.perf_counter() - start
 
 
@@ -111,9 +118,10 @@ def stream_limit(weights: list[torch.Tensor], *, batch: int, n_layer: int, n_hea
     """Seconds of one pass that reads ``weights`` once (``F.linear`` of ``batch`` rows), and of the same pass
     plus the keys and values of ``mem_len`` positions per layer and row (``bmm``, one query per head): the
     fastest of ``repeats`` passes each."""
-    xs = {w.size(1): torch.randn(batch, w.size(1)) for w in weights}
-    kv = [torch.randn(2, batch * n_head, mem_len, d_head) for _ in range(n_layer)]
-    q = torch.randn(batch * n_head, 1, d_head)
+    device = weights[0].device
+    xs = {w.size(1): torch.randn(batch, w.size(1), device=device) for w in weights}
+    kv = [torch.randn(2, batch * n_head, mem_len, d_head, device=device) for _ in range(n_layer)]
+    q = torch.randn(batch * n_head, 1, d_head, device=device)
 
     def weights_pass() -> None:
         for w in weights:
@@ -127,8 +135,10 @@ def stream_limit(weights: list[torch.Tensor], *, batch: int, n_layer: int, n_hea
         fn()
         times = []
         for _ in range(repeats):
+            sync(device.type)
             t = time.perf_counter()
             fn()
+            sync(device.type)
             times.append(time.perf_counter() - t)
         return min(times)
 
@@ -148,16 +158,17 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
     cfg = SHAPES[shape]()
     model = TransformerXLLM(cfg).eval()
     gen = torch.Generator().manual_seed(opts.seed + 1)
-    prompt = torch.randint(0, cfg.n_token, (batch, mem_len), generator=gen)
+    prompt = torch.randint(0, cfg.n_token, (batch, mem_len), generator=gen).to(opts.device)
     decoders: dict[str, Callable[[int], tuple[list[torch.Tensor], float]]] = {
         "txl": lambda n: _txl_decode(model, prompt, n, mem_len)}
     counts = {"txl": opts.new_tokens}
     if opts.hf and hf_available():
-        hf = build_hf(model).eval()
+        hf = build_hf(model).eval().to(opts.device)
         hf.reset_memory_length(mem_len)
-        decoders["hf"] = lambda n: _hf_decode(hf, prompt, n, cfg.tgt_len)
+        decoders["hf"] = lambda n: hf_greedy(hf, prompt, n, cfg.tgt_len)
         counts["hf"] = opts.hf_tokens
-    if opts.int8:
+    model.to(opts.device)
+    if opts.int8 and opts.device == "cpu":
         q_model = TransformerXLLM(cfg)
         q_model.load_state_dict(model.state_dict())
         q_model.quantize("int8")
@@ -196,9 +207,12 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
 
 def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Every case of ``opts`` (shapes x memory lengths x batch sizes)."""
+    check_device(opts.device)
     rows = [run_case(s, m, b, opts, log) for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
+    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else platform.processor() or \
+        platform.machine()
     return {"options": asdict(opts), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": platform.processor() or platform.machine(), "hf": opts.hf and hf_available(), "rows": rows}
+            "machine": machine, "hf": opts.hf and hf_available(), "rows": rows}
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:

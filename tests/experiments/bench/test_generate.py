@@ -1,0 +1,65 @@
+"""txl bench generate: txl vs Hugging Face's loop vs int8 vs the measured bandwidth limit, on a tiny shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from txl import TransformerXLLM, TXLConfig
+from txl.cli import main
+from txl.experiments.bench import generate as G
+from txl.interop.hf import hf_available
+
+TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=5, mem_len=8,
+            cutoffs=[20], init_std=0.3)
+
+
+@pytest.fixture
+def tiny_shape(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(G.SHAPES, "tiny", lambda: TXLConfig(**TINY))
+    return "tiny"
+
+
+def test_a_case_times_every_decoder_and_the_limit(tiny_shape: str) -> None:
+    opts = G.GenerateBenchOptions(shapes=[tiny_shape], mem_lens=[12], batches=[2], new_tokens=5, hf_tokens=3,
+                                  repeats=2)
+    lines: list[str] = []
+    report = G.run_generate_bench(opts, log=lines.append)
+    (row,) = report["rows"]
+    assert row["tok_per_s"]["txl"] > 0 and row["tok_per_s"]["txl-int8"] > 0 and len(row["rounds"]["txl"]) == 2
+    limit = row["limit"]
+    assert 0 < limit["weights_s"] < limit["weights_cache_s"]
+    assert limit["cache_bytes"] == TINY["n_layer"] * 2 * 2 * 12 * 16 * 4  # layers x (k, v) x rows x mem x H*E x 4
+    assert row["fraction"]["weights"] == pytest.approx(row["tok_per_s"]["txl"] / row["limit_tok_per_s"]["weights"])
+    if hf_available():  # the same greedy tokens as Hugging Face from the same weights and an empty memory
+        assert row["hf_same_tokens"] == "8/8" and row["txl_over_hf"] > 0
+    assert len(lines) == 2 * len(row["rounds"])
+    table = G.to_markdown(report, "txl bench generate --shapes tiny")
+    assert "`txl bench generate --shapes tiny`" in table and "| tiny | 12 | 2 |" in table
+
+
+def test_step_weights_are_every_matrix_a_step_reads() -> None:
+    model = TransformerXLLM(TXLConfig(**TINY))
+    mats = G.step_weights(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    read = {names[id(m)] for m in mats}
+    assert "layers.0.dec_attn.qkv_net.weight" in read and "layers.1.pos_ff.CoreNet.3.weight" in read
+    assert "word_emb.emb_layers.0.weight" in read and "crit.cluster_weight" in read  # the output (tied) matrix
+    assert len(mats) == len({id(m) for m in mats})  # the tied embedding is counted once
+
+
+def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, capsys, monkeypatch) -> None:
+    out, md = tmp_path / "g.json", tmp_path / "g.md"
+    argv = ["bench", "generate", "--shapes", tiny_shape, "--mem-lens", "6", "--batches", "1", "--new-tokens", "3",
+            "--hf-tokens", "2", "--repeats", "1", "--no-hf", "--json", str(out), "--markdown", str(md)]
+    monkeypatch.setattr("sys.argv", ["txl", *argv])
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("txl bench generate") and doc["rows"][0]["mem_len"] == 6
+    assert "hf" not in doc["rows"][0]["tok_per_s"] and "| tiny | 6 | 1 |" in md.read_text()
+    assert main(["bench", "generate", "--shapes", "nope", "--no-hf"]) == 2
+    assert "unknown shape 'nope'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "generate", "--shapes", tiny_shape, "--device", "cuda"]) == 2
