@@ -84,11 +84,7 @@ def test_projected_position_table_cache_follows_lengths_and_weights() -> None:
         return fast.nll, fast.mems
 
     mems = None
-    for _ in range(12):  # K grows one token at a time (generation at batch 1): the sinusoid R is kept, and doubles
-        _, mems = both(torch.randint(0, V, (1, 1), generator=gen), mems)
-    assert cache._tables[-1][1].size(0) >= 12 and 0 not in cache._tables  # one query, one row: no projected table
-    mems = None
-    for _ in range(12):  # two rows one token at a time, then four at a time: W_kR R kept per layer
+    for _ in range(12):  # K grows one token at a time (generation): W_kR R kept per layer, and doubles
         _, mems = both(torch.randint(0, V, (2, 1), generator=gen), mems)
     assert cache._tables[0][1].size(0) >= 12
     for _ in range(3):

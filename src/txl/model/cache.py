@@ -18,7 +18,8 @@ the previous segment already did, and copy what it already has:
   functional contract of :class:`~txl.model.lm.TransformerXLLM`) although later segments keep writing.
 * **``W_kR R``** (attn_type 0): rows are ordered by decreasing distance, so the projected table of any
   ``K`` is the suffix of a longer one; the cache keeps one per layer, twice as long when ``K`` outgrows it,
-  so the sinusoid of a generation is computed and projected a handful of times, not at every token.
+  so the sinusoid of a generation is computed and projected a handful of times, not at every token (a one-query
+  step needs no shift: row ``j`` of the table is key ``j``'s distance).
   Not used in training mode (dropout on ``R``) or under autocast.
 
 A forward appends to the buffers only when its ``mems`` are exactly the tensors the previous forward with
@@ -89,7 +90,7 @@ class InferenceCache:
         self._params: list[Tensor] | None = None  # the model's parameters, listed once
         self._form: str | None = None  # the model's quantization when they were listed
         self._weights: tuple | None = None  # stamps of the parameters the kept projections were made with
-        self._tables: dict[int, tuple[tuple, Tensor]] = {}  # layer -> (key, W_kR R [S, H*E]); -1 -> R [S, D]
+        self._tables: dict[int, tuple[tuple, Tensor]] = {}  # layer -> (key, W_kR R [S, H*E])
         self._drop_buffers()
 
     def _drop_buffers(self) -> None:
@@ -212,18 +213,12 @@ class InferenceCache:
         self._mems, self._mem_stamps = new, _stamps(new)
         return new
 
-    # ---------------------------------------------------------------------------------------------- R, W_kR R
+    # ---------------------------------------------------------------------------------------------- W_kR R
     def position_keys(self, layer: int, r_net: nn.Module, seg: Segment, rows: Callable[[int], Tensor]) -> Tensor:
         """``W_kR R`` for distances ``K-1..0`` of ``seg``, ``[K, H*E]``, as the suffix of a kept table."""
         if r_net.training or torch.is_autocast_enabled(seg.device.type):
             return r_net(seg.table)
         return self._suffix(layer, seg, lambda n: r_net(rows(n)))
-
-    def position_rows(self, r_net: nn.Module, seg: Segment, rows: Callable[[int], Tensor]) -> Tensor:
-        """The sinusoid ``R`` for distances ``K-1..0`` of ``seg``, ``[K, D]``, as the suffix of a kept table."""
-        if r_net.training or torch.is_autocast_enabled(seg.device.type):
-            return seg.table
-        return self._suffix(-1, seg, rows)
 
     def _suffix(self, slot: int, seg: Segment, make: Callable[[int], Tensor]) -> Tensor:
         """The last ``K`` rows of the table kept in ``slot``, made by ``make(n)`` (at least doubled) when short."""

@@ -142,15 +142,6 @@ class RelativeSinusoid(_SinusoidTable):
         def rows(n: int) -> Tensor:
             return self.sinusoid_rows(n, seg.lengths.clamp_len, seg.dtype, seg.device)
 
-        if qlen == 1 and bsz == 1 and isinstance(r_net, nn.Linear):
-            # One query of one row (a generation step at batch 1, bound by reading memory): row j of R is key
-            # j's distance K-1-j, so no shift; and (q + v)^T (W_kR R_j) = (W_kR^T (q + v))^T R_j: the query is
-            # taken to d_model once per head and scored against the sinusoid, which all layers share, instead
-            # of reading a projected [K, H*E] table per layer (same values up to float rounding). With more
-            # rows its H*B*D*K multiply-adds cost more than that read, and the table is used.
-            q_r = torch.bmm(q_v, r_net.weight.view(n_head, d_head, -1))  # [H, 1, D]
-            scores = torch.mm(q_r.view(n_head, -1), seg.position_rows(r_net, rows).t())  # [H, K]
-            return scores.view(1, n_head, 1, klen)  # [B, H, 1, K]
         r_k = seg.position_keys(layer, r_net, rows)  # W_kR R: [K, H*E]
         if qlen == 1:  # one query: row j of W_kR R is key j's distance K-1-j, no shift
             return torch.bmm(q_v, r_k.view(klen, n_head, d_head).permute(1, 2, 0)).view(

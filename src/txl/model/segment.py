@@ -70,13 +70,6 @@ class Segment:
         k, v = kv.view(bsz, klen, 2, n_head, two_he // (2 * n_head)).permute(2, 0, 3, 1, 4)  # [B, H, K, E] each
         return k, v
 
-    def position_rows(self, r_net: nn.Module, rows: Callable[[int], Tensor]) -> Tensor:
-        """The sinusoid ``R`` for distances ``K-1..0``, ``[K, D]``: :attr:`table`, or a suffix of the cache's
-        (``rows(n)``: the rows of ``n`` distances, for the cache to extend its table)."""
-        if self.cache is None:
-            return self.table
-        return self.cache.position_rows(r_net, self, rows)
-
     def position_keys(self, layer: int, r_net: nn.Module,
                       rows: Callable[[int], Tensor]) -> Tensor:
         """``W_kR R`` for distances ``K-1..0``, ``[K, H*E]``: ``r_net(table)``, or the cache's projected table
