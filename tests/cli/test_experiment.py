@@ -26,7 +26,7 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
     for command in (["experiment", "eval-speed"], ["bench", "eval-speed"]):  # the same command, two names
         speed = tmp_path / "-".join(command)
         assert main([*command, "--dataset", str(path), "--model-preset", "tiny", "--attn-lens", "8",
-                     "--tgt-len", "4", "--xl-batch", "2", "--xl-tokens", "16", "--rows", "4", "--repeats", "1",
+                     "--tgt-len", "4", "--xl-batch", "2", "--xl-segments", "2", "--rows", "4", "--repeats", "1",
                      "--out", str(speed)]) == 0
         assert json.loads((speed / "eval-speed.json").read_text())[0]["attn_len"] == 8
     capsys.readouterr()

@@ -61,30 +61,57 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, char_level: 
 
 
 # ---------------------------------------------------------------------------------------------- eval speed
+def _med(r: dict[str, Any], key: str, fmt: str, unit: str = "") -> str:
+    """``median (min–max)`` of a :mod:`txl.experiments.speed` row's ``key``, each written with ``fmt``."""
+    return f"{r[key]:{fmt}}{unit} ({r[key + '_min']:{fmt}}–{r[key + '_max']:{fmt}})"
+
+
 def speed_table(rows: Sequence[dict[str, Any]]) -> str:
-    body = [[r["attn_len"], f"{r['xl_batch']} x {r['xl_tgt_len']}", f"{r['xl_ms_per_token']:.3f}", r["vanilla_rows"],
-             f"{r['vanilla_ms_per_token']:.2f}", f"{r['slowdown']:,.0f}x",
-             f"{r['slowdown_median']:,.0f}x" if "slowdown_median" in r else ""] for r in rows]
-    return markdown_table(["attn len L", "XL batch x tgt_len (mem_len = L)", "XL ms/token", "vanilla windows/forward",
-                           "vanilla ms/token", "vanilla slower by (fastest repeats)", "(medians)"], body)
+    """Table 9 twice: vanilla / XL with txl's caches and vanilla / cache-free XL (the paper's code), one row per
+    attention length; every cell the median over repeats with (min–max)."""
+    body = [[r["attn_len"], _med(r, "xl_cached_ms_per_token", ".4f"), _med(r, "xl_uncached_ms_per_token", ".4f"),
+             _med(r, "vanilla_ms_per_token", ".2f"), f"{r['vanilla_rows']} x {r['vanilla_forwards']}",
+             _med(r, "slowdown_cached", ",.0f", "x"), _med(r, "slowdown_uncached", ",.0f", "x"),
+             _med(r, "cache_speedup", ".2f", "x")] for r in rows]
+    table = markdown_table(["attn len L", "XL, txl's caches: ms/token", "XL, cache-free: ms/token",
+                            "vanilla: ms/token", "vanilla windows x forwards", "vanilla ÷ XL (txl's caches)",
+                            "vanilla ÷ XL (cache-free, as the paper's code)", "cache-free ÷ cached XL"], body)
+    if not rows:
+        return table
+    r = rows[0]
+    return table + (f"\nEach cell: the {r['statistic']} over {r['repeats']} repeats (min–max); a ratio is the "
+                    f"{r['statistic']} of the repeats' own ratios. Per repeat: XL {r['xl_segments']} segments of "
+                    f"{r['xl_batch']} x {r['xl_tgt_len']} tokens (mem_len = L, same_length) after filling the "
+                    "memory; vanilla the windows x forwards shown.\n")
 
 
 def plot_speed(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
+    """Left: ms per token of the three (medians, min–max bars); right: the two slow-downs."""
     plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     lens = [r["attn_len"] for r in rows]
-    a.plot(lens, [r["xl_ms_per_token"] for r in rows], "o-", label="Transformer-XL (memory)")
-    a.plot(lens, [r["vanilla_ms_per_token"] for r in rows], "s-", label="vanilla (sliding window)")
+
+    def errorbar(ax: Any, key: str, fmt: str, label: str, **kw: Any) -> None:
+        mid = [r[key] for r in rows]
+        err = [[m - r[key + "_min"] for m, r in zip(mid, rows)], [r[key + "_max"] - m for m, r in zip(mid, rows)]]
+        ax.errorbar(lens, mid, yerr=err, fmt=fmt, capsize=3, label=label, **kw)
+
+    errorbar(a, "xl_cached_ms_per_token", "o-", "Transformer-XL, txl's caches")
+    errorbar(a, "xl_uncached_ms_per_token", "^-", "Transformer-XL, cache-free (paper's code)")
+    errorbar(a, "vanilla_ms_per_token", "s-", "vanilla (sliding window)")
     a.set_yscale("log")
     a.set_xlabel("attention length")
     a.set_ylabel("ms per token")
-    a.legend()
+    a.legend(fontsize=8)
     a.grid(alpha=0.3)
-    b.plot(lens, [r["slowdown"] for r in rows], "o-", color="C3")
+    errorbar(b, "slowdown_cached", "o-", "vs XL with txl's caches", color="C0")
+    errorbar(b, "slowdown_uncached", "^-", "vs cache-free XL (paper's code)", color="C1")
     b.set_xlabel("attention length")
     b.set_ylabel("vanilla time / XL time")
+    b.legend(fontsize=8)
     b.grid(alpha=0.3)
-    fig.suptitle(title or "Evaluation speed (paper Table 9)")
+    stat = rows[0]["statistic"] if rows else "median"
+    fig.suptitle(title or f"Evaluation speed (paper Table 9); {stat}s over repeats, bars min–max")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
