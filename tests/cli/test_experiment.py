@@ -48,15 +48,47 @@ def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
     eval_model(0, n_token=n_token).save_pretrained(tmp_path / "xl")
     eval_model(3, n_token=n_token, tgt_len=12).save_pretrained(tmp_path / "van")
     argv = ["recl", "--model", f"xl={tmp_path / 'xl'}", "--model", f"van={tmp_path / 'van'}", "--dataset", str(path),
-            "--contexts", "4,8,16", "--tokens", "100", "--tgt-len", "4", "--out", str(tmp_path / "out")]
+            "--grid", "4:16:4", "--tokens", "100", "--resamples", "20", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "out" / "recl.json").read_text())
     assert set(doc["recl"]) == {"xl", "van"} and doc["max_context"]["van"] == 12
-    assert (tmp_path / "out" / "recl.png").is_file() and "r = 0.1" in (tmp_path / "out" / "recl.md").read_text()
+    assert doc["method"] == "window" and doc["models"]["xl"]["method"] == "window"  # the default, for XL too
+    assert doc["contexts"] == [4, 8, 12, 16] and doc["grid_step"] == 4
+    assert doc["receptive_field"]["tokens"] == {"xl": [4, 8, 12, 16], "van": [4, 8, 12, 12]}
+    assert "exactly the c previous tokens" in doc["receptive_field"]["statement"]
+    assert doc["bootstrap"]["resamples"] == 20 and doc["bootstrap"]["seed"] == 0
+    assert set(doc["bootstrap"]["recl_interval"]["xl"]) == {"0.1", "0.5", "1.0"}
+    assert doc["top_tokens"] == {"0.1": 10, "0.5": 50, "1.0": 100} and doc["tgt_len"] is None
+    md = (tmp_path / "out" / "recl.md").read_text()
+    assert (tmp_path / "out" / "recl.png").is_file() and "r = 0.1" in md
+    assert "by `window`" in md and "uniform, Δ = 4" in md and " ± " in md and "resamples" in md
     assert main(argv) == 0  # resumes from the cache
     capsys.readouterr()
-    assert main([*argv[:-2], "--out", str(tmp_path / "o2"), "--method", "nobody=window"]) == 2
-    assert "unknown model" in capsys.readouterr().err
+
+    # the attention-length method (alias memory), stated with its receptive field; a non-uniform grid warns
+    mem = [*argv[:5], "--dataset", str(path), "--contexts", "4,8,16", "--tokens", "60", "--tgt-len", "4",
+           "--method", "memory", "--resamples", "0", "--out", str(tmp_path / "mem")]
+    assert main(mem) == 0
+    assert "the grid 4,8,16 is not uniform" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "mem" / "recl.json").read_text())
+    assert doc["method"] == "attention-length" and doc["grid_step"] is None and doc["bootstrap"] is None
+    assert doc["receptive_field"]["tokens"]["xl"] == [7, 15, 31]  # n_layer 2: 2 * (c - 1) + 1
+    assert "n_layer*(c-1)+1" in doc["receptive_field"]["statement"] and doc["tgt_len"] == 4
+    assert "NOT uniform" in (tmp_path / "mem" / "recl.md").read_text()
+
+    # one method for the whole group
+    for extra, message in ((["--method", "xl=window"], "not one per model"),
+                           (["--method", "window", "--method", "attention-length"], "measured by one method"),
+                           (["--method", "nearest"], "method must be one of"),
+                           (["--device", "nowhere"], "unknown device 'nowhere'")):
+        assert main([*argv[:-2], "--out", str(tmp_path / "o2"), *extra]) == 2
+        assert message in one_line_error(capsys)
+    assert not (tmp_path / "o2").exists()
+    import torch
+
+    if not torch.cuda.is_available():  # --device is checked before anything is read
+        assert main([*argv[:-2], "--out", str(tmp_path / "o2"), "--device", "cuda"]) == 2
+        assert "CUDA is not available" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -64,6 +96,9 @@ def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
      "argument --tokens: expected a positive integer, got '-5'"),
     (["recl", "--model", "a=x", "--dataset", "wt2", "--contexts", "8", "--r", "nan", "--out", "o"],
      "--r must hold finite numbers"),
+    (["recl", "--model", "a=x", "--dataset", "wt2", "--grid", "8:30:8", "--out", "o"], "is not a multiple of STEP"),
+    (["recl", "--model", "a=x", "--dataset", "wt2", "--grid", "8:32:8", "--resamples=-1", "--out", "o"],
+     "argument --resamples: expected an integer >= 0"),
     (["experiment", "ablation", "--steps=-1", "--out", "o"], "argument --steps: expected a positive integer"),
     (["experiment", "ablation", "--lr", "inf", "--out", "o"], "argument --lr: expected a finite number"),
     (["experiment", "ablation", "--seed=-1", "--out", "o"], "argument --seed: expected a seed in [0, 2**32 - 1]"),

@@ -115,26 +115,25 @@ def test_loss_cache_roundtrip_and_resume(tmp_path) -> None:
     assert next(iter(manifest["entries"].values()))["key"] == key
 
 
-def test_group_losses_methods_caps_and_cache(tmp_path, monkeypatch, capsys) -> None:
+def test_group_losses_window_by_default_caps_and_cache(tmp_path, monkeypatch, capsys) -> None:
     data = np.random.default_rng(0).integers(0, 40, 300)
     xl, van = eval_model(0, n_token=40), eval_model(3, n_token=40, tgt_len=12)
-    members = [R.GroupMember("xl", xl, "d-xl", R.default_method(xl)),
-               R.GroupMember("van", van, "d-van", R.default_method(van))]
-    assert [m.method for m in members] == ["memory", "window"]
+    members = [R.GroupMember("xl", xl, "d-xl"), R.GroupMember("van", van, "d-van")]
     cache = R.LossCache(tmp_path)
     losses, caps = R.group_losses(members, data, [8, 16], start=16, tokens=100, data_key={"d": 1}, cache=cache,
                                   tgt_len=4)
     assert caps == [None, 12] and losses.shape == (2, 2, 100)
-    # the vanilla model read at its cap for the longer context; the window method is the sliding window
-    from txl.inference.evaluate import evaluate
+    # every model, the relative one included, is measured by the window of exactly c tokens (Appendix C);
+    # the vanilla model is read at its cap for the longer context
     from txl.inference.window import sliding_window_nll
 
+    for c in (8, 16):
+        np.testing.assert_allclose(losses[0, [8, 16].index(c)], sliding_window_nll(xl, data, window=c, first=16,
+                                                                                     last=116))
     np.testing.assert_allclose(losses[1, 1], sliding_window_nll(van, data, window=12, first=16, last=116))
-    mem = evaluate(xl, data[:116], batch_size=1, tgt_len=4, mem_len=16, same_length=True, return_nll=True)
-    np.testing.assert_allclose(losses[0, 1], mem.nll[16:116], rtol=1e-6)
 
     with pytest.raises(ConfigError, match="start"):
-        R.context_losses(xl, data, 32, method="memory", start=16, tokens=10)
+        R.context_losses(xl, data, 32, start=16, tokens=10)
 
     def boom(*a, **k):
         raise AssertionError("recomputed")
@@ -152,11 +151,118 @@ def test_group_losses_methods_caps_and_cache(tmp_path, monkeypatch, capsys) -> N
     assert counts == ["recl 1/4 (25%)", "recl 2/4 (50%)", "recl 3/4 (75%)", "recl 4/4 (100%)"]
 
 
+def test_the_default_method_is_the_window_and_a_group_has_one_method(tmp_path) -> None:
+    import dataclasses
+
+    assert R.DEFAULT_METHOD == "window" and R.METHODS == ("window", "attention-length")
+    assert R.check_method("memory") == "attention-length"  # the old name, kept as an alias
+    with pytest.raises(ConfigError, match="method must be one of"):
+        R.check_method("xl=window")
+    # the method belongs to the group, not to a member: no per-model path exists
+    assert [f.name for f in dataclasses.fields(R.GroupMember)] == ["name", "model", "digest"]
+    data = np.random.default_rng(1).integers(0, 40, 200)
+    xl, van = eval_model(0, n_token=40), eval_model(2, n_token=40)
+    members = [R.GroupMember("xl", xl, "a"), R.GroupMember("van", van, "b")]
+    cache = R.LossCache(tmp_path)
+    mem, caps = R.group_losses(members, data, [8, 16], method="memory", start=16, tokens=64, data_key={},
+                               cache=cache, tgt_len=4)
+    assert caps == [None, None]
+    from txl.inference.evaluate import evaluate
+
+    for i, model in enumerate((xl, van)):  # attention length for both models, absolute encoding included
+        ref = evaluate(model, data[:80], batch_size=1, tgt_len=4, mem_len=16, same_length=True, return_nll=True)
+        np.testing.assert_allclose(mem[i, 1], ref.nll[16:80], rtol=1e-6)
+    win, _ = R.group_losses(members, data, [8, 16], start=16, tokens=64, data_key={}, cache=cache, tgt_len=4)
+    assert not np.allclose(win[0], mem[0])  # the cache keeps the two methods apart
+    assert {e["key"]["method"] for e in cache.entries.values()} == {"window", "attention-length"}
+
+
+def test_receptive_field_statement_holds(tmp_path) -> None:
+    """window: exactly c tokens; attention-length: up to n_layer * (c - 1) + 1 (checked by changing one token)."""
+    assert R.receptive_field("window", 64, n_layer=4) == 64
+    assert R.receptive_field("window", 64, n_layer=4, max_context=32) == 32
+    assert R.receptive_field("attention-length", 64, n_layer=4) == 253  # the issue's 4-layer figure
+    assert R.receptive_field("memory", 1, n_layer=4) == 1
+    assert "n_layer*(c-1)+1" in R.RECEPTIVE_FIELD["attention-length"]
+    model = eval_model(0, n_token=40, n_layer=3)
+    members = [R.GroupMember("xl", model, "x")]
+    assert R.group_receptive_fields(members, [4, 8], "attention-length") == {"xl": [10, 22]}
+    assert R.group_receptive_fields(members, [4, 8], "window") == {"xl": [4, 8]}
+
+    data = np.random.default_rng(2).integers(0, 40, 80)
+    t, c, n_layer = 60, 4, 3  # the token scored, the context, the layers
+
+    def loss_at_t(method: str, changed: int | None) -> float:
+        d = data.copy()
+        if changed is not None:
+            d[changed] = (d[changed] + 1) % 40
+        return float(R.context_losses(model, d, c, method=method, start=40, tokens=40, tgt_len=4)[t - 40])
+
+    for method in ("window", "attention-length"):
+        field = R.receptive_field(method, c, n_layer=n_layer)
+        base = loss_at_t(method, None)
+        assert abs(loss_at_t(method, t - field) - base) > 1e-6, method  # the farthest token it can read
+        assert abs(loss_at_t(method, t - field - 1) - base) < 1e-9, method  # one further: no effect
+
+
+def test_bootstrap_spread_zero_for_identical_tokens_positive_otherwise_and_seeded() -> None:
+    grid = [10, 20, 30, 40]
+    # every token the same: gains of 10% then 0 for model a, none for b; any resample gives the same numbers
+    flat = np.stack([np.stack([np.full(500, v) for v in (2.0, 1.9, 1.9, 1.9)]),
+                     np.stack([np.full(500, 2.1)] * 4)])
+    res = R.compute_recl(flat, grid, names=["a", "b"], r_values=[0.1, 1.0], resamples=50, seed=3)
+    for r in (0.1, 1.0):
+        np.testing.assert_allclose(res.gain_std[r], 0.0, atol=1e-12)
+        assert res.recl["a"][r] == 20 and res.recl_interval["a"][r] == (20, 20)
+        assert res.recl_agreement["a"][r] == 1.0
+    # noisy tokens: a positive spread, the same for the same seed, another for another seed
+    rng = np.random.default_rng(0)
+    noisy = flat + rng.normal(0, 0.5, flat.shape)
+    one = R.compute_recl(noisy, grid, names=["a", "b"], r_values=[0.1, 1.0], resamples=50, seed=3)
+    again = R.compute_recl(noisy, grid, names=["a", "b"], r_values=[0.1, 1.0], resamples=50, seed=3)
+    other = R.compute_recl(noisy, grid, names=["a", "b"], r_values=[0.1, 1.0], resamples=50, seed=4)
+    assert (one.gain_std[0.1] > 0).all() and (one.gain_std[1.0] > 0).all()
+    np.testing.assert_array_equal(one.gain_std[0.1], again.gain_std[0.1])
+    assert one.recl_interval == again.recl_interval
+    assert not np.array_equal(one.gain_std[0.1], other.gain_std[0.1])
+    doc = one.to_dict()["bootstrap"]
+    assert doc["resamples"] == 50 and doc["seed"] == 3 and set(doc["recl_interval"]) == {"a", "b"}
+    assert len(doc["gain_std"]["0.1"]["a"]) == 3
+    assert R.compute_recl(noisy, grid).to_dict()["bootstrap"] is None  # resamples=0: none
+
+
+def test_bootstrap_equals_recomputing_on_each_resample() -> None:
+    """The vectorised weights give what resampling the positions and rerunning the metric gives."""
+    rng = np.random.default_rng(5)
+    losses = rng.gamma(2.0, 1.0, size=(3, 4, 300))
+    grid, b = [8, 16, 24, 32], 7
+    boot = R.bootstrap_gains(losses, grid, [0.1, 0.5], resamples=b, seed=11, chunk=b)
+    draws = np.random.default_rng(11).integers(0, 300, size=(b, 300))
+    for s in range(b):
+        for r in (0.1, 0.5):
+            np.testing.assert_allclose(boot[r][s], R.relative_gains(losses[:, :, draws[s]], grid, r), atol=1e-12)
+
+
+def test_uniform_grid_parser() -> None:
+    assert R.parse_grid("16:64:16") == [16, 32, 48, 64]
+    assert R.parse_grid("100:1000:100") == list(range(100, 1001, 100))
+    assert R.grid_step([16, 32, 48]) == 16 and R.grid_step([16, 32, 64]) is None
+    for bad, msg in (("16:60:16", "not a multiple"), ("a:b:c", "START:STOP:STEP"), ("16:64", "START:STOP:STEP"),
+                     ("0:10:5", "START >= 1|1 <= START"), ("16:16:1", "START < STOP"), ("8:16:0", "STEP >= 1")):
+        with pytest.raises(ConfigError, match=msg):
+            R.parse_grid(bad)
+    res = R.compute_recl(np.ones((1, 3, 10)), [16, 32, 64])
+    assert res.to_dict()["grid_step"] is None and R.compute_recl(np.ones((1, 3, 10)), [8, 16, 24]).step == 8
+
+
 @pytest.mark.slow
 def test_trained_xl_reaches_a_longer_recl_than_vanilla_on_a_copy_task(tmp_path) -> None:
     """Small trained models on data whose long-range structure is known: random blocks of 24 tokens, each
-    repeated once, so the second copy is predictable from exactly 24 tokens back. Vanilla (Al-Rfou et al.,
-    window 16) cannot read that far; Transformer-XL (tgt_len = mem_len = 16) can, and its RECL must be 24."""
+    repeated once, so a token of the second copy is the one 24 tokens back. Vanilla (Al-Rfou et al., 16
+    learned positions) cannot read that far: its RECL is at most 16. Transformer-XL (tgt_len = mem_len = 16)
+    measured by the window (exactly c tokens) gains from c = 24, where the source comes into view, so its
+    RECL is at least 24; it may be longer, since telling a second copy from a first one needs pairs of tokens
+    24 apart, i.e. more than 24 tokens of context (with these 600 steps: 24 for r = 0.1, 40 for r = 0.5, 1)."""
     from txl.data import Corpus
     from txl.experiments.ablations import Variant, train_variant, variant_config
 
@@ -169,12 +275,12 @@ def test_trained_xl_reaches_a_longer_recl_than_vanilla_on_a_copy_task(tmp_path) 
     for name, v in (("xl", Variant(True, "ours", "full")), ("vanilla", Variant(False, "alrfou", "full"))):
         model, _ = train_variant(variant_config(base, v, 16), corpus, tmp_path / name, steps=600, batch_size=16,
                                  lr=2e-3, warmup=20, seed=0)
-        group.append(R.GroupMember(name, model, name, R.default_method(model)))
+        group.append(R.GroupMember(name, model, name))
     contexts = [8, 16, 24, 32, 40]
     losses, caps = R.group_losses(group, data[150_000:], contexts, start=48, tokens=2400, data_key={}, tgt_len=16)
     res = R.compute_recl(losses, contexts, names=["xl", "vanilla"], r_values=[0.1, 0.5, 1.0], max_context=caps)
     for r in (0.1, 0.5, 1.0):
-        assert res.recl["xl"][r] == 24, res.to_dict()
+        assert res.recl["xl"][r] >= 24, res.to_dict()
         assert res.recl["vanilla"][r] <= 16
 
 

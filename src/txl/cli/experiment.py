@@ -64,28 +64,55 @@ def _base_config(args: argparse.Namespace, n_token: int) -> Any:
 def _add_recl(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
                    help="a model of the group (repeat for each); PATH as for `txl eval`")
-    p.add_argument("--method", action="append", default=[], metavar="NAME=memory|window",
-                   help="how a model's context c is measured (default: memory for attn_type 0/1, window for 2/3)")
+    p.add_argument("--method", action="append", default=None, metavar="window|attention-length",
+                   help="how l_i(c, t) is measured, one method for the whole group (default: window). window: "
+                   "token t given exactly its c previous tokens, a stride-1 window without memory (Appendix C's "
+                   "definition; a model with L_max learned positions reads min(c, L_max)). attention-length (alias "
+                   "memory): evaluation with memory, mem_len = c and same_length, segments of --tgt-len; each query "
+                   "attends to c positions per layer, so a prediction of an n_layer model can depend on up to "
+                   "n_layer*(c-1)+1 input tokens")
     p.add_argument("--dataset", required=True, help="dataset all models were trained on")
     p.add_argument("--split", default="valid", choices=["valid", "test"], help="split (default: valid)")
     p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
-    p.add_argument("--contexts", required=True, help="context grid, e.g. 32,64,96,128 (step Δ; paper: 100..1000)")
-    p.add_argument("--tokens", type=positive_int, default=4096, help="scored tokens (default: 4096)")
-    p.add_argument("--start", type=nonneg_int, help="first scored position (default: the largest context)")
+    grid = p.add_mutually_exclusive_group(required=True)
+    grid.add_argument("--grid", metavar="START:STOP:STEP",
+                      help="uniform context grid START, START+STEP, ..., STOP (STOP included; e.g. 16:256:16; "
+                      "the paper: 100:1000:100 words). The 1%% threshold applies per step")
+    grid.add_argument("--contexts", metavar="C1,C2,...",
+                      help="context grid as a list, e.g. 32,64,96,128; a non-uniform one is accepted with a warning "
+                      "(the threshold applies per step, so a longer step passes it more easily)")
+    p.add_argument("--tokens", type=positive_int, default=32768,
+                   help="scored tokens (default: 32768; the top-r set holds ceil(r * tokens): 3,277 for r = 0.1). "
+                   "The window method runs one window per token, context and model: tens of thousands of tokens "
+                   "are a job for --device cuda")
+    p.add_argument("--start", type=nonneg_int, help="first scored position (default: the largest context, so "
+                   "every context is full)")
     p.add_argument("--r", default="0.1,0.5,1.0", help="fractions of hardest tokens (default: 0.1,0.5,1.0)")
-    p.add_argument("--threshold", type=nonneg_float, default=0.01, help="relative gain threshold (default: 0.01)")
-    p.add_argument("--tgt-len", type=positive_int, default=32, help="segment length of the memory method (default: 32)")
-    p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances (memory method)")
+    p.add_argument("--threshold", type=nonneg_float, default=0.01,
+                   help="relative gain threshold per grid step (default: 0.01)")
+    p.add_argument("--resamples", type=nonneg_int, default=200,
+                   help="bootstrap resamples of the scored tokens for the spread of each gain and RECL (5-95%% "
+                   "interval); 0: none (default: 200)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the bootstrap resamples (default: 0)")
+    p.add_argument("--rows", type=positive_int,
+                   help="window method: windows per forward (default: as many as fit a 256 MB attention budget, "
+                   "at most 256; more rows take more memory)")
+    p.add_argument("--tgt-len", type=positive_int, default=32,
+                   help="attention-length method: segment length (default: 32; unused by window)")
+    p.add_argument("--clamp-len", type=clamp_int,
+                   help="attention-length method: clamp relative distances (unused by window)")
     p.add_argument("--cache", help="per-token loss cache directory (default: OUT/cache)")
     p.add_argument("--out", required=True, help="output directory: recl.json, recl.md, recl.png")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N (default: cpu)")
     _add_progress(p)
     p.set_defaults(func=run_recl)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     _add_recl(sub.add_parser("recl", help="relative effective context length of a model group (paper Table 8)",
-                             description="RECL as defined in the paper's Appendix C (see txl.experiments.recl)."))
+                             description="RECL as defined in the paper's Appendix C (see txl.experiments.recl): "
+                             "by default every model's loss of token t is measured given exactly its c previous "
+                             "tokens (--method window), on a grid, with a bootstrap spread over the tokens."))
     p = sub.add_parser("experiment", help="the paper's experiments: recl (Table 8), ablation (Tables 6, 7, 10), "
                                           "eval-speed (Table 9)")
     ex = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
@@ -148,59 +175,77 @@ def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- recl
+def _recl_method(values: list[str] | None) -> str:
+    """The group's one method from the ``--method`` values (none: window); ``NAME=METHOD`` and differing values are
+    refused, since every model of a group must be measured the same way."""
+    from txl.experiments import recl as R
+
+    if not values:
+        return R.DEFAULT_METHOD
+    for v in values:
+        if "=" in v:
+            raise ConfigError(f"--method {v!r}: one method measures the whole group (window or attention-length), "
+                              "not one per model")
+    methods = {R.check_method(v) for v in values}
+    if len(methods) > 1:
+        raise ConfigError(f"--method given as {', '.join(sorted(methods))}: a group is measured by one method")
+    return methods.pop()
+
+
 def run_recl(args: argparse.Namespace) -> int:
     import numpy as np
 
     from txl.data import load_corpus
     from txl.experiments import recl as R
-    from txl.experiments.tables import plot_recl, recl_gain_table, recl_table
-    from txl.inference.loading import load_model
+    from txl.experiments.tables import plot_recl, recl_gain_table, recl_protocol, recl_table
+    from txl.inference.loading import check_device, load_model
     from txl.store.layout import weights_digest
 
-    contexts = parse_int_list(args.contexts, "--contexts", minimum=1)
+    prog = "txl recl" if args.command == "recl" else "txl experiment recl"
+    check_device(args.device)
+    method = _recl_method(args.method)
+    contexts = R.parse_grid(args.grid) if args.grid else parse_int_list(args.contexts, "--contexts", minimum=1)
+    if args.contexts and len(contexts) > 1 and R.grid_step(contexts) is None:
+        stderr_note(prog)(f"warning: the grid {args.contexts} is not uniform; the {100 * args.threshold:g}% "
+                          "threshold applies per step, so a longer step passes it more easily (--grid START:STOP:STEP "
+                          "gives a uniform one)")
     r_values = parse_float_list(args.r, "--r")
-    methods = {}
-    for spec in args.method:
-        name, _, method = spec.partition("=")
-        if method not in R.METHODS:
-            raise ConfigError(f"--method {spec!r}: expected NAME=memory or NAME=window")
-        methods[name] = method
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
     members = []
     for spec in args.model:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise ConfigError(f"--model {spec!r}: expected NAME=PATH")
-        prog = "txl recl" if args.command == "recl" else "txl experiment recl"
         model, directory = load_model(path, device=args.device, note=stderr_note(f"{prog}: model {name}"))
         if model.config.n_token != len(corpus.vocab):
             raise ConfigError(f"model {name} predicts {model.config.n_token} symbols, {args.dataset} has "
                               f"{len(corpus.vocab)}")
-        members.append(R.GroupMember(name, model, weights_digest(directory), methods.get(name) or
-                                     R.default_method(model)))
-    unknown = set(methods) - {m.name for m in members}
-    if unknown:
-        raise ConfigError(f"--method names unknown model(s): {', '.join(sorted(unknown))}")
+        members.append(R.GroupMember(name, model, weights_digest(directory)))
     data = np.asarray(corpus.splits[args.split])
     start = args.start if args.start is not None else max(contexts)
     out = Path(args.out)
     cache = R.LossCache(args.cache or out / "cache")
-    losses, caps = R.group_losses(members, data, contexts, start=start, tokens=args.tokens,
+    losses, caps = R.group_losses(members, data, contexts, method=method, start=start, tokens=args.tokens,
                                   data_key={"dataset": args.dataset, "split": args.split}, cache=cache,
-                                  tgt_len=args.tgt_len, clamp_len=args.clamp_len, device=args.device, progress=_log,
-                                  bar=_bar(args))
+                                  tgt_len=args.tgt_len, clamp_len=args.clamp_len, rows=args.rows, device=args.device,
+                                  progress=_log, bar=_bar(args))
     result = R.compute_recl(losses, contexts, names=[m.name for m in members], r_values=r_values,
-                            threshold=args.threshold, max_context=caps)
+                            threshold=args.threshold, max_context=caps, resamples=args.resamples, seed=args.seed,
+                            method=method, receptive=R.group_receptive_fields(members, contexts, method))
+    memory = method == R.ATTENTION_LENGTH
     doc = {**result.to_dict(), "dataset": args.dataset, "split": args.split, "start": start, "tokens": args.tokens,
-           "models": {m.name: {"path": spec.partition("=")[2], "digest": m.digest, "method": m.method,
-                               "attn_type": m.model.config.attn_type}
+           "tgt_len": args.tgt_len if memory else None, "clamp_len": args.clamp_len if memory else None,
+           "rows": args.rows if not memory else None,
+           "models": {m.name: {"path": spec.partition("=")[2], "digest": m.digest, "method": method,
+                               "attn_type": m.model.config.attn_type, "n_layer": m.model.config.n_layer}
                       for m, spec in zip(members, args.model)}}
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "recl.json", doc, sort_keys=False)
     text = recl_table(result)
     gains = "\n".join(f"Relative gain g(c, c') in % (r = {r:g}):\n\n{recl_gain_table(result, r)}" for r in r_values)
-    write_text(out / "recl.md", text + "\n" + gains)
-    plot_recl(result, out / "recl.png", title=f"RECL on {args.dataset} {args.split} ({args.tokens} tokens)")
+    write_text(out / "recl.md", recl_protocol(result) + "\n" + text + "\n" + gains)
+    plot_recl(result, out / "recl.png", title=f"RECL on {args.dataset} {args.split} ({args.tokens} tokens, {method})")
+    print(recl_protocol(result))
     print(text)
     print(f"wrote {out}/recl.json, recl.md, recl.png")
     return 0

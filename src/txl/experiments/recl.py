@@ -2,7 +2,7 @@ r"""Relative Effective Context Length (RECL), paper Sec. 4.3 and Appendix C (Tab
 
 RECL is defined on a *group* of models ``M = {m_1, ..., m_N}`` so that all of them are compared with the same
 baseline. With ``l_i(c, t) = -log P_{m_i}(x_t | x_{t-1}, ..., x_{t-c})`` the loss of model ``i`` on token
-``t`` with a context of length ``c``, for a short context ``c`` and a long one ``c' >= c``:
+``t`` given exactly its previous ``c`` tokens, for a short context ``c`` and a long one ``c' >= c``:
 
 .. math::
 
@@ -17,31 +17,45 @@ baseline. With ``l_i(c, t) = -log P_{m_i}(x_t | x_{t-1}, ..., x_{t-c})`` the los
 Only improvements over the best short-context model count: a token where model ``i`` with the long context
 is worse than the baseline contributes the baseline. Since ``b(c, t) <= l_i(c, t)``, ``f_i(c, c)`` is the
 mean of ``b(c, t)`` over ``T_r(c)``, the same for every model of the group. The algorithm (Appendix C) with a
-context grid ``c_0 < c_1 < ...`` (the paper steps by ``Delta = 100`` words):
+context grid ``c_0 < c_1 < ...`` of step ``Delta`` (the paper: ``Delta = 100`` words):
 
 1. ``c = c_0``, ``c' = c_1``;
 2. if ``g_i(c, c') < threshold`` (0.01, i.e. 1%) return ``RECL_i = c``; else ``c = c'``, ``c'`` = the next
    grid value, and repeat.
 
+How ``l_i(c, t)`` is measured (:func:`context_losses`; one method for the whole group, :func:`group_losses`
+takes it once, so a group cannot mix them):
+
+* ``"window"`` (the default, :data:`DEFAULT_METHOD`): Appendix C's quantity itself. Token ``t`` is predicted
+  from exactly ``x_{t-c} .. x_{t-1}``, fed as one segment without memory (the stride-1 sliding window of
+  :func:`txl.inference.window.sliding_window_nll`, windows batched ``rows`` per forward; the truncated
+  context of Khandelwal et al., 2018). Receptive field: ``c`` tokens, for every model and encoding.
+* ``"attention-length"`` (alias ``"memory"``): the paper's evaluation with memory at attention length ``c``,
+  ``mem_len = c`` with ``same_length`` (segments of ``tgt_len``), so every query attends to exactly ``c``
+  positions, itself included, in every layer. Through the memories of the layers below, a prediction of an
+  ``n_layer`` model can depend on up to ``n_layer * (c - 1) + 1`` input tokens (:func:`receptive_field`):
+  253 at ``c = 64`` for 4 layers. It measures how a model uses its attention length, not Appendix C's
+  ``l_i(c, t)``, and is reported under its own name.
+
 Our interpretation where the paper is silent (all stated in the results):
 
 * ``T`` is the set of scored token positions (the same for every model and context); ``|T_r| = ceil(r |T|)``,
   ties in ``b`` broken by position (stable sort). The hardest positions are chosen anew at every ``c``.
-* The loop runs over the given grid; the step need not be uniform. If the gain is still above the threshold
-  at the last step, RECL is the largest grid value and is marked *censored* (a lower bound).
+* The grid should be uniform, since the 1% threshold applies per step (a longer step passes it more easily):
+  :func:`parse_grid` reads ``START:STOP:STEP``. A non-uniform grid is *accepted with a warning* (the CLI
+  prints one; :func:`grid_step` is None and the results say so), not refused, so that older runs can be
+  reproduced. If the gain is still above the threshold at the last step, RECL is the largest grid value and
+  is marked *censored* (a lower bound).
 * A model that cannot read more than ``L_max`` tokens (learned absolute positions, e.g. the Al-Rfou et al.
   Transformer whose Table 8 RECL is its training length 128) has ``l_i(c, t) = l_i(L_max, t)`` for
-  ``c > L_max``, and its RECL is reported as ``min(RECL_i, L_max)``.
-* How ``l_i(c, t)`` is measured (:func:`context_losses`): ``"window"`` feeds exactly the ``c`` previous tokens
-  (a sliding window of stride 1, no memory: the truncated context of Khandelwal et al., 2018);
-  ``"memory"`` is the paper's evaluation with memory at attention length ``c``: ``mem_len = c`` with
-  ``same_length``, so every prediction attends to exactly ``c`` positions in every layer (through the memories
-  of the layers below, information from beyond ``c`` tokens can still reach it, as in the paper's
-  "Attn Len"). The default picks ``memory`` for relative encodings (attn_type 0, 1) and ``window`` for
-  absolute ones (2, 3), whose only honest evaluation is the vanilla window.
+  ``c > L_max`` in the window method, and its RECL is reported as ``min(RECL_i, L_max)``.
+* Noise (:func:`bootstrap_gains`): the scored positions are resampled with replacement ``B`` times (seeded);
+  on each resample the whole computation (baseline, top-r set, gains, RECL) is redone, vectorised over the
+  resamples as token weights (a position drawn ``k`` times counts ``k`` times). Reported: the standard
+  deviation of each step's gain and the 5-95 % interval of the resampled RECL (grid values), next to each RECL.
 
 Per-token losses are cached (:class:`LossCache`: ``.npy`` files, no pickle, and a JSON manifest keyed by the
-model's weights digest, the data and the context), so a long computation resumes where it stopped.
+model's weights digest, the data, the method and the context), so a long computation resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -62,7 +76,55 @@ from txl.errors import ConfigError, DataError
 from txl.store.files import atomic_write, check_plain_name, read_json, write_json
 from txl.store.layout import CACHE_MANIFEST
 
-METHODS = ("memory", "window")
+WINDOW, ATTENTION_LENGTH = "window", "attention-length"
+METHODS = (WINDOW, ATTENTION_LENGTH)
+METHOD_ALIASES = {"memory": ATTENTION_LENGTH}  # the name this method had before it was made an option
+DEFAULT_METHOD = WINDOW
+RECEPTIVE_FIELD = {
+    WINDOW: "exactly the c previous tokens (stride-1 window, no memory; a model with L_max learned positions "
+            "reads min(c, L_max))",
+    ATTENTION_LENGTH: "mem_len = c with same_length: each query attends to c positions (itself included) in "
+                      "every layer, so a prediction of an n_layer model can depend on up to n_layer*(c-1)+1 "
+                      "input tokens",
+}
+
+
+def check_method(method: str) -> str:
+    """The canonical name of a measuring method (``"memory"`` is read as ``"attention-length"``)."""
+    name = METHOD_ALIASES.get(method, method)
+    if name not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)} (or 'memory', an alias of "
+                          f"'attention-length'), got {method!r}")
+    return name
+
+
+def receptive_field(method: str, context: int, *, n_layer: int, max_context: int | None = None) -> int:
+    """The most input tokens one prediction can depend on when measured at context ``c`` by ``method``:
+    ``min(c, max_context)`` for the window, ``n_layer * (c - 1) + 1`` for the attention length."""
+    if check_method(method) == WINDOW:
+        return context if max_context is None else min(context, max_context)
+    return n_layer * (context - 1) + 1
+
+
+# ---------------------------------------------------------------------------------------------- the grid
+def parse_grid(text: str) -> list[int]:
+    """``"START:STOP:STEP"`` -> ``[START, START + STEP, ..., STOP]`` (STOP included; it must be on the grid)."""
+    parts = text.split(":")
+    try:
+        start, stop, step = (int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"a grid is START:STOP:STEP (integers, e.g. 16:256:16), got {text!r}") from None
+    if start < 1 or step < 1 or stop <= start:
+        raise ConfigError(f"a grid needs 1 <= START < STOP and STEP >= 1, got {text!r}")
+    if (stop - start) % step:
+        raise ConfigError(f"grid {text!r}: STOP - START ({stop - start}) is not a multiple of STEP ({step})")
+    return list(range(start, stop + 1, step))
+
+
+def grid_step(contexts: Sequence[int]) -> int | None:
+    """The step ``Delta`` of a uniform grid, or None when the steps differ."""
+    steps = {b - a for a, b in pairwise(contexts)}
+    return steps.pop() if len(steps) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------- the metric
@@ -79,43 +141,101 @@ def _check(losses: np.ndarray, contexts: Sequence[int]) -> np.ndarray:
     return arr
 
 
-def hardest(baseline: np.ndarray, r: float) -> np.ndarray:
-    """Indices of the ``ceil(r * n)`` positions with the largest baseline loss (ties: earlier position first)."""
+def top_count(r: float, n: int) -> int:
+    """``|T_r| = ceil(r * n)`` (at least 1)."""
     if not 0 < r <= 1:
         raise ConfigError(f"r must be in (0, 1], got {r}")
-    k = max(1, math.ceil(r * baseline.shape[0] - 1e-9))
+    return max(1, math.ceil(r * n - 1e-9))
+
+
+def hardest(baseline: np.ndarray, r: float) -> np.ndarray:
+    """Indices of the ``ceil(r * n)`` positions with the largest baseline loss (ties: earlier position first)."""
+    k = top_count(r, baseline.shape[0])
     order = np.argsort(-baseline, kind="stable")
     return order[:k]
+
+
+def _relative_losses(arr: np.ndarray, r_values: Sequence[float], counts: np.ndarray) -> dict[float, np.ndarray]:
+    """Relative losses on token multisets: ``counts[s, t]`` copies of position ``t`` in sample ``s`` (each
+    sample of ``n`` tokens; all ones: the scored positions themselves). Returns ``r -> [samples, 1 + models,
+    steps]``: row 0 ``f(c, c)`` (the mean baseline over the top-r set), row ``1 + i`` ``f_i(c, c')``.
+
+    In a multiset the top-r set is the first ``|T_r|`` tokens of the positions sorted by ``-b`` (stable, as
+    :func:`hardest`), copies counted: a position weighs ``clip(|T_r| - copies ranked before it, 0, its
+    copies)``, so all-ones counts give exactly :func:`hardest`'s set."""
+    n_models, n_ctx, n = arr.shape
+    samples = counts.shape[0]
+    out = {float(r): np.empty((samples, n_models + 1, n_ctx - 1)) for r in r_values}
+    tops = {float(r): top_count(r, n) for r in r_values}
+    for k in range(n_ctx - 1):
+        base = arr[:, k].min(axis=0)  # b(c_k, t)                                      [T]
+        order = np.argsort(-base, kind="stable")  # hardest first
+        vals = np.concatenate([base[order][None], np.minimum(base[order][None], arr[:, k + 1, order])])  # [1+M, T]
+        copies = counts[:, order]  # [S, T]
+        before = np.cumsum(copies, axis=1) - copies  # copies ranked before each position   [S, T]
+        for r, top in tops.items():
+            w = np.clip(top - before, 0, copies)  # copies of each position inside T_r   [S, T]
+            out[r][:, :, k] = w @ vals.T / top  # [S, 1+M]
+    return out
+
+
+def _gains(f: np.ndarray) -> np.ndarray:
+    """``g = (exp f(c, c) - exp f(c, c')) / exp f(c, c)`` from :func:`_relative_losses`' layout -> ``[S, M, steps]``."""
+    return (np.exp(f[:, :1]) - np.exp(f[:, 1:])) / np.exp(f[:, :1])
 
 
 def relative_gains(losses: np.ndarray, contexts: Sequence[int], r: float) -> np.ndarray:
     """``g[i, k] = g_i(c_k, c_{k+1})`` for every model ``i`` and grid step ``k`` (module docstring)."""
     arr = _check(losses, contexts)
-    n_models, n_ctx, _ = arr.shape
-    gains = np.empty((n_models, n_ctx - 1))
-    for k in range(n_ctx - 1):
-        base = arr[:, k].min(axis=0)  # b(c_k, t)
-        top = hardest(base, r)
-        f_short = base[top].mean()  # f_i(c, c) = mean of b over T_r
-        f_long = np.minimum(base[top][None], arr[:, k + 1, top]).mean(axis=1)  # f_i(c, c')
-        gains[:, k] = (math.exp(f_short) - np.exp(f_long)) / math.exp(f_short)
-    return gains
+    return _gains(_relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)])[0]
 
 
 def unnormalized_gains(losses: np.ndarray, contexts: Sequence[int], r: float) -> np.ndarray:
     """``exp f_i(c, c) - exp f_i(c, c')`` per grid step (the paper's Figure 3)."""
     arr = _check(losses, contexts)
-    out = np.empty((arr.shape[0], arr.shape[1] - 1))
-    for k in range(arr.shape[1] - 1):
-        base = arr[:, k].min(axis=0)
-        top = hardest(base, r)
-        out[:, k] = math.exp(base[top].mean()) - np.exp(np.minimum(base[top][None], arr[:, k + 1, top]).mean(1))
-    return out
+    f = _relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)][0]  # [1+M, steps]
+    return np.exp(f[:1]) - np.exp(f[1:])
+
+
+def bootstrap_gains(losses: np.ndarray, contexts: Sequence[int], r_values: Sequence[float], *, resamples: int,
+                    seed: int = 0, chunk: int = 50) -> dict[float, np.ndarray]:
+    """Relative gains on ``resamples`` bootstrap resamples of the scored positions: ``r -> [B, models, steps]``.
+
+    Each resample draws ``n`` positions with replacement (``numpy.random.default_rng(seed)``, ``chunk``
+    resamples at a time, so the draws depend on ``seed`` and ``chunk`` only) and redoes the baseline, the
+    top-r set and the gains on that multiset (:func:`_relative_losses`)."""
+    arr = _check(losses, contexts)
+    if resamples < 1:
+        raise ConfigError(f"resamples must be >= 1, got {resamples}")
+    n = arr.shape[2]
+    rng = np.random.default_rng(seed)
+    parts: dict[float, list[np.ndarray]] = {float(r): [] for r in r_values}
+    for lo in range(0, resamples, chunk):
+        s = min(chunk, resamples - lo)
+        draws = rng.integers(0, n, size=(s, n)) + n * np.arange(s)[:, None]  # flat index of (sample, position)
+        counts = np.bincount(draws.ravel(), minlength=s * n).reshape(s, n).astype(np.float64)  # [S, T]
+        for r, f in _relative_losses(arr, r_values, counts).items():
+            parts[r].append(_gains(f))
+    return {r: np.concatenate(p) for r, p in parts.items()}
+
+
+def recl_from_gains(gains: np.ndarray, contexts: Sequence[int], threshold: float,
+                    caps: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """RECL and censoring from gains ``[..., models, steps]``: the first ``c_k`` with ``g(c_k, c_{k+1}) <
+    threshold``, else the last grid value (censored); then at most each model's cap (not censored there)."""
+    below = gains < threshold
+    found = below.any(axis=-1)
+    k = np.where(found, below.argmax(axis=-1), len(contexts) - 1)
+    values = np.asarray(contexts, dtype=np.int64)[k]
+    cap = np.array([np.iinfo(np.int64).max if c is None else c for c in caps], dtype=np.int64)
+    over = values > cap
+    return np.where(over, cap, values), ~found & ~over
 
 
 @dataclass
 class RECLResult:
-    """RECL per model and ``r``, with the gains it was read from."""
+    """RECL per model and ``r``, with the gains it was read from, their bootstrap spread and how the losses
+    were measured."""
 
     names: list[str]
     contexts: list[int]
@@ -124,53 +244,94 @@ class RECLResult:
     recl: dict[str, dict[float, int]]  # name -> r -> RECL
     censored: dict[str, dict[float, bool]]  # True: still above the threshold at the last grid step
     capped: dict[str, int | None]  # L_max of models that cannot read longer contexts
+    tokens: int = 0  # |T|, scored positions
     gains: dict[float, np.ndarray] = field(repr=False, default_factory=dict)  # r -> [models, steps]
     ppl: np.ndarray | None = field(repr=False, default=None)  # [models, contexts] plain perplexity
+    method: str | None = None  # how l_i(c, t) was measured (METHODS), one for the group
+    receptive_field: dict[str, list[int]] | None = None  # name -> input tokens a prediction can read, per context
+    resamples: int = 0  # bootstrap resamples (0: none)
+    seed: int | None = None
+    interval: tuple[float, float] = (0.05, 0.95)
+    recl_interval: dict[str, dict[float, tuple[int, int]]] = field(default_factory=dict)  # name -> r -> (lo, hi)
+    recl_agreement: dict[str, dict[float, float]] = field(default_factory=dict)  # share of resamples = RECL
+    gain_std: dict[float, np.ndarray] = field(repr=False, default_factory=dict)  # r -> [models, steps]
+
+    @property
+    def step(self) -> int | None:
+        return grid_step(self.contexts)
 
     def to_dict(self) -> dict[str, Any]:
+        def per_r(d: dict[str, dict[float, Any]]) -> dict[str, dict[str, Any]]:
+            return {n: {str(r): v for r, v in x.items()} for n, x in d.items()}
+
+        def per_model(a: np.ndarray) -> dict[str, list[float]]:
+            return {n: a[i].round(6).tolist() for i, n in enumerate(self.names)}
+
+        boot = None
+        if self.resamples:
+            boot = {"resamples": self.resamples, "seed": self.seed,
+                    "over": "scored token positions, drawn with replacement",
+                    "interval": list(self.interval),
+                    "recl_interval": per_r(self.recl_interval),
+                    "recl_agreement": per_r(self.recl_agreement),
+                    "gain_std": {str(r): per_model(g) for r, g in self.gain_std.items()}}
         return {
             "definition": "Dai et al. 2019, Appendix C (see txl.experiments.recl)",
-            "contexts": self.contexts, "r": self.r_values, "threshold": self.threshold,
-            "recl": {n: {str(r): v for r, v in d.items()} for n, d in self.recl.items()},
-            "censored": {n: {str(r): v for r, v in d.items()} for n, d in self.censored.items()},
-            "max_context": self.capped,
-            "gains": {str(r): {n: g[i].round(6).tolist() for i, n in enumerate(self.names)}
-                      for r, g in self.gains.items()},
+            "method": self.method,
+            "receptive_field": None if self.method is None else {
+                "statement": RECEPTIVE_FIELD[self.method], "tokens": self.receptive_field},
+            "contexts": self.contexts, "grid_step": self.step, "r": self.r_values, "threshold": self.threshold,
+            "tokens_scored": self.tokens,
+            "top_tokens": {str(r): top_count(r, self.tokens) for r in self.r_values} if self.tokens else None,
+            "recl": per_r(self.recl), "censored": per_r(self.censored), "max_context": self.capped,
+            "bootstrap": boot,
+            "gains": {str(r): per_model(g) for r, g in self.gains.items()},
             "ppl": None if self.ppl is None else {n: self.ppl[i].round(4).tolist() for i, n in enumerate(self.names)},
         }
 
 
 def compute_recl(losses: np.ndarray, contexts: Sequence[int], *, names: Sequence[str] | None = None,
                  r_values: Sequence[float] = (0.1, 0.5, 1.0), threshold: float = 0.01,
-                 max_context: Sequence[int | None] | None = None) -> RECLResult:
+                 max_context: Sequence[int | None] | None = None, resamples: int = 0, seed: int = 0,
+                 interval: tuple[float, float] = (0.05, 0.95), method: str | None = None,
+                 receptive: dict[str, list[int]] | None = None) -> RECLResult:
     """RECL of every model of a group from per-token losses ``[models, contexts, tokens]`` (module docstring).
 
     ``max_context[i]`` (or None) is the longest context model ``i`` can read; its losses at longer grid
     contexts must already repeat those at ``max_context[i]`` (as :func:`group_losses` builds them).
+    ``resamples > 0`` adds the bootstrap (:func:`bootstrap_gains`, ``seed``): the std of each step's gain and
+    the ``interval`` quantiles of the resampled RECL. ``method`` and ``receptive`` (per model, per context)
+    are recorded as given.
     """
     arr = _check(losses, contexts)
     names = list(names) if names is not None else [f"model{i}" for i in range(arr.shape[0])]
     caps = list(max_context) if max_context is not None else [None] * arr.shape[0]
     if len(names) != arr.shape[0] or len(caps) != arr.shape[0]:
         raise ConfigError("names/max_context must have one entry per model")
-    recl: dict[str, dict[float, int]] = {n: {} for n in names}
-    censored: dict[str, dict[float, bool]] = {n: {} for n in names}
-    gains_by_r = {}
+    lo_q, hi_q = interval
+    if not 0 <= lo_q <= hi_q <= 1:
+        raise ConfigError(f"interval must be two quantiles 0 <= lo <= hi <= 1, got {interval}")
+    r_values = [float(r) for r in r_values]
+    f = _relative_losses(arr, r_values, np.ones((1, arr.shape[2])))
+    gains = {r: _gains(f[r])[0] for r in r_values}
+    boot = bootstrap_gains(arr, contexts, r_values, resamples=resamples, seed=seed) if resamples else {}
+    res = RECLResult(names=names, contexts=[int(c) for c in contexts], r_values=r_values, threshold=threshold,
+                     recl={n: {} for n in names}, censored={n: {} for n in names}, capped=dict(zip(names, caps)),
+                     tokens=int(arr.shape[2]), gains=gains, ppl=np.exp(arr.mean(axis=2)),
+                     method=None if method is None else check_method(method), receptive_field=receptive,
+                     resamples=resamples, seed=seed if resamples else None, interval=(lo_q, hi_q))
     for r in r_values:
-        gains = relative_gains(arr, contexts, r)
-        gains_by_r[float(r)] = gains
+        values, cens = recl_from_gains(gains[r], contexts, threshold, caps)
+        if resamples:
+            bvals, _ = recl_from_gains(boot[r], contexts, threshold, caps)  # [B, M]
+            q = np.quantile(bvals, [lo_q, hi_q], axis=0, method="inverted_cdf")  # grid values   [2, M]
+            res.gain_std[r] = boot[r].std(axis=0, ddof=1) if resamples > 1 else np.zeros_like(gains[r])
         for i, name in enumerate(names):
-            below = np.nonzero(gains[i] < threshold)[0]
-            k = int(below[0]) if below.size else len(contexts) - 1
-            value = int(contexts[k])
-            censored[name][float(r)] = not below.size
-            if caps[i] is not None and value > caps[i]:
-                value, censored[name][float(r)] = int(caps[i]), False
-            recl[name][float(r)] = value
-    ppl = np.exp(arr.mean(axis=2))
-    return RECLResult(names=names, contexts=[int(c) for c in contexts], r_values=[float(r) for r in r_values],
-                      threshold=threshold, recl=recl, censored=censored, capped=dict(zip(names, caps)),
-                      gains=gains_by_r, ppl=ppl)
+            res.recl[name][r], res.censored[name][r] = int(values[i]), bool(cens[i])
+            if resamples:
+                res.recl_interval.setdefault(name, {})[r] = (int(q[0, i]), int(q[1, i]))
+                res.recl_agreement.setdefault(name, {})[r] = round(float(np.mean(bvals[:, i] == values[i])), 4)
+    return res
 
 
 # ---------------------------------------------------------------------------------------------- cache
@@ -224,30 +385,29 @@ class LossCache:
 
 
 # ---------------------------------------------------------------------------------------------- measuring l_i(c, t)
-def default_method(model: Any) -> str:
-    """``memory`` for relative encodings (attn_type 0/1), ``window`` for absolute ones (2/3)."""
-    return "memory" if model.config.attn_type in (0, 1) else "window"
-
-
 def max_context(model: Any, method: str) -> int | None:
     """The longest context a model can read by ``method``: attn_type 3 windows stop at its learned positions."""
-    return model.config.max_context if method == "window" else None
+    return model.config.max_context if check_method(method) == WINDOW else None
 
 
-def context_losses(model: Any, data: np.ndarray, context: int, *, method: str, start: int, tokens: int,
-                   tgt_len: int = 32, clamp_len: int | None = None, device: Any = None) -> np.ndarray:
-    """``l(c, t)`` for ``t`` in ``[start, start + tokens)`` (``start >= context``, so every context is full)."""
+def context_losses(model: Any, data: np.ndarray, context: int, *, method: str = DEFAULT_METHOD, start: int,
+                   tokens: int, tgt_len: int = 32, clamp_len: int | None = None, rows: int | None = None,
+                   device: Any = None) -> np.ndarray:
+    """``l(c, t)`` for ``t`` in ``[start, start + tokens)`` (``start >= context``, so every context is full).
+
+    ``"window"``: ``rows`` windows per forward (default: :func:`txl.inference.window.default_rows`);
+    ``"attention-length"``: one stream, segments of ``tgt_len``, ``mem_len = context``, ``same_length``."""
     from txl.inference.evaluate import evaluate
     from txl.inference.window import sliding_window_nll
 
-    if method not in METHODS:
-        raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
+    method = check_method(method)
     if start < context:
         raise ConfigError(f"start ({start}) must be >= the context ({context}) so that every context is full")
     if start + tokens > len(data):
         raise DataError(f"{start + tokens} tokens needed, the split has {len(data)}")
-    if method == "window":
-        return sliding_window_nll(model, data, window=context, first=start, last=start + tokens, device=device)
+    if method == WINDOW:
+        return sliding_window_nll(model, data, window=context, first=start, last=start + tokens, rows=rows,
+                                  device=device)
     res = evaluate(model, data[: start + tokens], batch_size=1, tgt_len=tgt_len, mem_len=context, ext_len=0,
                    same_length=True, clamp_len=clamp_len, return_nll=True, device=device)
     assert res.nll is not None
@@ -256,48 +416,57 @@ def context_losses(model: Any, data: np.ndarray, context: int, *, method: str, s
 
 @dataclass
 class GroupMember:
-    """A model of the RECL group: name, loaded model, weights digest, and how contexts are measured."""
+    """A model of the RECL group: name, loaded model and weights digest (the method is the group's)."""
 
     name: str
     model: Any
     digest: str
-    method: str
 
 
-def group_losses(members: Sequence[GroupMember], data: np.ndarray, contexts: Sequence[int], *, start: int,
-                 tokens: int, data_key: dict[str, Any], cache: LossCache | None = None, tgt_len: int = 32,
-                 clamp_len: int | None = None, device: Any = None,
-                 progress: Callable[[str], None] | None = None,
+def group_receptive_fields(members: Sequence[GroupMember], contexts: Sequence[int],
+                           method: str) -> dict[str, list[int]]:
+    """Per model, the input tokens one prediction can depend on at each grid context (:func:`receptive_field`)."""
+    return {m.name: [receptive_field(method, c, n_layer=m.model.config.n_layer,
+                                     max_context=max_context(m.model, method)) for c in contexts] for m in members}
+
+
+def group_losses(members: Sequence[GroupMember], data: np.ndarray, contexts: Sequence[int], *,
+                 method: str = DEFAULT_METHOD, start: int, tokens: int, data_key: dict[str, Any],
+                 cache: LossCache | None = None, tgt_len: int = 32, clamp_len: int | None = None,
+                 rows: int | None = None, device: Any = None, progress: Callable[[str], None] | None = None,
                  bar: str = "off") -> tuple[np.ndarray, list[int | None]]:
-    """Losses ``[models, contexts, tokens]`` for the group (cached), and each model's context cap. ``progress``
-    gets a line per (model, context); ``bar`` is a :mod:`txl.data.progress` mode for a bar over them."""
+    """Losses ``[models, contexts, tokens]`` for the group, every model measured by the one ``method``
+    (cached), and each model's context cap. ``progress`` gets a line per (model, context); ``bar`` is a
+    :mod:`txl.data.progress` mode for a bar over them."""
     from txl.data.progress import Progress
 
+    method = check_method(method)
     out = np.empty((len(members), len(contexts), tokens))
     caps: list[int | None] = []
     with Progress(len(members) * len(contexts), desc="recl", unit="context", mode=bar) as p:
         for i, m in enumerate(members):
-            caps.append(_member_losses(m, data, contexts, out[i], start=start, tokens=tokens, data_key=data_key,
-                                       cache=cache, tgt_len=tgt_len, clamp_len=clamp_len, device=device,
-                                       progress=progress, bar=p))
+            caps.append(_member_losses(m, data, contexts, out[i], method=method, start=start, tokens=tokens,
+                                       data_key=data_key, cache=cache, tgt_len=tgt_len, clamp_len=clamp_len,
+                                       rows=rows, device=device, progress=progress, bar=p))
     return out, caps
 
 
-def _member_losses(m: GroupMember, data: np.ndarray, contexts: Sequence[int], out: np.ndarray, *, start: int,
-                   tokens: int, data_key: dict[str, Any], cache: LossCache | None, tgt_len: int,
-                   clamp_len: int | None, device: Any, progress: Callable[[str], None] | None, bar: Any) -> int | None:
+def _member_losses(m: GroupMember, data: np.ndarray, contexts: Sequence[int], out: np.ndarray, *, method: str,
+                   start: int, tokens: int, data_key: dict[str, Any], cache: LossCache | None, tgt_len: int,
+                   clamp_len: int | None, rows: int | None, device: Any, progress: Callable[[str], None] | None,
+                   bar: Any) -> int | None:
     """One model's losses into ``out[contexts, tokens]``; returns its context cap."""
-    cap = max_context(m.model, m.method)
+    cap = max_context(m.model, method)
+    memory = method == ATTENTION_LENGTH
     for k, c in enumerate(contexts):
         eff = min(c, cap) if cap is not None else c
-        key = {"model": m.digest, **data_key, "start": start, "tokens": tokens, "method": m.method,
-               "context": eff, "tgt_len": tgt_len if m.method == "memory" else None,
-               "clamp_len": clamp_len if m.method == "memory" else None}
+        key = {"model": m.digest, **data_key, "start": start, "tokens": tokens, "method": method,
+               "context": eff, "tgt_len": tgt_len if memory else None, "clamp_len": clamp_len if memory else None}
         arr = cache.get(key) if cache is not None else None
         state = "cached"
         if arr is None:
-            arr = context_losses(m.model, data, eff, method=m.method, start=start, tokens=tokens,
-                                 tgt_len=tgt_len, clamp_len=clamp_len, device=device)
+            arr = context_losses(m.model, data, eff, method=method, start=start, tokens=tokens, tgt_len=tgt_len,
+                                 clamp_len=clamp_len, rows=rows, device=device)
             state = "computed"
             if cache is not None:
                 cache.put(key, arr)

@@ -119,39 +119,78 @@ def plot_speed(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str =
 
 
 # ---------------------------------------------------------------------------------------------- RECL
+def recl_protocol(result: Any) -> str:
+    """How the RECL of ``result`` was measured, as Markdown bullets: method and receptive field, grid, tokens,
+    top-r sizes, threshold, bootstrap."""
+    from txl.experiments.recl import RECEPTIVE_FIELD, top_count
+
+    lines = []
+    if result.method is not None:
+        lines.append(f"* l_i(c, t) measured by `{result.method}` for every model of the group: "
+                     f"{RECEPTIVE_FIELD[result.method]}.")
+        if result.receptive_field:
+            fields = "; ".join(f"{n} {v[0]}…{v[-1]}" for n, v in result.receptive_field.items())
+            lines.append(f"* Input tokens one prediction can read at c = {result.contexts[0]}…{result.contexts[-1]}: "
+                         f"{fields}.")
+    step = result.step
+    grid = f"{result.contexts[0]}:{result.contexts[-1]}:{step}" if step else ",".join(map(str, result.contexts))
+    lines.append(f"* Grid {grid} " + (f"(uniform, Δ = {step})" if step else
+                                      "(NOT uniform: the threshold applies per step, a longer step passes it more "
+                                      "easily)") + f"; threshold {100 * result.threshold:g}% per step.")
+    if result.tokens:
+        tops = ", ".join(f"{top_count(r, result.tokens):,} (r = {r:g})" for r in result.r_values)
+        lines.append(f"* {result.tokens:,} scored tokens; top-r sets of {tops}.")
+    if result.resamples:
+        lo, hi = result.interval
+        lines.append(f"* Spread: bootstrap over the scored tokens, {result.resamples} resamples (seed {result.seed}); "
+                     f"RECL [{100 * lo:g}–{100 * hi:g} % interval of the resampled RECL], gains ± their std.")
+    return "\n".join(lines) + "\n"
+
+
 def recl_table(result: Any) -> str:
-    """Table 8 layout: one row per model, one column per ``r``; censored values are written ``>= c``."""
+    """Table 8 layout: one row per model, one column per ``r``; censored values are written ``>= c``, and
+    with a bootstrap each RECL is followed by its interval ``[lo–hi]``."""
     rows = []
     for i, name in enumerate(result.names):
         cells = []
         for r in result.r_values:
             v = result.recl[name][r]
-            cells.append(f">= {v}" if result.censored[name][r] else str(v))
+            cell = f">= {v}" if result.censored[name][r] else str(v)
+            if result.recl_interval:
+                lo, hi = result.recl_interval[name][r]
+                cell += f" [{lo}–{hi}]"
+            cells.append(cell)
         cap = result.capped[name]
         ppl = result.ppl[i] if result.ppl is not None else None
         rows.append([name, *cells, "" if cap is None else cap,
                      "" if ppl is None else f"{ppl[0]:.3f} → {ppl[-1]:.3f}"])
+    method = f" ({result.method})" if result.method else ""
     return markdown_table(["model", *[f"r = {r:g}" for r in result.r_values], "max context",
-                           f"plain ppl at {result.contexts[0]} → {result.contexts[-1]}"], rows)
+                           f"plain ppl at {result.contexts[0]} → {result.contexts[-1]}{method}"], rows)
 
 
 def recl_gain_table(result: Any, r: float) -> str:
-    """Relative gains ``g_i(c, c')`` (percent) per grid step for one ``r``."""
+    """Relative gains ``g_i(c, c')`` (percent) per grid step for one ``r``, ``± std`` with a bootstrap."""
     steps = [f"{a}→{b}" for a, b in zip(result.contexts, result.contexts[1:])]
     g = result.gains[r]
-    rows = [[name, *[f"{100 * x:.2f}" for x in g[i]]] for i, name in enumerate(result.names)]
+    sd = result.gain_std.get(r)
+    rows = [[name, *[f"{100 * x:.2f}" + ("" if sd is None else f" ± {100 * sd[i, k]:.2f}") for k, x in enumerate(g[i])]]
+            for i, name in enumerate(result.names)]
     return markdown_table(["model (gain %)", *steps], rows)
 
 
 def plot_recl(result: Any, path: str | Path, *, unnormalized: dict[float, Any] | None = None,
               title: str = "") -> Path:
-    """Left: relative gain g(c, c + Δ) per model for each r with the threshold; right: plain ppl vs context."""
+    """Left: relative gain g(c, c + Δ) per model for each r (± its bootstrap std) with the threshold; right:
+    plain ppl vs context."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(result.r_values) + 1, figsize=(4.2 * (len(result.r_values) + 1), 3.8))
     x = result.contexts[:-1]
     for ax, r in zip(axes, result.r_values):
+        sd = result.gain_std.get(r)
         for i, name in enumerate(result.names):
-            ax.plot(x, 100 * result.gains[r][i], "o-", label=name)
+            ax.errorbar(x, 100 * result.gains[r][i], yerr=None if sd is None else 100 * sd[i], fmt="o-",
+                        capsize=2, label=name)
         ax.axhline(100 * result.threshold, color="k", ls="--", lw=1, label=f"{100 * result.threshold:g}% threshold")
         ax.set_title(f"r = {r:g}")
         ax.set_xlabel("short context c (gain of c → next)")
@@ -165,7 +204,8 @@ def plot_recl(result: Any, path: str | Path, *, unnormalized: dict[float, Any] |
         axes[-1].set_ylabel("perplexity (plain)")
         axes[-1].set_title("perplexity vs context")
         axes[-1].grid(alpha=0.3)
-    fig.suptitle(title or "Relative effective context length (paper Table 8, Appendix C)")
+    method = f", l_i(c, t) by {result.method}" if result.method else ""
+    fig.suptitle(title or f"Relative effective context length (paper Table 8, Appendix C{method})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
