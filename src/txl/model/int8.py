@@ -5,14 +5,14 @@ every call quantizes its input per tensor and runs the x86/fbgemm int8 kernel wi
 (``torch.ops.quantized.linear_dynamic``); the bias stays float. At batch 1 a generation step is bound by
 reading the weights (:mod:`txl.inference.generate`), so a quarter of the bytes is most of the speed-up.
 
-Why this path (measured on the 2-core development CPU, AVX-512 with VNNI, torch 2.13, a matrix-vector product
-over 55 M weights; ``docs/performance.md``): PyTorch's dynamic quantization took 4.8 ms on one thread and
-3.4 ms on two, against 23.3 ms in float32; torchao 0.18's ``Int8WeightOnlyConfig`` took 10.2 ms on one thread
-and 61 ms on two, and its ``Int8DynamicActivationInt8WeightConfig`` 26.7 / 22.7 ms. ``torch.ao.quantization`` is
-deprecated upstream in favour of torchao but present and working in the torch releases txl supports; its
-deprecation warnings are silenced here, and a torch without it (or without a quantized CPU engine) gets a
-one-line :class:`ConfigError`. bf16 is no alternative on these CPUs: where there is no native bf16 a bf16
-matrix product ran at 0.9 GFLOP/s against 132 in float32.
+Why this path (``benchmarks/bench_int8_choice.py``, a matrix-vector pass over 55 M weights on the 2-core
+development CPU with AVX-512 VNNI and BF16, torch 2.13; ``docs/generation.md``): PyTorch's dynamic quantization
+took 6.0 ms on one thread and 3.5 ms on two, against 22.6 / 22.5 ms in float32; torchao 0.18's
+``Int8WeightOnlyConfig`` 10.9 / 9.6 ms and its ``Int8DynamicActivationInt8WeightConfig`` 27.8 / 22.5 ms; bf16
+15.6 / 9.3 ms where the CPU has native bf16 (on one without, a bf16 matrix product ran at 0.9 GFLOP/s against 132
+in float32). ``torch.ao.quantization`` is deprecated upstream in favour of torchao but present and working in the
+torch releases txl supports; its deprecation warnings are silenced here, and a torch without it (or without a
+quantized CPU engine) gets a one-line :class:`ConfigError`.
 """
 
 from __future__ import annotations
