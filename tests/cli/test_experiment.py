@@ -17,11 +17,19 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(" ".join(rng.choice([f"w{i}" for i in range(20)], 10)) for _ in range(400)) + "\n")
     out = tmp_path / "abl"
-    argv = ["experiment", "ablation", "--dataset", str(path), "--variants", "rec-ours-full", "--tgt-len", "8",
-            "--steps", "2", "--batch-size", "4", "--out", str(out)]
+    argv = ["experiment", "ablation", "--dataset", str(path), "--variants", "rec-ours-full,norec-ours-half",
+            "--tgt-len", "8", "--steps", "2", "--batch-size", "4", "--seeds", "0,3", "--attn-max", "16",
+            "--eval-tokens", "200", "--device", "cpu", "--out", str(out)]
     assert main(argv) == 0
-    assert "Ours" in (out / "ablations.md").read_text()
-    json.loads((out / "rec-ours-full" / "result.json").read_text())
+    assert "Ours" in (out / "ablations.md").read_text() and "± " in (out / "ablations.md").read_text()
+    assert main([*argv[:5], "table6-core", *argv[6:-2], "--seeds", "0", "--out", str(out)]) == 0
+    assert (out / "table6-core.md").is_file() and (out / "ablations.md").is_file()  # one report per set
+    row = json.loads((out / "seed3" / "norec-ours-half" / "result.json").read_text())
+    assert row["seed"] == 3 and row["window_len"] == 8 and row["attn_search"]["step"] == 2  # T // 4
+    assert row["attn_search"]["max_len"] == 16 and row["attn_search"]["rel_tol"] == 1e-3
+    doc = json.loads((out / "ablations.json").read_text())
+    assert [a["seeds"] for a in doc["aggregate"]] == [[0, 3], [0, 3]] and len(doc["rows"]) == 4
+    assert doc["attn_search"] == {"step": 2, "max_len": 16, "rel_tol": 1e-3} and doc["command"]["seeds"] == [0, 3]
     pytest.importorskip("matplotlib")
     for command in (["experiment", "eval-speed"], ["bench", "eval-speed"]):  # the same command, two names
         speed = tmp_path / "-".join(command)
@@ -30,9 +38,10 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
                      "--out", str(speed)]) == 0
         assert json.loads((speed / "eval-speed.json").read_text())[0]["attn_len"] == 8
     capsys.readouterr()
-    assert main(["experiment", "ablation", "--dataset", str(path), "--variants", "rec-nope-full", "--out",
-                 str(out)]) == 2
-    assert "bad variant" in capsys.readouterr().err
+    for variants, message in (("rec-nope-full", "bad variant"), ("table7", "One Billion Word, which was not run")):
+        assert main(["experiment", "ablation", "--dataset", str(path), "--variants", variants, "--out",
+                     str(out)]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
@@ -101,7 +110,10 @@ def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
      "argument --resamples: expected an integer >= 0"),
     (["experiment", "ablation", "--steps=-1", "--out", "o"], "argument --steps: expected a positive integer"),
     (["experiment", "ablation", "--lr", "inf", "--out", "o"], "argument --lr: expected a finite number"),
-    (["experiment", "ablation", "--seed=-1", "--out", "o"], "argument --seed: expected a seed in [0, 2**32 - 1]"),
+    (["experiment", "ablation", "--seeds=0,-1", "--out", "o"], "argument --seeds: expected a seed in [0, 2**32 - 1]"),
+    (["experiment", "ablation", "--seeds", "1,1", "--out", "o"], "argument --seeds: expected distinct seeds"),
+    (["experiment", "ablation", "--attn-tol", "nan", "--out", "o"], "argument --attn-tol: expected a finite number"),
+    (["experiment", "ablation", "--device", "nope", "--out", "o"], "unknown device 'nope'"),
     (["experiment", "eval-speed", "--repeats", "0"], "argument --repeats: expected a positive integer"),
     (["experiment", "eval-speed", "--n-layer", "0"], "argument --n-layer: expected a positive integer"),
 ])

@@ -113,29 +113,54 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                              description="RECL as defined in the paper's Appendix C (see txl.experiments.recl): "
                              "by default every model's loss of token t is measured given exactly its c previous "
                              "tokens (--method window), on a grid, with a bootstrap spread over the tokens."))
-    p = sub.add_parser("experiment", help="the paper's experiments: recl (Table 8), ablation (Tables 6, 7, 10), "
+    p = sub.add_parser("experiment", help="the paper's experiments: recl (Table 8), ablation (Tables 6, 10), "
                                           "eval-speed (Table 9)")
     ex = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
     _add_recl(ex.add_parser("recl", help="same as `txl recl`"))
 
-    a = ex.add_parser("ablation", help="train and compare the Table 6 / 7 / 10 variants at a chosen scale",
-                      description="See txl.experiments.ablations. Each variant is a `txl train` run; resumable: "
-                      "finished variants are skipped, an interrupted one continues from its checkpoint.")
+    a = ex.add_parser("ablation", help="train and compare the Table 6 / Table 10 variants at a chosen scale",
+                      description="See txl.experiments.ablations. Each variant is a `txl train` run per seed into "
+                      "OUT/seed<k>/<variant>/; resumable: finished variants are skipped, an interrupted one "
+                      "continues from its checkpoint. Writes OUT/SET.md and OUT/SET.json for a named set "
+                      "(OUT/table6.md, ...), else OUT/ablations.md and .json.")
     a.add_argument("--dataset", default="wt2", help="dataset (default: wt2; e.g. ptb, wt103, wt2-char)")
     a.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
     a.add_argument("--variants", default="table6",
-                   help="table6, table7, table10, or a comma-separated list such as rec-ours-full,norec-alrfou-half")
+                   help="table6 (the nine Table 6 rows), table6-core (three of them: rec-ours-full, rec-shaw-full, "
+                   "norec-ours-full), table10 (no recurrence at Transformer-XL's measured peak training memory, "
+                   "at equal steps and at equal tokens), table10-ratio (the paper's 176/128 and 172/128 lengths "
+                   "instead), or a comma-separated list such as rec-ours-full,norec-alrfou-half,norec-ours-full-eqmem "
+                   "(default: table6)")
     _add_size(a, "tiny")
     a.add_argument("--tgt-len", type=positive_int, default=32, help="training segment length T (default: 32)")
-    a.add_argument("--steps", type=positive_int, default=500, help="training steps per variant (default: 500)")
+    a.add_argument("--steps", type=positive_int, default=500,
+                   help="training steps per variant; -eqtok variants train round(steps * T / their length) "
+                   "(default: 500)")
     a.add_argument("--batch-size", type=positive_int, default=16, help="training batch (default: 16)")
     a.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: 1e-3)")
     a.add_argument("--warmup", type=nonneg_int, default=50, help="warm-up steps (default: 50)")
     a.add_argument("--max-minutes", type=positive_float, help="stop each variant's training after this many minutes")
-    a.add_argument("--attn-grid", help="evaluation attention lengths (default: T,2T,4T,8T)")
-    a.add_argument("--eval-tokens", type=positive_int, help="score only the first N validation tokens")
-    a.add_argument("--seed", type=seed_int, default=0, help="seed (default: 0)")
-    a.add_argument("--out", required=True, help="output directory (one subdirectory per variant, ablations.md)")
+    a.add_argument("--attn-step", type=positive_int,
+                   help="resolution of the attention-length bisection: the reported Attn Len is at most this many "
+                   "positions above the shortest length reaching PPL best (default: T // 4, at least 1)")
+    a.add_argument("--attn-max", type=positive_int,
+                   help="longest evaluation attention length searched (default: 16 * T; attn_type 3 models only "
+                   "where every key has a learned position)")
+    a.add_argument("--attn-tol", type=nonneg_float, default=1e-3,
+                   help="an attention length reaches PPL best when its loss (nats) is within this fraction of the "
+                   "best loss; the doubling also stops when a length improves by no more (default: 0.001)")
+    a.add_argument("--eval-tokens", type=positive_int,
+                   help="read only the first N + 1 validation tokens (memory evaluations score (N // 10 - 1) * 10 "
+                   "of them, the window evaluation N) (default: the whole split)")
+    a.add_argument("--seeds", type=_seed_list, default="0,1,2",
+                   help="comma-separated seeds; every variant is trained once per seed and the tables give the mean "
+                   "± sample standard deviation (default: 0,1,2)")
+    a.add_argument("--device", default="cpu",
+                   help="torch device for training, the memory measurement and evaluation: cpu, cuda or cuda:N "
+                   "(default: cpu)")
+    a.add_argument("--out", required=True, help="output directory: OUT/seed<k>/<variant>/, the report OUT/SET.md "
+                   "and .json (SET: the --variants set name, or ablations for a list), OUT/equal-memory.json for "
+                   "the equal-memory variants; runs of several sets can share it (common rows are trained once)")
     _add_progress(a)
     a.set_defaults(func=run_ablation)
 
@@ -252,26 +277,41 @@ def run_recl(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- ablation
+def _seed_list(text: str) -> list[int]:
+    """An argparse ``type`` for ``--seeds``: distinct seeds, comma-separated."""
+    seeds = [seed_int(t.strip()) for t in text.split(",")]
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r}")
+    return seeds
+
+
 def run_ablation(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from txl.data import load_corpus
     from txl.experiments import ablations as A
+    from txl.inference.loading import check_device
 
-    tables = {"table6": A.TABLE6, "table7": A.TABLE7, "table10": A.TABLE10}
-    if args.variants in tables:
-        variants = list(tables[args.variants])
-    else:
-        variants = [A.parse_variant(v.strip()) for v in args.variants.split(",")]
+    variants = A.variant_set(args.variants)
+    device = str(check_device(args.device))
     T = args.tgt_len
-    grid = parse_int_list(args.attn_grid, "--attn-grid", minimum=1) if args.attn_grid else [T, 2 * T, 4 * T, 8 * T]
+    search = A.AttnSearch(step=args.attn_step or max(1, T // 4), max_len=args.attn_max or 16 * T,
+                          rel_tol=args.attn_tol)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir)
     base = _base_config(args, len(corpus.vocab))
-    rows = A.run_ablation(base, corpus, args.out, variants, tgt_len=T,
-                          steps=args.steps, attn_grid=grid, batch_size=args.batch_size, lr=args.lr,
-                          warmup=args.warmup, seed=args.seed, eval_tokens=args.eval_tokens,
-                          max_minutes=args.max_minutes, log=_log, progress=args.progress)
-    table = A.ablation_table(rows, char_level=corpus.char_level)
-    write_text(Path(args.out, "ablations.md"), table)
-    print(table)
+    rows = A.run_ablation(base, corpus, args.out, variants, tgt_len=T, steps=args.steps, search=search,
+                          seeds=args.seeds, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                          eval_tokens=args.eval_tokens, max_minutes=args.max_minutes, device=device, log=_log,
+                          progress=args.progress)
+    eqmem = A.read_equal_memory(args.out) if any(v.equal_memory for v in variants) else None
+    text, doc = A.report(rows, char_level=corpus.char_level, equal_memory=eqmem)
+    doc = {"command": {k: v for k, v in vars(args).items() if k != "func"}, "dataset": args.dataset,
+           "char_level": corpus.char_level, "attn_search": dataclasses.asdict(search), **doc}
+    stem = args.variants if args.variants in A.VARIANT_SETS else "ablations"  # table6.md and table10.md side by side
+    write_text(Path(args.out, f"{stem}.md"), text)
+    write_json(Path(args.out, f"{stem}.json"), doc, sort_keys=False)
+    print(text)
+    print(f"wrote {Path(args.out, stem)}.md, .json", file=sys.stderr)
     return 0
 
 

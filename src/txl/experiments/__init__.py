@@ -1,9 +1,10 @@
 """The paper's experiments on top of the library: RECL (Table 8), evaluation speed (Table 9), ablations
-(Tables 6, 7 and 10), the tables/plots they produce, and the side-by-side benchmark.
+(Tables 6 and 10), the tables/plots they produce, and the side-by-side benchmark.
 
 * :mod:`txl.experiments.recl` — relative effective context length, as defined in the paper's Appendix C;
 * :mod:`txl.experiments.speed` — per-token evaluation time, Transformer-XL memory vs vanilla sliding window;
 * :mod:`txl.experiments.ablations` — recurrence x encoding x Full/Half loss variants, trained and compared;
+* :mod:`txl.experiments.equal_memory` — peak training memory of a step, and the longest segment within a budget;
 * :mod:`txl.experiments.tables` — Markdown tables and matplotlib plots;
 * :mod:`txl.experiments.bench` — throughput, memory and MFU against Hugging Face TransfoXL (``txl bench``).
 

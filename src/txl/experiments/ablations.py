@@ -9,31 +9,53 @@ Every variant is the same model size trained the same way on the same data; what
   as Al-Rfou et al.: "half losses exclude positions with very short attention lengths during training").
   Implemented here by averaging the per-token NLL over the last ``tgt_len // 2`` positions.
 
-Table 6 (first two blocks) is :data:`TABLE6`. Table 7 (One Billion Word, a corpus without long-range
-dependency, so that only the context fragmentation within a sentence stream is tested: Ours, with Shaw et
-al. encodings, without recurrence) is :data:`TABLE7`. The paper's memory-constrained comparison (its Table 10,
-Appendix A: XL with backprop length 128 against no recurrence with 176 / 172 at the same GPU memory) is
-:data:`TABLE10`: at our scale the no-recurrence rows train with ``tgt_len = round(T * 176 / 128)`` (full) and
-``round(T * 172 / 128)`` (half) where XL trains with ``tgt_len = mem_len = T``. We match the paper's
-length ratios rather than measured memory: on a CPU the peak activation memory of a segment grows with the
-keys per query, which is ``2T`` for XL (``T`` of them in memory, without gradient) and ``~1.37 T`` for the
-baseline, so the baseline uses less memory than XL here, never more.
+**Variant sets** (:data:`VARIANT_SETS`). ``table6``: the nine rows of the paper's Table 6 (its WikiText-103
+blocks). ``table6-core``: three of them (Ours, Ours with Shaw et al. encodings, Ours without recurrence) on the
+dataset given. The paper's Table 7 has these three rows but on One Billion Word, a corpus of shuffled sentences
+with no long-range dependency, so that only the context fragmentation within a sentence stream is tested; it
+was not run here (the name ``table7`` is refused with a pointer, :data:`RETIRED_SETS`). ``table10``: the
+paper's Table 10 (Appendix A: Transformer-XL with backprop length 128 and memory 128 against no recurrence
+with 176 / 172 "under the same GPU memory constraints"), at equal **measured** peak memory: the peak of one
+Transformer-XL training step (``tgt_len = mem_len = T``, the run's batch) is measured and each
+no-recurrence row trains with the longest segment whose peak stays within it
+(:mod:`txl.experiments.equal_memory`; the allocator peak on CUDA, the bytes saved for backward plus
+parameters, gradients, Adam moments and memories on CPU). Each no-recurrence row is trained twice: for the
+run's ``steps`` (equal steps, so more training tokens than Transformer-XL) and for ``round(steps * T / L)``
+steps (``-eqtok``: the same number of training tokens as Transformer-XL). ``table10-ratio``: the paper's
+length ratios instead (``T * 176/128`` full, ``T * 172/128`` half), also at equal steps and equal tokens.
+Every row stores ``train_steps`` and ``train_tokens``.
 
-Evaluation of each variant on the validation split (batch 10, the official ``eval.py`` scoring):
+**Evaluation** of each variant on the validation split (batch 10, the official ``eval.py`` scoring,
+:func:`txl.inference.evaluate`):
 
-* **PPL init**: the training lengths. Recurrence: ``tgt_len = mem_len = T``. No recurrence, full loss:
-  ``tgt_len = T``, no memory. No recurrence, half loss: ``tgt_len = T/2`` with ``ext_len = T/2`` (each scored
-  token sees between ``T/2`` and ``T`` earlier tokens, the positions it was trained on).
-* **PPL best**: the best over evaluation attention lengths ``A`` in the grid (``A = mem_len + tgt_len`` keys
-  for the last query of a segment, ``tgt_len = T``), where the encoding allows a memory at evaluation
-  (attn_type 3 only up to its learned positions); **Attn Len** is the ``A`` of that best value (``T`` or
-  ``T/2 + T/2`` for the init setting, ``2T`` for XL init).
+* **PPL init**: the training lengths, as the model was trained (``same_length`` off). Recurrence:
+  ``tgt_len = mem_len = T`` (a query reads ``T+1 .. 2T`` keys; attention length ``2T``). No recurrence, full
+  loss: ``tgt_len = T``, no memory (``1 .. T`` keys; ``T``). No recurrence, half loss: ``tgt_len = T/2`` with
+  ``ext_len = T/2`` (``T/2+1 .. T`` keys, the positions it was trained on; ``T``).
+* **Attention-length search**, as the official evaluation scripts: ``same_length = True``, ``tgt_len = T``,
+  ``mem_len = A``, so every query reads exactly ``A`` keys, ``A`` being the attention length.
+  :func:`search_attention_length` evaluates ``A = T, 2T, 4T, ...`` while the loss improves by more than the
+  tolerance (up to ``max_len``), then bisects between evaluated lengths (below ``T`` too) until the shortest
+  length within the tolerance of the best loss is known to ``step`` positions. Learned absolute encodings
+  (attn_type 3) are searched only where every key has a learned position (``A + T <= tgt_len + mem_len`` of
+  training): not at all for a model trained without memory.
+* **PPL best** is the lowest loss of all these evaluations (init included: an absolute encoding given more
+  keys than in training only gets worse), and **Attn Len** the shortest attention length whose loss is within
+  ``rel_tol x`` that best loss (``rel_tol`` 0.001 by default); ``tried`` keeps every evaluation.
+* **Window** (no-recurrence rows only): the vanilla evaluation of the paper's Sec. 3.1, every token predicted
+  from its own window of exactly ``L`` previous tokens (``L`` = the training ``tgt_len``; stride 1, no memory:
+  :func:`txl.inference.window.evaluate_sliding_window`), over the same first ``max_tokens + 1`` tokens (every
+  token but the first is scored, where the memory evaluation scores ``(N // 10 - 1) x 10``).
+
+**Seeds**: every variant is trained once per seed into ``OUT/seed<k>/<variant>/``; :func:`aggregate` gives,
+per variant, the mean and the sample standard deviation (``ddof = 1``; none for one seed) with the minimum and
+maximum of PPL init, PPL best, window PPL and Attn Len (and of the losses, from which bpc is ``loss / ln 2``).
 
 Training is :class:`txl.train.Trainer` (the loop of ``txl train``: Adam, the official linear warm-up then
 cosine schedule, gradient clipping 0.25, memories carried; ``half_loss`` for the Half rows) into
-``OUT/<variant>/run/``, checkpointed so that an interrupted variant resumes where it stopped. Each finished
-variant leaves ``OUT/<variant>/`` (``config.json``, ``model.safetensors``, ``result.json``); a re-run skips
-finished variants.
+``OUT/seed<k>/<variant>/run/`` on the chosen device, checkpointed so that an interrupted variant resumes where
+it stopped. Each finished variant leaves ``config.json``, ``model.safetensors`` and ``result.json`` there; a
+re-run skips finished variants.
 """
 
 from __future__ import annotations
@@ -50,7 +72,9 @@ import numpy as np
 
 from txl.data import Corpus
 from txl.errors import ConfigError, check_int
+from txl.experiments import equal_memory as EM
 from txl.inference.evaluate import evaluate
+from txl.inference.window import evaluate_sliding_window
 from txl.model import TransformerXLLM, TXLConfig
 from txl.store.checkpoint import list_checkpoints
 from txl.store.files import read_json, write_json
@@ -71,53 +95,88 @@ class Variant:
     encoding: str
     loss: str  # "full" | "half"
     length_scale: float = 1.0  # training tgt_len = round(T * length_scale)
+    equal_memory: bool = False  # training tgt_len: the longest whose peak memory fits Transformer-XL's
+    equal_tokens: bool = False  # train round(steps * T / tgt_len) steps: Transformer-XL's number of tokens
+
+    def __post_init__(self) -> None:
+        if self.equal_memory and (self.recurrence or self.length_scale != 1.0):
+            raise ConfigError(f"{self.name}: equal memory is a length for a model without recurrence")
 
     @property
     def name(self) -> str:
         scale = "" if self.length_scale == 1.0 else f"-x{self.length_scale:g}"
-        return f"{'rec' if self.recurrence else 'norec'}-{self.encoding}-{self.loss}{scale}"
+        return (f"{'rec' if self.recurrence else 'norec'}-{self.encoding}-{self.loss}{scale}"
+                f"{'-eqmem' if self.equal_memory else ''}{'-eqtok' if self.equal_tokens else ''}")
 
 
-TABLE6 = (
-    Variant(True, "ours", "full"), Variant(True, "shaw", "full"), Variant(True, "ours", "half"),
-    Variant(False, "ours", "full"), Variant(False, "ours", "half"), Variant(False, "shaw", "full"),
-    Variant(False, "shaw", "half"), Variant(False, "vaswani", "half"), Variant(False, "alrfou", "half"),
-)
-TABLE7 = (Variant(True, "ours", "full"), Variant(True, "shaw", "full"), Variant(False, "ours", "full"))
-TABLE10 = (
-    Variant(True, "ours", "full"), Variant(True, "ours", "half"),
-    Variant(False, "ours", "full", 176 / 128), Variant(False, "ours", "half", 172 / 128),
-)
+def _v(text: str) -> Variant:
+    return parse_variant(text)
 
 
 def parse_variant(text: str) -> Variant:
-    """``rec-ours-full``, ``norec-alrfou-half``, ``norec-ours-full-x1.375`` -> :class:`Variant`."""
+    """``rec-ours-full``, ``norec-alrfou-half``, ``norec-ours-full-x1.375``, ``norec-ours-full-eqmem-eqtok``."""
     parts = text.split("-")
     try:
-        rec, enc, loss = parts[:3]
-        scale = float(parts[3][1:]) if len(parts) > 3 else 1.0
-        if rec not in ("rec", "norec") or enc not in ENCODINGS or loss not in ("full", "half") or len(parts) > 4:
+        rec, enc, loss, *mods = parts
+        if rec not in ("rec", "norec") or enc not in ENCODINGS or loss not in ("full", "half"):
             raise ValueError
-    except (ValueError, IndexError):
-        raise ConfigError(f"bad variant {text!r}: expected rec|norec-{'|'.join(ENCODINGS)}-full|half[-xSCALE], "
-                          "e.g. norec-alrfou-half") from None
-    return Variant(rec == "rec", enc, loss, scale)
+        scale = float(mods.pop(0)[1:]) if mods and mods[0].startswith("x") else 1.0
+        eqmem = bool(mods) and mods[0] == "eqmem" and bool(mods.pop(0))
+        eqtok = bool(mods) and mods[0] == "eqtok" and bool(mods.pop(0))
+        if mods or not (math.isfinite(scale) and scale > 0):
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"bad variant {text!r}: expected rec|norec-{'|'.join(ENCODINGS)}-full|half"
+                          "[-xSCALE|-eqmem][-eqtok], e.g. norec-alrfou-half") from None
+    return Variant(rec == "rec", enc, loss, scale, eqmem, eqtok)
 
 
-def variant_config(base: TXLConfig, v: Variant, tgt_len: int) -> TXLConfig:
-    """The model config of a variant: ``base`` size, the variant's encoding and lengths."""
-    tgt = max(2, round(tgt_len * v.length_scale))
+TABLE6 = tuple(_v(n) for n in ("rec-ours-full", "rec-shaw-full", "rec-ours-half", "norec-ours-full",
+                                "norec-ours-half", "norec-shaw-full", "norec-shaw-half", "norec-vaswani-half",
+                                "norec-alrfou-half"))
+TABLE6_CORE = tuple(_v(n) for n in ("rec-ours-full", "rec-shaw-full", "norec-ours-full"))
+TABLE10 = tuple(_v(n) for n in ("rec-ours-full", "rec-ours-half", "norec-ours-full-eqmem", "norec-ours-half-eqmem",
+                                 "norec-ours-full-eqmem-eqtok", "norec-ours-half-eqmem-eqtok"))
+TABLE10_RATIO = tuple(_v(n) for n in ("rec-ours-full", "rec-ours-half", "norec-ours-full-x1.375",
+                                       "norec-ours-half-x1.34375", "norec-ours-full-x1.375-eqtok",
+                                       "norec-ours-half-x1.34375-eqtok"))
+VARIANT_SETS = {"table6": TABLE6, "table6-core": TABLE6_CORE, "table10": TABLE10, "table10-ratio": TABLE10_RATIO}
+RETIRED_SETS = {"table7": "the paper's Table 7 is on One Billion Word, which was not run; its three rows on the "
+                          "dataset given are --variants table6-core (Table 6 rows, not Table 7)"}
+
+
+def variant_set(text: str) -> list[Variant]:
+    """A set name of :data:`VARIANT_SETS` or a comma-separated list of variant names."""
+    if text in RETIRED_SETS:
+        raise ConfigError(f"--variants {text}: {RETIRED_SETS[text]}")
+    if text in VARIANT_SETS:
+        return list(VARIANT_SETS[text])
+    return [parse_variant(v.strip()) for v in text.split(",")]
+
+
+def variant_config(base: TXLConfig, v: Variant, tgt_len: int, *, train_len: int | None = None) -> TXLConfig:
+    """The model config of a variant: ``base`` size, the variant's encoding and lengths (``train_len``: the
+    training segment of an equal-memory variant, measured by the caller)."""
+    if v.equal_memory and train_len is None:
+        raise ConfigError(f"{v.name}: the equal-memory length must be measured first (train_len)")
+    tgt = train_len if train_len is not None else max(2, round(tgt_len * v.length_scale))
     return base.replace(attn_type=ENCODINGS[v.encoding], tgt_len=tgt, mem_len=tgt if v.recurrence else 0, ext_len=0,
                         same_length=False, untie_r=base.untie_r and v.encoding == "ours")
+
+
+def variant_steps(v: Variant, steps: int, tgt_len: int, train_len: int) -> int:
+    """Training steps: ``steps``, or for ``-eqtok`` the steps that read as many tokens as ``steps`` of length T."""
+    return max(1, round(steps * tgt_len / train_len)) if v.equal_tokens else steps
 
 
 # ---------------------------------------------------------------------------------------------- training
 def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps: int, batch_size: int = 16,
                   lr: float = 1e-3, warmup: int = 50, half_loss: bool = False, clip: float = 0.25, seed: int = 0,
-                  max_minutes: float | None = None, eval_tokens: int | None = None,
+                  max_minutes: float | None = None, eval_tokens: int | None = None, device: str = "cpu",
                   progress: bool = False) -> tuple[TransformerXLLM, dict[str, Any]]:
-    """Train ``cfg`` on ``corpus`` with :class:`txl.train.Trainer` into ``run_dir`` (resumed when it holds a
-    checkpoint). Returns the model (eval mode) and a log: steps, minutes, why it stopped, the loss every 50 steps."""
+    """Train ``cfg`` on ``corpus`` with :class:`txl.train.Trainer` on ``device`` into ``run_dir`` (resumed when it
+    holds a checkpoint). Returns the model (eval mode) and a log: steps, training tokens, minutes, why it
+    stopped, the loss every 50 steps."""
     run = RunDir(run_dir)
     resume = run.root if list_checkpoints(run.checkpoints) else None
     if resume is None and run.root.exists():  # started but stopped before its first checkpoint: nothing to keep
@@ -127,16 +186,74 @@ def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps:
                      batch_size=batch_size, lr=lr, warmup_step=warmup, max_step=steps, clip=clip, seed=seed,
                      half_loss=half_loss, max_minutes=max_minutes, eval_interval=steps, eval_max_tokens=eval_tokens,
                      save_interval=max(1, steps // 10), keep_checkpoints=1, log_interval=min(50, steps),
-                     final_eval=False, progress=progress, tensorboard=False)
+                     final_eval=False, progress=progress, tensorboard=False, device=device)
     trainer = Trainer(tc, resume=resume, corpus=corpus)
     summary = trainer.fit()
     history = [{"step": r["step"], "loss": r["train_loss"], "minutes": r["time"] / 60}
                for r in read_metrics(run.root) if r.get("kind") == "train"]
-    return trainer.model.eval(), {"steps": summary["step"], "minutes": summary["minutes"],
+    return trainer.model.eval(), {"steps": summary["step"], "tokens": trainer.tokens, "minutes": summary["minutes"],
                                   "stopped": summary["stopped"], "history": history}
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
+@dataclass(frozen=True)
+class AttnSearch:
+    """Settings of the attention-length search (module docstring): bisection resolution ``step``, longest
+    length ``max_len``, and ``rel_tol``, the relative tolerance on the loss that counts as reaching the best."""
+
+    step: int
+    max_len: int
+    rel_tol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check_int("step", self.step, 1)
+        check_int("max_len", self.max_len, 1)
+        if not (math.isfinite(self.rel_tol) and self.rel_tol >= 0):
+            raise ConfigError(f"rel_tol must be a finite number >= 0, got {self.rel_tol!r}")
+
+
+def search_attention_length(loss_at: Callable[[int], float], *, start: int, step: int, max_len: int,
+                            rel_tol: float) -> dict[str, Any]:
+    """The shortest attention length whose loss is within ``rel_tol`` of the best, for a loss function of the
+    length (pure: ``loss_at`` is the only evaluator).
+
+    Doubling from ``start`` while each length improves on the best so far by more than ``rel_tol x best``
+    (up to ``max_len``, evaluated last when it is not a doubling of ``start``); then, with ``best`` the lowest
+    loss seen and ``hi`` the shortest length within ``best * (1 + rel_tol)`` and ``lo`` the longest shorter
+    length evaluated (0 when none), ``(lo + hi) // 2`` is evaluated until ``hi - lo <= step``. Returns
+    ``attn_len`` (= ``hi``), ``loss`` (the best), ``censored`` (still improving at ``max_len``) and ``tried``
+    (every ``(length, loss)`` in evaluation order).
+    """
+    check_int("start", start, 1)
+    check_int("step", step, 1)
+    check_int("max_len", max_len, start)
+    tried: dict[int, float] = {}
+
+    def f(a: int) -> float:
+        if a not in tried:
+            tried[a] = float(loss_at(a))
+        return tried[a]
+
+    a, censored = start, True
+    f(a)
+    while a < max_len:
+        best = min(tried.values())
+        nxt = min(2 * a, max_len)
+        if not f(nxt) < best - rel_tol * abs(best):
+            censored = False
+            break
+        a = nxt
+    while True:
+        best = min(tried.values())
+        hi = min(n for n, loss in tried.items() if loss <= best + rel_tol * abs(best))
+        lo = max((n for n in tried if n < hi), default=0)
+        if hi - lo <= step:
+            break
+        f((lo + hi) // 2)
+    return {"attn_len": hi, "loss": best, "censored": censored and min(tried, key=tried.__getitem__) == max_len,
+            "tried": list(tried.items())}
+
+
 def _init_lengths(v: Variant, cfg: TXLConfig) -> dict[str, Any]:
     T = cfg.tgt_len
     if v.recurrence:
@@ -146,88 +263,229 @@ def _init_lengths(v: Variant, cfg: TXLConfig) -> dict[str, Any]:
     return dict(tgt_len=T, mem_len=0, ext_len=0, attn_len=T)
 
 
-def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, attn_grid: Sequence[int], *,
-                     batch_size: int = 10, max_tokens: int | None = None) -> dict[str, Any]:
-    """PPL init and PPL best over ``attn_grid`` (module docstring)."""
+def evaluate_variant(model: TransformerXLLM, v: Variant, data: np.ndarray, search: AttnSearch, *,
+                     batch_size: int = 10, max_tokens: int | None = None, window: bool | None = None,
+                     device: Any = None) -> dict[str, Any]:
+    """PPL init, PPL best and Attn Len (the ``same_length`` search), and for no-recurrence rows (or ``window``)
+    the stride-1 window PPL at the training length (module docstring)."""
     cfg = model.config
     T = cfg.tgt_len
     init = _init_lengths(v, cfg)
     lengths = {k: init[k] for k in ("tgt_len", "mem_len", "ext_len")}
-    res = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, **lengths)
-    tried = [{"attn_len": init["attn_len"], **lengths, "loss": res.loss}]
-    cap = cfg.max_context
-    for A in attn_grid:
-        mem = A - T
-        if mem <= 0 or (init["attn_len"] == A and mem == init["mem_len"]) or (cap is not None and cap < A):
+    res = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, same_length=False, device=device,
+                   **lengths)
+    tried = [{"attn_len": init["attn_len"], **lengths, "same_length": False, "loss": res.loss}]
+    max_len = search.max_len if cfg.max_context is None else min(search.max_len, cfg.max_context - T)
+    found = None
+    if max_len >= 1:  # attn_type 3 trained without memory: no length with a learned position for every key
+
+        def loss_at(a: int) -> float:
+            r = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, tgt_len=T, mem_len=a, ext_len=0,
+                         same_length=True, device=device)
+            tried.append({"attn_len": a, "tgt_len": T, "mem_len": a, "ext_len": 0, "same_length": True,
+                          "loss": r.loss})
+            return r.loss
+
+        found = search_attention_length(loss_at, start=min(T, max_len), step=search.step, max_len=max_len,
+                                        rel_tol=search.rel_tol)
+    best = min(t["loss"] for t in tried)
+    within = [t for t in tried if t["loss"] <= best + search.rel_tol * abs(best)]
+    pick = min(within, key=lambda t: (t["attn_len"], t["same_length"]))
+    out = {"loss_init": res.loss, "ppl_init": math.exp(res.loss), "attn_len_init": init["attn_len"],
+           "loss_best": best, "ppl_best": math.exp(best), "attn_len_best": pick["attn_len"],
+           "best_from": "search" if pick["same_length"] else "init", "tokens": res.tokens,
+           "attn_search": {"same_length": True, "eval_tgt_len": T, "start": min(T, max_len) if found else None,
+                           "step": search.step, "max_len": max_len, "rel_tol": search.rel_tol,
+                           "censored": bool(found and found["censored"])},
+           "tried": tried}
+    if (not v.recurrence) if window is None else window:
+        w = evaluate_sliding_window(model, data, window=T, max_tokens=max_tokens, device=device)
+        out.update(loss_window=w.loss, ppl_window=math.exp(w.loss), window_len=T, window_tokens=w.tokens)
+    else:
+        out.update(loss_window=None, ppl_window=None, window_len=None, window_tokens=None)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- equal memory
+def _mem_key(v: Variant) -> str:
+    """The equal-memory length is shared by a variant and its ``-eqtok`` twin."""
+    return Variant(False, v.encoding, v.loss, equal_memory=True).name
+
+
+def equal_memory_lengths(base: TXLConfig, variants: Sequence[Variant], *, tgt_len: int, batch_size: int,
+                         device: str = "cpu", method: str | None = None) -> dict[str, Any]:
+    """For each equal-memory variant: Transformer-XL's measured peak (same encoding and loss, ``tgt_len =
+    mem_len = T``) and the longest no-recurrence segment within it (:mod:`txl.experiments.equal_memory`),
+    under ``lengths[<variant without -eqtok>]``."""
+    method = method or EM.default_method(device)
+    out: dict[str, Any] = {"method": method, "device": device, "batch_size": batch_size, "tgt_len": tgt_len,
+                           "lengths": {}}
+    for v in variants:
+        if not v.equal_memory or _mem_key(v) in out["lengths"]:
             continue
-        r = evaluate(model, data, batch_size=batch_size, max_tokens=max_tokens, tgt_len=T, mem_len=mem, ext_len=0)
-        tried.append({"attn_len": A, "tgt_len": T, "mem_len": mem, "ext_len": 0, "loss": r.loss})
-    best = min(tried, key=lambda d: (round(d["loss"], 6), d["attn_len"]))
-    return {"ppl_init": math.exp(res.loss), "attn_len_init": init["attn_len"], "ppl_best": math.exp(best["loss"]),
-            "attn_len_best": best["attn_len"], "tokens": res.tokens, "tried": tried}
+        xl = Variant(True, v.encoding, v.loss)
+        half = v.loss == "half"
+        target = EM.training_step_bytes(variant_config(base, xl, tgt_len), batch_size, half_loss=half,
+                                        device=device, method=method)
+
+        def measure(n: int, v: Variant = v, half: bool = half) -> int:
+            cfg = variant_config(base, v, tgt_len, train_len=n)
+            return EM.training_step_bytes(cfg, batch_size, half_loss=half, device=device, method=method)["bytes"]
+
+        length, tried = EM.longest_within(measure, target["bytes"], start=tgt_len)
+        out["lengths"][_mem_key(v)] = {"length": length, "bytes": dict(tried)[length], "target_variant": xl.name,
+                                       "target_bytes": target["bytes"], "target": target, "tried": tried}
+    return out
+
+
+def _equal_memory(out: Path, base: TXLConfig, variants: Sequence[Variant], *, tgt_len: int, batch_size: int,
+                  device: str, log: Callable[[str], None] | None) -> dict[str, Any] | None:
+    """The equal-memory lengths of this run: measured once, kept in ``OUT/equal-memory.json`` for every seed."""
+    if not any(v.equal_memory for v in variants):
+        return None
+    path = out / "equal-memory.json"
+    key = {"model": base.to_dict(), "tgt_len": tgt_len, "batch_size": batch_size,
+           "method": EM.default_method(device)}
+    if path.is_file():
+        doc = read_json(path, f"equal-memory lengths {path}")
+        if doc["key"] != key:
+            raise ConfigError(f"{path} was measured for another model, T, batch or memory method; use a new --out")
+        missing = [v for v in variants if v.equal_memory and _mem_key(v) not in doc["lengths"]]
+        if not missing:
+            return doc
+    if log is not None:
+        log(f"measuring peak training memory ({key['method']} on {device}) for the equal-memory lengths")
+    doc = {"key": key, **equal_memory_lengths(base, variants, tgt_len=tgt_len, batch_size=batch_size, device=device)}
+    write_json(path, doc, sort_keys=False)
+    if log is not None:
+        for name, e in doc["lengths"].items():
+            log(f"{name}: tgt_len {e['length']} ({e['bytes'] / 2**20:.1f} MiB) within {e['target_variant']}'s "
+                f"{e['target_bytes'] / 2**20:.1f} MiB")
+    return doc
+
+
+def read_equal_memory(out_dir: str | Path) -> dict[str, Any] | None:
+    """``OUT/equal-memory.json`` (the measured lengths of a run), or None when the run measured none."""
+    path = Path(out_dir) / "equal-memory.json"
+    return read_json(path, f"equal-memory lengths {path}") if path.is_file() else None
 
 
 # ---------------------------------------------------------------------------------------------- the experiment
 def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants: Sequence[Variant] = TABLE6, *,
-                 tgt_len: int, steps: int, attn_grid: Sequence[int], batch_size: int = 16, lr: float = 1e-3,
-                 warmup: int = 50, seed: int = 0, eval_tokens: int | None = None, max_minutes: float | None = None,
-                 log: Callable[[str], None] | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Train and evaluate (on ``corpus``'s valid split) every variant not yet finished under ``out_dir``;
-    returns all rows (resumable). SIGTERM or Ctrl-C stop a variant's training at a checkpoint and raise
-    ``KeyboardInterrupt``; ``max_minutes`` stops each variant's training and evaluates it as it is. With ``log``,
-    each training shows its progress (a bar on a terminal when ``progress``, else a line every ``log_interval``)."""
+                 tgt_len: int, steps: int, search: AttnSearch, seeds: Sequence[int] = (0,), batch_size: int = 16,
+                 lr: float = 1e-3, warmup: int = 50, eval_tokens: int | None = None, max_minutes: float | None = None,
+                 device: str = "cpu", log: Callable[[str], None] | None = None,
+                 progress: bool = True) -> list[dict[str, Any]]:
+    """Train and evaluate (on ``corpus``'s valid split) every variant of every seed not yet finished under
+    ``out_dir`` (``OUT/seed<k>/<variant>/``); returns all rows, seed by seed (resumable). SIGTERM or Ctrl-C stop a
+    variant's training at a checkpoint and raise ``KeyboardInterrupt``; ``max_minutes`` stops each variant's
+    training and evaluates it as it is. With ``log``, each training shows its progress (a bar on a terminal
+    when ``progress``, else a line every ``log_interval``)."""
     check_int("steps", steps, 1)
+    if not seeds:
+        raise ConfigError("at least one seed is needed")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    eqmem = _equal_memory(out, base, variants, tgt_len=tgt_len, batch_size=batch_size, device=device, log=log)
     rows = []
-    for v in variants:
-        vdir = out / v.name
-        result_path = vdir / "result.json"
-        if result_path.is_file():
-            rows.append(read_json(result_path, f"finished variant {result_path}"))
+    for seed in seeds:
+        for v in variants:
+            vdir = out / f"seed{seed}" / v.name
+            result_path = vdir / "result.json"
+            name = f"seed {seed} {v.name}"
+            if result_path.is_file():
+                rows.append(read_json(result_path, f"finished variant {result_path}"))
+                if log is not None:
+                    log(f"{name}: done before, skipped")
+                continue
+            mem = eqmem["lengths"][_mem_key(v)] if v.equal_memory and eqmem else None
+            cfg = variant_config(base, v, tgt_len, train_len=mem["length"] if mem else None)
+            n_steps = variant_steps(v, steps, tgt_len, cfg.tgt_len)
             if log is not None:
-                log(f"{v.name}: done before, skipped")
-            continue
-        cfg = variant_config(base, v, tgt_len)
-        if log is not None:
-            log(f"{v.name}: training {steps} steps (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
-                f"attn_type {cfg.attn_type}, {v.loss} loss)")
-        model, train_log = train_variant(cfg, corpus, vdir / "run", steps=steps, batch_size=batch_size, lr=lr,
-                                         warmup=warmup, half_loss=v.loss == "half", seed=seed,
-                                         max_minutes=max_minutes, eval_tokens=eval_tokens,
-                                         progress=log is not None and progress)
-        if train_log["stopped"] == "signal":  # not finished: no result; the next run resumes from the checkpoint
+                log(f"{name}: training {n_steps} steps on {device} (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
+                    f"attn_type {cfg.attn_type}, {v.loss} loss)")
+            model, train_log = train_variant(cfg, corpus, vdir / "run", steps=n_steps, batch_size=batch_size, lr=lr,
+                                             warmup=warmup, half_loss=v.loss == "half", seed=seed,
+                                             max_minutes=max_minutes, eval_tokens=eval_tokens, device=device,
+                                             progress=log is not None and progress)
+            if train_log["stopped"] == "signal":  # not finished: no result; the next run resumes from the checkpoint
+                if log is not None:
+                    log(f"{name}: stopped on a signal at step {train_log['steps']} (checkpoint saved); run the "
+                        "same command again to continue")
+                raise KeyboardInterrupt
+            t0 = time.monotonic()
+            ev = evaluate_variant(model, v, corpus.splits["valid"], search, max_tokens=eval_tokens)
+            row = {"variant": v.name, "seed": seed, "recurrence": v.recurrence, "encoding": v.encoding,
+                   "loss": v.loss, "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len,
+                   "params": model.num_parameters(), "train_steps": train_log["steps"],
+                   "train_batch_size": batch_size, "train_tokens": train_log["tokens"],
+                   "train_minutes": round(train_log["minutes"], 2), "device": device,
+                   "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev,
+                   "equal_memory": mem and {k: mem[k] for k in ("bytes", "target_variant", "target_bytes")},
+                   "train_history": train_log["history"]}
+            model.save_pretrained(vdir, vocab=corpus.vocab)
+            write_json(result_path, row, sort_keys=False)
+            rows.append(row)
             if log is not None:
-                log(f"{v.name}: stopped on a signal at step {train_log['steps']} (checkpoint saved); run the same "
-                    "command again to continue")
-            raise KeyboardInterrupt
-        t0 = time.monotonic()
-        ev = evaluate_variant(model, v, corpus.splits["valid"], attn_grid, max_tokens=eval_tokens)
-        row = {"variant": v.name, "recurrence": v.recurrence, "encoding": v.encoding, "loss": v.loss,
-               "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len, "params": model.num_parameters(),
-               "train_steps": train_log["steps"], "train_minutes": round(train_log["minutes"], 2),
-               "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev, "train_history": train_log["history"]}
-        model.save_pretrained(vdir, vocab=corpus.vocab)
-        write_json(result_path, row, sort_keys=False)
-        rows.append(row)
-        if log is not None:
-            log(f"{v.name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "
-                f"(attn {ev['attn_len_best']})")
+                window = f", window {ev['ppl_window']:.3f} (L {ev['window_len']})" if ev["ppl_window"] else ""
+                log(f"{name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "
+                    f"(attn len {ev['attn_len_best']}){window}")
     return rows
 
 
-def ablation_table(rows: Sequence[dict[str, Any]], *, char_level: bool = False) -> str:
-    """Table 6 layout (plus training lengths and parameter counts). ``char_level`` adds bpc columns."""
-    from txl.experiments.tables import markdown_table
+# ---------------------------------------------------------------------------------------------- seeds
+STAT_KEYS = ("loss_init", "ppl_init", "loss_best", "ppl_best", "attn_len_best", "loss_window", "ppl_window")
 
-    body = []
+
+def mean_spread(values: Sequence[float]) -> dict[str, Any]:
+    """``n``, ``mean``, sample standard deviation ``std`` (``ddof = 1``; None for one value), ``min``, ``max``."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ConfigError("no values to aggregate")
+    return {"n": int(x.size), "mean": float(x.mean()), "std": float(x.std(ddof=1)) if x.size > 1 else None,
+            "min": float(x.min()), "max": float(x.max())}
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per variant (first-seen order): its seeds, training lengths, steps and tokens (mean), and
+    :func:`mean_spread` of each of :data:`STAT_KEYS` over the seeds (None where a row has no such value)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        cells = ["✓" if r["recurrence"] else "✗", ENCODING_NAMES[r["encoding"]], r["loss"].capitalize(),
-                 f"{r['ppl_init']:.3f}", f"{r['ppl_best']:.3f}", r["attn_len_best"],
-                 f"{r['train_tgt_len']}/{r['train_mem_len']}", f"{r['params']:,}", r["train_minutes"]]
-        if char_level:
-            cells[3:5] = [f"{math.log2(r['ppl_init']):.4f}", f"{math.log2(r['ppl_best']):.4f}"]
-        body.append(cells)
-    metric = "bpc" if char_level else "PPL"
-    return markdown_table(["Recurrence", "Encoding", "Loss", f"{metric} init", f"{metric} best", "Attn Len",
-                           "train tgt/mem", "params", "train min"], body)
+        groups.setdefault(r["variant"], []).append(r)
+    out = []
+    for rs in groups.values():
+        first = rs[0]
+        entry = {k: first[k] for k in ("variant", "recurrence", "encoding", "loss", "train_tgt_len", "train_mem_len")}
+        entry.update(seeds=[r["seed"] for r in rs], train_steps=mean_spread([r["train_steps"] for r in rs])["mean"],
+                     train_tokens=mean_spread([r["train_tokens"] for r in rs])["mean"],
+                     equal_memory=first.get("equal_memory"))
+        for k in STAT_KEYS:
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            entry[k] = mean_spread(vals) if vals else None
+        out.append(entry)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- report
+def report(rows: Sequence[dict[str, Any]], *, char_level: bool = False,
+           equal_memory: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The Markdown report and the JSON document of a run: the table over seeds, the per-seed table, the
+    equal-memory measurements, and how each figure was obtained."""
+    from txl.experiments.tables import ablation_aggregate_table, ablation_table
+
+    agg = aggregate(rows)
+    notes = ("Mean ± sample standard deviation over the seeds (ddof = 1; no spread for one seed). init: the "
+             "training lengths; best: the lowest loss over init and the same_length attention-length search; Attn Len: "
+             "the shortest attention length within the tolerance of best; window: stride-1 window of the training "
+             "length (no-recurrence rows). Definitions: txl.experiments.ablations.")
+    text = f"{notes}\n\n{ablation_aggregate_table(agg, char_level=char_level)}\nPer seed:\n\n" \
+           f"{ablation_table(rows, char_level=char_level)}"
+    if equal_memory:
+        lines = [f"* {name}: tgt_len {e['length']} ({e['bytes'] / 2**20:.2f} MiB) within {e['target_variant']}'s "
+                 f"{e['target_bytes'] / 2**20:.2f} MiB" for name, e in equal_memory["lengths"].items()]
+        text += (f"\nEqual peak training memory ({equal_memory['method']} on {equal_memory['device']}, batch "
+                 f"{equal_memory['batch_size']}, T = {equal_memory['tgt_len']}; "
+                 "txl.experiments.equal_memory):\n\n" + "\n".join(lines) + "\n")
+    doc = {"spread": "sample standard deviation (ddof=1)", "aggregate": agg, "equal_memory": equal_memory,
+           "rows": [{k: v for k, v in r.items() if k != "train_history"} for r in rows]}
+    return text, doc
