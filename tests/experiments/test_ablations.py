@@ -13,8 +13,8 @@ import torch
 from tests.helpers import tiny_config
 from txl.data import Corpus, Vocab
 from txl.errors import ConfigError
+from txl.experiments import ablation_report as R
 from txl.experiments import ablations as A
-from txl.experiments import equal_memory as EM
 
 BASE = tiny_config(n_token=40, tgt_len=8, mem_len=8, init_std=0.02)
 SEARCH = A.AttnSearch(step=2, max_len=32)
@@ -78,45 +78,6 @@ def test_variants_train_through_the_trainer_with_the_half_loss(tmp_path) -> None
 
 
 # ---------------------------------------------------------------------------------------------- the search
-def _counting(curve):
-    calls: list[int] = []
-
-    def loss_at(a: int) -> float:
-        calls.append(a)
-        return curve(a)
-
-    return loss_at, calls
-
-
-@pytest.mark.parametrize("curve, shortest", [
-    (lambda a: 2.0 + 0.01 * max(0, 100 - a) + 1e-6 * a, 100),  # falls until 100, then flat: 100
-    (lambda a: 2.0 + 1e-4 * (a - 50) ** 2, 46),  # a minimum at 50; within 0.1 % of it from 46 (|a - 50| <= 4.47)
-    (lambda a: 2.0 + 0.1 * max(0, 10 - a), 10),  # already flat at the start (32): found below it
-])
-def test_search_finds_the_shortest_length_within_the_tolerance(curve, shortest) -> None:
-    loss_at, calls = _counting(curve)
-    res = A.search_attention_length(loss_at, start=32, step=4, max_len=1024, rel_tol=1e-3)
-    best = min(curve(a) for a in range(1, 1025))
-    assert res["loss"] <= best * (1 + 1e-3)
-    assert shortest <= res["attn_len"] < shortest + 4  # the resolution: within `step` above the shortest
-    assert curve(res["attn_len"]) <= res["loss"] * (1 + 1e-3)
-    assert len(calls) == len(set(calls)) == len(res["tried"]) and calls == [a for a, _ in res["tried"]]
-    assert calls[:2] == [32, 64] and not res["censored"]
-    assert len(calls) < 12  # doubling then bisection, not a scan
-
-
-def test_search_doubling_and_censoring() -> None:
-    loss_at, calls = _counting(lambda a: 1.0 + 1.0 / a)  # improves all the way to the limit
-    res = A.search_attention_length(loss_at, start=8, step=8, max_len=100, rel_tol=1e-4)
-    assert calls[:5] == [8, 16, 32, 64, 100]  # doubling, then the limit itself
-    assert res["censored"] and res["attn_len"] == 100
-    loss_at, calls = _counting(lambda a: 2.0 - 0.1 * min(a, 16))  # stops improving after 16: one doubling more
-    res = A.search_attention_length(loss_at, start=8, step=1, max_len=1000, rel_tol=1e-3)
-    assert calls[:3] == [8, 16, 32] and res["attn_len"] == 16 and not res["censored"]
-    with pytest.raises(ConfigError):
-        A.search_attention_length(loss_at, start=8, step=0, max_len=100, rel_tol=0.0)
-
-
 # ---------------------------------------------------------------------------------------------- the experiment
 def test_run_ablation_evaluates_as_the_paper_and_is_resumable(tmp_path, monkeypatch) -> None:
     """The search evaluates with same_length (mem_len = attention length); no-recurrence rows get the stride-1
@@ -159,9 +120,9 @@ def test_run_ablation_evaluates_as_the_paper_and_is_resumable(tmp_path, monkeypa
     monkeypatch.setattr(A, "train_variant", lambda *a, **k: (_ for _ in ()).throw(AssertionError("retrained")))
     again = A.run_ablation(BASE, corpus, tmp_path, variants, tgt_len=8, steps=3, search=SEARCH)
     assert [r["ppl_best"] for r in again] == [r["ppl_best"] for r in rows]
-    text, doc = A.report(rows)
+    text, doc = R.report(rows)
     assert "Al-Rfou et al. (2018)" in text and "✓" in text and "PPL window" in text and "PPL best" in text
-    assert "bpc window" in A.report(rows, char_level=True)[0]
+    assert "bpc window" in R.report(rows, char_level=True)[0]
     assert [a["variant"] for a in doc["aggregate"]] == [r["variant"] for r in rows]
     json.dumps(doc)
 
@@ -171,7 +132,7 @@ def test_seeds_train_apart_and_aggregate(tmp_path) -> None:
                           search=A.AttnSearch(step=4, max_len=16), seeds=(0, 1), batch_size=4)
     assert [r["seed"] for r in rows] == [0, 1] and rows[0]["loss_init"] != rows[1]["loss_init"]
     assert all((tmp_path / f"seed{s}" / "norec-ours-full" / "result.json").is_file() for s in (0, 1))
-    (agg,) = A.aggregate(rows)
+    (agg,) = R.aggregate(rows)
     assert agg["seeds"] == [0, 1]
     for key in ("ppl_init", "ppl_best", "ppl_window", "attn_len_best", "loss_best"):
         values = [r[key] for r in rows]
@@ -179,24 +140,6 @@ def test_seeds_train_apart_and_aggregate(tmp_path) -> None:
         assert math.isclose(agg[key]["std"], abs(values[0] - values[1]) / math.sqrt(2), abs_tol=1e-12)
     with pytest.raises(ConfigError, match="seed"):
         A.run_ablation(BASE, _corpus(300), tmp_path, [A.TABLE6[0]], tgt_len=8, steps=2, search=SEARCH, seeds=())
-
-
-def test_mean_spread_is_the_mean_and_sample_std() -> None:
-    s = A.mean_spread([1.0, 2.0, 3.0, 4.0])
-    assert (s["n"], s["mean"], s["min"], s["max"]) == (4, 2.5, 1.0, 4.0)
-    assert math.isclose(s["std"], math.sqrt(5 / 3))  # ddof = 1
-    assert A.mean_spread([7.0]) == {"n": 1, "mean": 7.0, "std": None, "min": 7.0, "max": 7.0}
-    rows = [{"variant": "v", "recurrence": False, "encoding": "ours", "loss": "full", "train_tgt_len": 8,
-             "train_mem_len": 0, "seed": s, "train_steps": 10, "train_tokens": 320, "loss_init": li,
-             "ppl_init": math.exp(li), "loss_best": li, "ppl_best": math.exp(li), "attn_len_best": a,
-             "loss_window": None, "ppl_window": None} for s, li, a in ((0, 1.0, 8), (1, 2.0, 16), (2, 3.0, 24))]
-    (agg,) = A.aggregate(rows)
-    assert agg["attn_len_best"]["mean"] == 16 and agg["attn_len_best"]["std"] == 8
-    assert agg["loss_init"]["std"] == 1.0 and agg["ppl_window"] is None
-    from txl.experiments.tables import ablation_aggregate_table
-
-    line = ablation_aggregate_table([agg], char_level=True).splitlines()[-1]
-    assert f"{2 / math.log(2):.4f} ± {1 / math.log(2):.4f}" in line and "16 ± 8" in line and "| — |" in line
 
 
 def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypatch) -> None:
@@ -227,36 +170,6 @@ def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypa
         A.run_ablation(BASE, corpus, tmp_path / "x", variant, tgt_len=8, steps=0, search=search)
 
 
-# ---------------------------------------------------------------------------------------------- equal memory
-def test_longest_within_a_budget() -> None:
-    seen = []
-
-    def square(n: int) -> int:
-        seen.append(n)
-        return n * n
-
-    assert EM.longest_within(square, 2000, start=32)[0] == 44  # 44² = 1936, 45² = 2025
-    assert seen[:2] == [32, 64] and len(seen) == len(set(seen)) < 10
-    length, tried = EM.longest_within(square, 2000, start=100)  # start too long: searched below it
-    assert length == 44 and tried[0] == (100, 10000)
-    assert EM.longest_within(square, 10**9, start=4, limit=50)[0] == 50
-    with pytest.raises(ConfigError, match="no segment length fits"):
-        EM.longest_within(square, 0, start=4)
-
-
-def test_training_step_bytes_on_cpu_counts_saved_tensors_and_state() -> None:
-    xl = EM.training_step_bytes(BASE, 4)
-    assert xl["method"] == "saved-tensors" and xl["bytes"] == xl["saved"] + xl["parameters"] + xl["memories"]
-    n_params = sum(p.numel() for p in A.TransformerXLLM(BASE).parameters())
-    assert xl["parameters"] == 4 * 4 * n_params  # weights, gradients, two Adam moments, float32
-    assert xl["memories"] == 2 * (BASE.n_layer + 1) * 4 * 8 * BASE.d_model * 4
-    norec = [EM.training_step_bytes(BASE.replace(tgt_len=n, mem_len=0), 4)["bytes"] for n in (8, 12, 16)]
-    assert norec[0] < xl["bytes"] and norec == sorted(norec)
-    assert EM.training_step_bytes(BASE, 4) == xl  # deterministic
-    with pytest.raises(ConfigError, match="CUDA"):
-        EM.training_step_bytes(BASE, 4, method="allocator")
-
-
 def test_equal_memory_lengths_fit_the_transformer_xl_peak(tmp_path) -> None:
     variants = [A.parse_variant(n) for n in ("norec-ours-full-eqmem", "norec-ours-full-eqmem-eqtok")]
     doc = A.equal_memory_lengths(BASE, variants, tgt_len=8, batch_size=4)
@@ -270,21 +183,10 @@ def test_equal_memory_lengths_fit_the_transformer_xl_peak(tmp_path) -> None:
     assert rows[0]["equal_memory"]["target_bytes"] == entry["target_bytes"]
     saved = json.loads((tmp_path / "equal-memory.json").read_text())
     assert saved["lengths"] == json.loads(json.dumps(doc["lengths"])) and A.read_equal_memory(tmp_path) == saved
-    assert "Equal peak training memory" in A.report(rows, equal_memory=saved)[0]
+    assert "Equal peak training memory" in R.report(rows, equal_memory=saved)[0]
     with pytest.raises(ConfigError, match="another model"):  # a run measured for another size is not reused
         A.run_ablation(BASE.replace(d_inner=48), _corpus(300), tmp_path, variants, tgt_len=8, steps=4,
                        search=SEARCH, batch_size=4)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_training_step_bytes_on_cuda_is_the_allocator_peak() -> None:
-    big = BASE.replace(d_model=64, n_head=2, d_head=32, d_inner=128)
-    xl = EM.training_step_bytes(big, 16, device="cuda")
-    assert xl["method"] == "allocator" and xl["bytes"] > 0
-    norec = [EM.training_step_bytes(big.replace(tgt_len=n, mem_len=0), 16, device="cuda")["bytes"]
-             for n in (8, 16, 32)]
-    assert norec == sorted(norec) and norec[0] < xl["bytes"] < norec[-1]
 
 
 @pytest.mark.gpu

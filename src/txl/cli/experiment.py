@@ -289,6 +289,7 @@ def run_ablation(args: argparse.Namespace) -> int:
     import dataclasses
 
     from txl.data import load_corpus
+    from txl.experiments import ablation_report
     from txl.experiments import ablations as A
     from txl.inference.loading import check_device
 
@@ -304,7 +305,7 @@ def run_ablation(args: argparse.Namespace) -> int:
                           eval_tokens=args.eval_tokens, max_minutes=args.max_minutes, device=device, log=_log,
                           progress=args.progress)
     eqmem = A.read_equal_memory(args.out) if any(v.equal_memory for v in variants) else None
-    text, doc = A.report(rows, char_level=corpus.char_level, equal_memory=eqmem)
+    text, doc = ablation_report.report(rows, char_level=corpus.char_level, equal_memory=eqmem)
     doc = {"command": {k: v for k, v in vars(args).items() if k != "func"}, "dataset": args.dataset,
            "char_level": corpus.char_level, "attn_search": dataclasses.asdict(search), **doc}
     stem = args.variants if args.variants in A.VARIANT_SETS else "ablations"  # table6.md and table10.md side by side

@@ -73,6 +73,7 @@ import numpy as np
 from txl.data import Corpus
 from txl.errors import ConfigError, check_int
 from txl.experiments import equal_memory as EM
+from txl.experiments.attn_search import AttnSearch, search_attention_length
 from txl.inference.evaluate import evaluate
 from txl.inference.window import evaluate_sliding_window
 from txl.model import TransformerXLLM, TXLConfig
@@ -196,64 +197,6 @@ def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps:
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
-@dataclass(frozen=True)
-class AttnSearch:
-    """Settings of the attention-length search (module docstring): bisection resolution ``step``, longest
-    length ``max_len``, and ``rel_tol``, the relative tolerance on the loss that counts as reaching the best."""
-
-    step: int
-    max_len: int
-    rel_tol: float = 1e-3
-
-    def __post_init__(self) -> None:
-        check_int("step", self.step, 1)
-        check_int("max_len", self.max_len, 1)
-        if not (math.isfinite(self.rel_tol) and self.rel_tol >= 0):
-            raise ConfigError(f"rel_tol must be a finite number >= 0, got {self.rel_tol!r}")
-
-
-def search_attention_length(loss_at: Callable[[int], float], *, start: int, step: int, max_len: int,
-                            rel_tol: float) -> dict[str, Any]:
-    """The shortest attention length whose loss is within ``rel_tol`` of the best, for a loss function of the
-    length (pure: ``loss_at`` is the only evaluator).
-
-    Doubling from ``start`` while each length improves on the best so far by more than ``rel_tol x best``
-    (up to ``max_len``, evaluated last when it is not a doubling of ``start``); then, with ``best`` the lowest
-    loss seen and ``hi`` the shortest length within ``best * (1 + rel_tol)`` and ``lo`` the longest shorter
-    length evaluated (0 when none), ``(lo + hi) // 2`` is evaluated until ``hi - lo <= step``. Returns
-    ``attn_len`` (= ``hi``), ``loss`` (the best), ``censored`` (still improving at ``max_len``) and ``tried``
-    (every ``(length, loss)`` in evaluation order).
-    """
-    check_int("start", start, 1)
-    check_int("step", step, 1)
-    check_int("max_len", max_len, start)
-    tried: dict[int, float] = {}
-
-    def f(a: int) -> float:
-        if a not in tried:
-            tried[a] = float(loss_at(a))
-        return tried[a]
-
-    a, censored = start, True
-    f(a)
-    while a < max_len:
-        best = min(tried.values())
-        nxt = min(2 * a, max_len)
-        if not f(nxt) < best - rel_tol * abs(best):
-            censored = False
-            break
-        a = nxt
-    while True:
-        best = min(tried.values())
-        hi = min(n for n, loss in tried.items() if loss <= best + rel_tol * abs(best))
-        lo = max((n for n in tried if n < hi), default=0)
-        if hi - lo <= step:
-            break
-        f((lo + hi) // 2)
-    return {"attn_len": hi, "loss": best, "censored": censored and min(tried, key=tried.__getitem__) == max_len,
-            "tried": list(tried.items())}
-
-
 def _init_lengths(v: Variant, cfg: TXLConfig) -> dict[str, Any]:
     T = cfg.tgt_len
     if v.recurrence:
@@ -431,61 +374,3 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
                 log(f"{name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "
                     f"(attn len {ev['attn_len_best']}){window}")
     return rows
-
-
-# ---------------------------------------------------------------------------------------------- seeds
-STAT_KEYS = ("loss_init", "ppl_init", "loss_best", "ppl_best", "attn_len_best", "loss_window", "ppl_window")
-
-
-def mean_spread(values: Sequence[float]) -> dict[str, Any]:
-    """``n``, ``mean``, sample standard deviation ``std`` (``ddof = 1``; None for one value), ``min``, ``max``."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ConfigError("no values to aggregate")
-    return {"n": int(x.size), "mean": float(x.mean()), "std": float(x.std(ddof=1)) if x.size > 1 else None,
-            "min": float(x.min()), "max": float(x.max())}
-
-
-def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per variant (first-seen order): its seeds, training lengths, steps and tokens (mean), and
-    :func:`mean_spread` of each of :data:`STAT_KEYS` over the seeds (None where a row has no such value)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(r["variant"], []).append(r)
-    out = []
-    for rs in groups.values():
-        first = rs[0]
-        entry = {k: first[k] for k in ("variant", "recurrence", "encoding", "loss", "train_tgt_len", "train_mem_len")}
-        entry.update(seeds=[r["seed"] for r in rs], train_steps=mean_spread([r["train_steps"] for r in rs])["mean"],
-                     train_tokens=mean_spread([r["train_tokens"] for r in rs])["mean"],
-                     equal_memory=first.get("equal_memory"))
-        for k in STAT_KEYS:
-            vals = [r[k] for r in rs if r.get(k) is not None]
-            entry[k] = mean_spread(vals) if vals else None
-        out.append(entry)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- report
-def report(rows: Sequence[dict[str, Any]], *, char_level: bool = False,
-           equal_memory: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """The Markdown report and the JSON document of a run: the table over seeds, the per-seed table, the
-    equal-memory measurements, and how each figure was obtained."""
-    from txl.experiments.tables import ablation_aggregate_table, ablation_table
-
-    agg = aggregate(rows)
-    notes = ("Mean ± sample standard deviation over the seeds (ddof = 1; no spread for one seed). init: the "
-             "training lengths; best: the lowest loss over init and the same_length attention-length search; Attn Len: "
-             "the shortest attention length within the tolerance of best; window: stride-1 window of the training "
-             "length (no-recurrence rows). Definitions: txl.experiments.ablations.")
-    text = f"{notes}\n\n{ablation_aggregate_table(agg, char_level=char_level)}\nPer seed:\n\n" \
-           f"{ablation_table(rows, char_level=char_level)}"
-    if equal_memory:
-        lines = [f"* {name}: tgt_len {e['length']} ({e['bytes'] / 2**20:.2f} MiB) within {e['target_variant']}'s "
-                 f"{e['target_bytes'] / 2**20:.2f} MiB" for name, e in equal_memory["lengths"].items()]
-        text += (f"\nEqual peak training memory ({equal_memory['method']} on {equal_memory['device']}, batch "
-                 f"{equal_memory['batch_size']}, T = {equal_memory['tgt_len']}; "
-                 "txl.experiments.equal_memory):\n\n" + "\n".join(lines) + "\n")
-    doc = {"spread": "sample standard deviation (ddof=1)", "aggregate": agg, "equal_memory": equal_memory,
-           "rows": [{k: v for k, v in r.items() if k != "train_history"} for r in rows]}
-    return text, doc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,59 +25,6 @@ def _pyplot() -> Any:
     except ImportError:
         raise ConfigError("plots need matplotlib: pip install 'txl[plot]'") from None
     return plt
-
-
-# ---------------------------------------------------------------------------------------------- ablations
-def _metric(stat: dict[str, Any] | None, loss: dict[str, Any] | None, char_level: bool, digits: int) -> str:
-    if stat is None:
-        return "—"
-    s = {k: (v / math.log(2) if v is not None and k != "n" else v) for k, v in loss.items()} if char_level else stat
-    text = f"{s['mean']:.{digits}f}"
-    return text if s["std"] is None else f"{text} ± {s['std']:.{digits}f}"
-
-
-def _tokens(n: float) -> str:
-    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,.0f}"
-
-
-def ablation_aggregate_table(agg: Sequence[dict[str, Any]], *, char_level: bool = False) -> str:
-    """Table 6 / 10 layout over seeds (:func:`txl.experiments.ablations.aggregate`): mean ± sample standard
-    deviation (bpc from the losses when ``char_level``)."""
-    from txl.experiments.ablations import ENCODING_NAMES
-
-    metric, d = ("bpc", 4) if char_level else ("PPL", 3)
-    body = []
-    for a in agg:
-        attn = a["attn_len_best"]
-        attn_text = "—" if attn is None else (f"{attn['mean']:.0f}" if attn["std"] is None else
-                                             f"{attn['mean']:.0f} ± {attn['std']:.0f}")
-        body.append([a["variant"], "✓" if a["recurrence"] else "✗", ENCODING_NAMES[a["encoding"]],
-                     a["loss"].capitalize(), f"{a['train_tgt_len']}/{a['train_mem_len']}",
-                     f"{a['train_steps']:,.0f}", _tokens(a["train_tokens"]),
-                     _metric(a["ppl_init"], a["loss_init"], char_level, d),
-                     _metric(a["ppl_best"], a["loss_best"], char_level, d), attn_text,
-                     _metric(a["ppl_window"], a["loss_window"], char_level, d), len(a["seeds"])])
-    return markdown_table(["variant", "Recurrence", "Encoding", "Loss", "train tgt/mem", "steps", "train tokens",
-                           f"{metric} init", f"{metric} best", "Attn Len", f"{metric} window", "seeds"], body)
-
-
-def ablation_table(rows: Sequence[dict[str, Any]], *, char_level: bool = False) -> str:
-    """One line per seed and variant (plus training lengths, tokens and parameter counts)."""
-    from txl.experiments.ablations import ENCODING_NAMES
-
-    def fmt(loss: float | None) -> str:
-        if loss is None:
-            return "—"
-        return f"{loss / math.log(2):.4f}" if char_level else f"{math.exp(loss):.3f}"
-
-    body = [[r["variant"], r["seed"], "✓" if r["recurrence"] else "✗", ENCODING_NAMES[r["encoding"]],
-             r["loss"].capitalize(), fmt(r["loss_init"]), fmt(r["loss_best"]), r["attn_len_best"],
-             fmt(r["loss_window"]), f"{r['train_tgt_len']}/{r['train_mem_len']}", f"{r['train_steps']:,}",
-             _tokens(r["train_tokens"]), f"{r['params']:,}", r["train_minutes"]] for r in rows]
-    metric = "bpc" if char_level else "PPL"
-    return markdown_table(["variant", "seed", "Recurrence", "Encoding", "Loss", f"{metric} init", f"{metric} best",
-                           "Attn Len", f"{metric} window", "train tgt/mem", "steps", "train tokens", "params",
-                           "train min"], body)
 
 
 # ---------------------------------------------------------------------------------------------- memory sweep
