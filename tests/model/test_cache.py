@@ -63,7 +63,7 @@ def test_memory_kv_cache_off_for_absolute_positions(attn_type: int) -> None:
         out = model(x, x, None, cache=cache)
         # their memories get position embeddings: nothing to reuse, the plain formula runs
         torch.testing.assert_close(model(x, x, out.mems, cache=cache).nll, model(x, x, out.mems).nll)
-        assert cache._kv == [] and cache._tables == {}
+        assert cache._k == [] and cache._tables == {}
 
 
 def test_projected_position_table_cache_follows_lengths_and_weights() -> None:

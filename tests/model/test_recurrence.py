@@ -34,7 +34,7 @@ def test_the_cache_changes_nothing_but_the_work(tiny_model) -> None:
     with torch.no_grad():
         for x in _segments():
             torch.testing.assert_close(cached(x, x).nll, plain(x, x).nll, rtol=1e-5, atol=1e-6)
-    assert cached.cache is not None and cached.cache._kv  # the keys/values were kept
+    assert cached.cache is not None and cached.cache._k  # the keys/values were kept
 
 
 def test_with_a_gradient_the_cache_stays_out(tiny_model) -> None:
@@ -42,7 +42,7 @@ def test_with_a_gradient_the_cache_stays_out(tiny_model) -> None:
     rec = Recurrence(model)
     for x in _segments(2):
         rec(x, x).loss.backward()  # an InferenceCache would refuse a gradient: the stream does not pass it
-    assert rec.mems[0].size(1) == 6 and rec.cache._kv == []
+    assert rec.mems[0].size(1) == 6 and rec.cache._k == []
 
 
 def test_reset_starts_the_text_over(tiny_model) -> None:

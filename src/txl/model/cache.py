@@ -105,11 +105,6 @@ class InferenceCache:
         self._qlen = self._mlen = 0
         self.kv_active = False  # whether the running forward takes its keys/values from the buffers
 
-    @property
-    def _kv(self) -> list[Tensor | None]:
-        """The per-layer key buffers (empty when nothing is kept)."""
-        return self._k
-
     # ---------------------------------------------------------------------------------------------- a forward
     def begin(self, model: nn.Module, mems: Sequence[Tensor], *, qlen: int, mem_len: int) -> None:
         """Start a forward of ``model`` over ``mems`` with ``qlen`` new positions (called by the model)."""

@@ -25,7 +25,7 @@ def test_txl_eval_steps_carry_full_memories() -> None:
     runner.eval_step(x, y)
     after = runner.rec.mems[0]
     assert after.shape == (1, 16, 256) and not torch.equal(after, before)  # full, and moved on by a segment
-    assert runner.rec.cache is not None and runner.rec.cache._kv  # the memory keys/values are reused
+    assert runner.rec.cache is not None and runner.rec.cache._k  # the memory keys/values are reused
 
 
 def test_train_step_updates_the_weights_and_keeps_memories() -> None:
