@@ -47,9 +47,10 @@ Every row stores ``train_steps`` and ``train_tokens``.
   :func:`txl.inference.window.evaluate_sliding_window`), over the same first ``max_tokens + 1`` tokens (every
   token but the first is scored, where the memory evaluation scores ``(N // 10 - 1) x 10``).
 
-**Seeds**: every variant is trained once per seed into ``OUT/seed<k>/<variant>/``; :func:`aggregate` gives,
-per variant, the mean and the sample standard deviation (``ddof = 1``; none for one seed) with the minimum and
-maximum of PPL init, PPL best, window PPL and Attn Len (and of the losses, from which bpc is ``loss / ln 2``).
+**Seeds**: every variant is trained once per seed into ``OUT/seed<k>/<variant>/``;
+:func:`txl.experiments.ablation_report.aggregate` gives, per variant, the mean and the sample standard
+deviation (``ddof = 1``; none for one seed) with the minimum and maximum of PPL init, PPL best, window PPL and
+Attn Len (and of the losses, from which bpc is ``loss / ln 2``).
 
 Training is :class:`txl.train.Trainer` (the loop of ``txl train``: Adam, the official linear warm-up then
 cosine schedule, gradient clipping 0.25, memories carried; ``half_loss`` for the Half rows) into
