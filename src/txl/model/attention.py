@@ -45,12 +45,16 @@ class MultiHeadAttention(nn.Module):
         # TransformerXLLM.recompute: the [Q, K] scores and probabilities are recomputed in backward.
         self.recompute = False
 
+    def _project(self, x: Tensor, rows: slice) -> Tensor:
+        """Rows ``rows`` of ``[W_q; W_k; W_v] x``: a slice of the weight, or of the output of an int8 projection
+        (:mod:`txl.model.int8`), which runs whole."""
+        if isinstance(self.qkv_net, nn.Linear):
+            return F.linear(x, self.qkv_net.weight[rows])
+        return self.qkv_net(x)[..., rows]
+
     def _kv(self, x: Tensor) -> Tensor:
         """``[W_k; W_v] x``: ``[B, T, D] -> [B, T, 2*H*E]``."""
-        he = self.n_head * self.d_head
-        if isinstance(self.qkv_net, nn.Linear):
-            return F.linear(x, self.qkv_net.weight[he:])
-        return self.qkv_net(x)[..., he:]  # a quantized projection (txl.model.quantize) runs whole
+        return self._project(x, slice(self.n_head * self.d_head, None))
 
     def _q_kv(self, x: Tensor, h: Tensor, prenorm_query: bool) -> tuple[Tensor, Tensor]:
         """Queries ``[B, Q, H*E]`` and keys/values ``[B, Q, 2*H*E]`` of the segment: one ``[W_q; W_k; W_v] x``
@@ -59,8 +63,7 @@ class MultiHeadAttention(nn.Module):
         if prenorm_query or x is h:
             qkv = self.qkv_net(x)  # [B, Q, 3*H*E]
             return qkv[..., :he], qkv[..., he:]
-        q = F.linear(h, self.qkv_net.weight[:he]) if isinstance(self.qkv_net, nn.Linear) else self.qkv_net(h)[..., :he]
-        return q, self._kv(x)
+        return self._project(h, slice(None, he)), self._kv(x)
 
     def _memory_kv(self, mem: Tensor) -> Tensor:
         """Keys/values of the memory, projected on their own (they need no gradient, so backward skips them)."""

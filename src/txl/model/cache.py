@@ -117,24 +117,21 @@ class InferenceCache:
             self._model, self._form, self._params = model, form, list(model.parameters())
             self._weights = None
         weights = _stamps(self._params)
-        if weights != self._weights:
-            params = self._params
-            self.clear()
-            self._model, self._form, self._params, self._weights = model, form, params, weights
+        if weights != self._weights:  # projections made with other weights: none of them is kept
+            self._weights, self._tables = weights, {}
+            self._drop_buffers()
         self.kv_active = len(mems) > 0
         if not self.kv_active:
             return
         mlen = mems[0].size(1)
-        self._qlen, self._mlen = qlen, mlen
-        if self._continues(mems):
-            if self._hi + qlen > self._cap:
-                self._move_window(mem_len)
-            self._base = self._lo
-            return
-        self._drop_buffers()  # a memory of its own: new buffers, filled from it by the first writes
+        if not self._continues(mems):  # a memory of its own: new buffers, filled from it by the first writes
+            self._drop_buffers()
+            self._cap = capacity(mlen=mlen, qlen=qlen, mem_len=mem_len)
+            self._lo, self._hi = 0, mlen
         self.kv_active, self._qlen, self._mlen = True, qlen, mlen
-        self._cap = capacity(mlen=mlen, qlen=qlen, mem_len=mem_len)
-        self._lo, self._hi, self._base = 0, mlen, 0
+        if self._hi + qlen > self._cap:  # the slack is used up (never for new buffers)
+            self._move_window(mem_len)
+        self._base = self._lo
 
     def _continues(self, mems: Sequence[Tensor]) -> bool:
         """Whether ``mems`` are the memories this cache returned last, unmodified (then the forward appends)."""
