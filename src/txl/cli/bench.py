@@ -84,10 +84,10 @@ def run_generate(args: argparse.Namespace) -> int:
     from txl.experiments.bench.generate import GenerateBenchOptions, run_generate_bench, to_markdown
 
     opts = GenerateBenchOptions(shapes=[s for s in args.shapes.split(",") if s],
-                                mem_lens=parse_int_list(args.mem_lens, "--mem-lens"),
-                                batches=parse_int_list(args.batches, "--batches"), new_tokens=args.new_tokens,
-                                hf_tokens=args.hf_tokens, repeats=args.repeats, hf=not args.no_hf,
-                                int8=not args.no_int8, device=args.device)
+                                mem_lens=parse_int_list(args.mem_lens, "--mem-lens", minimum=1),
+                                batches=parse_int_list(args.batches, "--batches", minimum=1),
+                                new_tokens=args.new_tokens, hf_tokens=args.hf_tokens, repeats=args.repeats,
+                                hf=not args.no_hf, int8=not args.no_int8, device=args.device)
     report = run_generate_bench(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()
     _write(report, to_markdown(report, command), args)

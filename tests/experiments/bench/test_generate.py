@@ -61,5 +61,8 @@ def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, 
     assert "hf" not in doc["rows"][0]["tok_per_s"] and "| tiny | 6 | 1 |" in md.read_text()
     assert main(["bench", "generate", "--shapes", "nope", "--no-hf"]) == 2
     assert "unknown shape 'nope'" in capsys.readouterr().err
+    for flag in ("--batches", "--mem-lens"):  # refused before any model is built
+        assert main(["bench", "generate", "--shapes", tiny_shape, flag, "0", "--no-hf"]) == 2
+        assert f"{flag} values must be >= 1, got 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["bench", "generate", "--shapes", tiny_shape, "--device", "cuda"]) == 2

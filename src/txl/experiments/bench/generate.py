@@ -52,6 +52,13 @@ SHAPES: dict[str, Callable[[], TXLConfig]] = {
 }
 
 
+def shape_config(shape: str) -> TXLConfig:
+    """The config of a shape of :data:`SHAPES`, or a one-line :class:`ConfigError`."""
+    if shape not in SHAPES:
+        raise ConfigError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    return SHAPES[shape]()
+
+
 @dataclass
 class GenerateBenchOptions:
     """What :func:`run_generate_bench` measures (defaults: the issue's grid)."""
@@ -152,10 +159,8 @@ def stream_limit(weights: list[torch.Tensor], *, batch: int, n_layer: int, n_hea
 def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
              log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """One case: tokens/s of every decoder, the ratios and the limits (see the module docstring)."""
-    if shape not in SHAPES:
-        raise ConfigError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     torch.manual_seed(opts.seed)
-    cfg = SHAPES[shape]()
+    cfg = shape_config(shape)
     model = TransformerXLLM(cfg).eval()
     gen = torch.Generator().manual_seed(opts.seed + 1)
     prompt = torch.randint(0, cfg.n_token, (batch, mem_len), generator=gen).to(opts.device)
@@ -208,6 +213,8 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
 def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Every case of ``opts`` (shapes x memory lengths x batch sizes)."""
     check_device(opts.device)
+    for shape in opts.shapes:  # every name checked before any case runs
+        shape_config(shape)
     rows = [run_case(s, m, b, opts, log) for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
     machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else platform.processor() or \
         platform.machine()
