@@ -1,4 +1,4 @@
-"""Preparation speed of txl.data: synthetic enwik8-like bytes, a synthetic word corpus, real PTB/WT2.
+"""Preparation speed of transformer_xl.data: synthetic enwik8-like bytes, a synthetic word corpus, real PTB/WT2.
 
 Usage::
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from txl.data import load_corpus
+from transformer_xl.data import load_corpus
 
 SHARED = Path(os.environ.get("TXL_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 

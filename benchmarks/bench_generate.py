@@ -4,12 +4,14 @@ One tiny model (random weights, 4 layers, d_model 128, 10k-word vocabulary), gre
 ``--new-tokens`` tokens after a ``--prompt-len`` prompt, memory covering the whole text so that all three
 compute the same thing:
 
-* ``txl incremental``: :func:`txl.inference.generate.generate`: each step is a ``[B, 1]`` segment over the memories;
-* ``naive recompute``: :func:`txl.inference.generate.reference_generate` (``mode="full"``): a forward over the
+* ``txl incremental``: :func:`transformer_xl.inference.generate.generate`: each step is a ``[B, 1]`` segment over the
+memories;
+* ``naive recompute``: :func:`transformer_xl.inference.generate.reference_generate` (``mode="full"``): a forward over
+the
   whole context at every step (what a Transformer without a cache does);
 * ``HF TransfoXL``: transformers' deprecated ``TransfoXLLMHeadModel`` (same weights via
-  :func:`txl.interop.hf.build_hf`), its forward with ``mems`` looped by hand from an empty memory
-  (:func:`txl.experiments.bench.generate.hf_greedy`); ``txl bench generate`` times the paper's shapes.
+  :func:`transformer_xl.interop.hf.build_hf`), its forward with ``mems`` looped by hand from an empty memory
+  (:func:`transformer_xl.experiments.bench.generate.hf_greedy`); ``txl bench generate`` times the paper's shapes.
 
 Prints a Markdown table and writes JSON (``--out``). Usage::
 
@@ -25,10 +27,10 @@ import time
 
 import torch
 
-from txl import TransformerXLLM, TXLConfig
-from txl.experiments.bench.generate import hf_greedy
-from txl.inference.generate import generate, reference_generate
-from txl.interop.hf import build_hf
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.experiments.bench.generate import hf_greedy
+from transformer_xl.inference.generate import generate, reference_generate
+from transformer_xl.interop.hf import build_hf
 
 
 def _model(n_token: int, seed: int) -> TransformerXLLM:

@@ -1,5 +1,6 @@
 """Which int8 path for CPU inference: a matrix-vector pass over 55 M weights (the size of a WT103-base decoding
-step) in fp32, bf16, PyTorch's dynamic quantization (what ``txl.model.int8`` uses) and, when installed, torchao's
+step) in fp32, bf16, PyTorch's dynamic quantization (what ``transformer_xl.model.int8`` uses) and, when installed,
+torchao's
 int8 configs. Each figure is the fastest of ``--repeats`` passes; run it at 1 and at 2 threads.
 
     python benchmarks/bench_int8_choice.py --threads 1
@@ -16,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from txl.model.int8 import quantize_linears
+from transformer_xl.model.int8 import quantize_linears
 
 
 def _best(fn: Callable[[], None], repeats: int) -> float:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-TXL = [sys.executable, "-m", "txl"]
+TXL = [sys.executable, "-m", "transformer_xl"]
 
 
 def _txl(*args: str) -> float:

@@ -65,7 +65,7 @@ def _run(argvs: list[list[str]], jobs: int, threads: int, last_threads: int, log
     """The per-seed commands (all but the last) ``jobs`` at a time on ``threads`` threads each, then the last one
     on ``last_threads``."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    base = [sys.executable, "-m", "txl", "--threads", str(threads)]
+    base = [sys.executable, "-m", "transformer_xl", "--threads", str(threads)]
     *parallel, last = argvs
     pending = list(enumerate(parallel))
     running: list[subprocess.Popen] = []
@@ -82,7 +82,7 @@ def _run(argvs: list[list[str]], jobs: int, threads: int, last_threads: int, log
                 raise SystemExit(f"{' '.join(p.args)} failed (exit {p.returncode})")
     print("txl " + " ".join(last), flush=True)
     env["OMP_NUM_THREADS"] = str(last_threads)
-    last_base = [sys.executable, "-m", "txl", "--threads", str(last_threads)]
+    last_base = [sys.executable, "-m", "transformer_xl", "--threads", str(last_threads)]
     if subprocess.run([*last_base, *last], env=env).returncode != 0:
         raise SystemExit(f"txl {' '.join(last)} failed")
 

@@ -1,6 +1,6 @@
 """A tour of txl's reliability guarantees (README "Reliability") through the real command line.
 
-Every case runs ``python -m txl ...`` in subprocesses (``OMP_NUM_THREADS=1``, umask 022, a private
+Every case runs ``python -m transformer_xl ...`` in subprocesses (``OMP_NUM_THREADS=1``, umask 022, a private
 ``TXL_CACHE_DIR`` and work directory under a temporary root, removed at the end) and prints one Markdown row
 of what it observed. Each command declares its expected exit code and a substring expected in its output; a
 refusal must be one error line without a traceback. A case that does not behave so keeps its row, marked
@@ -101,8 +101,8 @@ class Tour:
         argv = [a for arg in args for a in (TINY if arg == "$TINY" else [arg])]
         log = self.root / "logs" / str(next(self.ids))
         with open(log.with_suffix(".out"), "wb") as out, open(log.with_suffix(".err"), "wb") as err:
-            popen = subprocess.Popen([sys.executable, "-m", "txl", *argv], cwd=self.root, env=self.env, stdout=out,
-                                     stderr=err, umask=0o022)
+            popen = subprocess.Popen([sys.executable, "-m", "transformer_xl", *argv], cwd=self.root, env=self.env,
+                                     stdout=out, stderr=err, umask=0o022)
         return Job("txl " + " ".join(args), popen, log)
 
     def finish(self, job: Job, timeout: float = 300) -> Proc:
@@ -379,14 +379,15 @@ class Tour:
 def report(rows: list[Row], seconds: float, command: str) -> str:
     """The Markdown page: intro, header line, one table row per case, the count of rows as expected."""
     sys.path.insert(0, str(REPO / "src"))
-    from txl.version import __version__
+    from transformer_xl.version import __version__
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Reliability tour", "",
         "What the README's *Reliability* section promises, observed through the real `txl` command line by "
-        "`benchmarks/reliability_tour.py`: each row runs `python -m txl` in subprocesses (`OMP_NUM_THREADS=1`, "
-        "umask 022, a private `TXL_CACHE_DIR` and work directory under a temporary root, shown as `$TMP`) and shows "
+        "`benchmarks/reliability_tour.py`: each row runs `python -m transformer_xl` in subprocesses "
+        "(`OMP_NUM_THREADS=1`, umask 022, a private `TXL_CACHE_DIR` and work directory under a temporary root, "
+        "shown as `$TMP`) and shows "
         "the exit codes and the line txl printed that matters (the one with the expected words, else the last), or "
         "what the tour observed. A row whose expectation (exit code, expected words, a refusal in one error line "
         "without a traceback) does not hold is marked **FAILED** and the script exits 1. Regenerate this page "

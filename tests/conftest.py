@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests import helpers
-from txl.model import TransformerXLLM, TXLConfig
-from txl.train.config import TrainConfig
+from transformer_xl.model import TransformerXLLM, TXLConfig
+from transformer_xl.train.config import TrainConfig
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from txl.model import TransformerXLLM, TXLConfig
-from txl.train.config import TrainConfig
+from transformer_xl.model import TransformerXLLM, TXLConfig
+from transformer_xl.train.config import TrainConfig
 
 #: The default tiny architecture: 2 layers, d_model 16, 2 heads of 8 (seconds on a CPU, every branch used).
 TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=6, init_std=0.3)
@@ -126,7 +126,7 @@ WIKI_WORDS = ["<eos>", "<unk>", "the", "game", "was", "well", "@-@", "known", ",
 
 def word_vocab() -> Any:
     """:data:`WIKI_WORDS` as a vocabulary with ``<eos>`` and ``<unk>``."""
-    from txl.data import Vocab
+    from transformer_xl.data import Vocab
 
     return Vocab(WIKI_WORDS, special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>")
 
@@ -183,9 +183,9 @@ def model_dirs(root: Path, model: TransformerXLLM, vocab: Any = None) -> dict[st
     """``model`` as each kind of directory txl writes: ``best`` (``RUN/best`` as the trainer publishes it, with
     ``train_info.json`` and ``RUN/vocab.json``), ``pretrained`` (``save_pretrained``), ``checkpoint``
     (``RUN/checkpoints/step_*``) and ``converted`` (``txl convert --from hf`` of its ``--to hf`` export)."""
-    from txl.cli import main
-    from txl.store.checkpoint import save_checkpoint
-    from txl.train.metrics import publish_model
+    from transformer_xl.cli import main
+    from transformer_xl.store.checkpoint import save_checkpoint
+    from transformer_xl.train.metrics import publish_model
 
     run = Path(root) / "run"
     publish_model(run / "best", model, {"step": 4, "valid_loss": 3.0})
@@ -208,8 +208,8 @@ MODEL_ARG_KINDS = ("model", "checkpoint", "run")
 def train_tiny_run(root: Path) -> tuple[Path, Path]:
     """``(run directory, corpus directory)``: a tiny model trained 4 steps on :func:`corpus_dir` into
     ``root/run`` (``best/``, ``final/``, ``checkpoints/step_*``, ``vocab.json``), as ``txl train`` writes it."""
-    from txl.data import load_corpus
-    from txl.train import Trainer
+    from transformer_xl.data import load_corpus
+    from transformer_xl.train import Trainer
 
     corpus = corpus_dir(root)
     cfg = tiny_train_config(root / "run", str(corpus), max_step=4, eval_interval=2, save_interval=2)
@@ -223,7 +223,7 @@ def model_arg(run: Path, kind: str, tmp: Path) -> Path:
     ``checkpoints/step_*``; ``run``, the run directory itself."""
     import shutil
 
-    from txl.store.layout import step_dirs
+    from transformer_xl.store.layout import step_dirs
 
     if kind == "model":
         return Path(shutil.copytree(run / "best", tmp / "elsewhere" / "best"))
@@ -247,7 +247,7 @@ def assert_cli_refuses_damage(argv_of: Any, dirs: dict[str, Path], damage: str, 
     """For each directory of ``dirs``: damage its weights (:func:`damage_file`), then ``txl *argv_of(dir)`` exits
     2 with one line on stderr naming the file whose SHA-256 does not match; with ``--no-verify`` a bit-flipped
     (finite) one runs (exit 0) and a truncated one is still a one-line error."""
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     for kind, d in dirs.items():
         damage_file(d / "model.safetensors", damage)

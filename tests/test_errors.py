@@ -1,11 +1,11 @@
-"""The exception hierarchy, ``did_you_mean`` suggestions and ``check_int`` validation (``txl.errors``)."""
+"""The exception hierarchy, ``did_you_mean`` suggestions and ``check_int`` validation (``transformer_xl.errors``)."""
 
 from __future__ import annotations
 
 import pytest
 
-import txl
-from txl.errors import CheckpointError, ConfigError, DataError, TXLError, check_int, did_you_mean
+import transformer_xl
+from transformer_xl.errors import CheckpointError, ConfigError, DataError, TXLError, check_int, did_you_mean
 
 
 def test_hierarchy() -> None:
@@ -22,8 +22,9 @@ def test_hierarchy() -> None:
 
 
 def test_errors_are_exported_from_the_package() -> None:
-    assert (txl.TXLError, txl.ConfigError, txl.CheckpointError, txl.DataError) == (
-        TXLError, ConfigError, CheckpointError, DataError)
+    exported = (transformer_xl.TXLError, transformer_xl.ConfigError, transformer_xl.CheckpointError,
+                transformer_xl.DataError)
+    assert exported == (TXLError, ConfigError, CheckpointError, DataError)
 
 
 def test_did_you_mean() -> None:

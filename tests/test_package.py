@@ -8,33 +8,34 @@ import sys
 
 import pytest
 
-import txl
+import transformer_xl
 from tests.helpers import REPO, subprocess_env
 
-SRC = REPO / "src" / "txl"
+SRC = REPO / "src" / "transformer_xl"
 
 
 def test_public_api_is_reexported() -> None:
-    from txl.model import TransformerXLLM
+    from transformer_xl.model import TransformerXLLM
 
-    assert txl.TransformerXLLM is TransformerXLLM
-    for name in txl.__all__:
-        assert getattr(txl, name) is not None
+    assert transformer_xl.TransformerXLLM is TransformerXLLM
+    for name in transformer_xl.__all__:
+        assert getattr(transformer_xl, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        txl.nope  # noqa: B018
+        transformer_xl.nope  # noqa: B018
 
 
 @pytest.mark.integration
 def test_importing_the_data_layer_loads_no_model_code(tmp_path) -> None:
-    code = ("import sys, txl.data, txl.store.checkpoint; "
-            "print(sorted(m for m in sys.modules if m.startswith(('txl.model', 'txl.train', 'txl.inference'))))")
+    code = ("import sys, transformer_xl.data, transformer_xl.store.checkpoint; "
+            "print(sorted(m for m in sys.modules "
+            "if m.startswith(('transformer_xl.model', 'transformer_xl.train', 'transformer_xl.inference'))))")
     out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(tmp_path), capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_every_source_module_has_a_test_module() -> None:
-    """``src/txl/a/b.py`` is tested in ``tests/a/test_b.py`` (package ``__init__`` files re-export only)."""
+    """``src/transformer_xl/a/b.py`` is tested in ``tests/a/test_b.py`` (package ``__init__`` files re-export only)."""
     missing = []
     for module in sorted(SRC.rglob("*.py")):
         if module.name in ("__init__.py", "__main__.py"):
@@ -54,7 +55,7 @@ def test_no_source_module_is_over_400_lines() -> None:
 def test_the_import_graph_has_no_cycle() -> None:
     """No module imports itself through others (imports only for type checking left out, as for lint-imports)."""
     grimp = pytest.importorskip("grimp")
-    graph = grimp.build_graph("txl", exclude_type_checking_imports=True)
+    graph = grimp.build_graph("transformer_xl", exclude_type_checking_imports=True)
     edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 

@@ -49,11 +49,11 @@ def write_corpus(root: Path) -> Path:
 def golden_run(root: Path) -> dict[str, list[float]]:
     """Train :data:`GOLDEN_RUN` under ``root`` on one thread; the logged train/valid losses and learning rates."""
     try:  # txl >= 0.2
-        from txl.train.config import TrainConfig
+        from transformer_xl.train.config import TrainConfig
     except ImportError:  # txl 0.1
-        from txl.train_config import TrainConfig  # type: ignore[no-redef]
-    from txl.data import load_corpus
-    from txl.train import Trainer
+        from transformer_xl.train_config import TrainConfig  # type: ignore[no-redef]
+    from transformer_xl.data import load_corpus
+    from transformer_xl.train import Trainer
 
     torch.set_num_threads(1)
     data = write_corpus(root)

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from txl.cli.args import parse_int_list
-from txl.errors import ConfigError
+from transformer_xl.cli.args import parse_int_list
+from transformer_xl.errors import ConfigError
 
 
 def test_parse_int_list() -> None:
@@ -20,7 +20,7 @@ def test_parse_int_list() -> None:
 def test_add_no_verify() -> None:
     import argparse
 
-    from txl.cli.args import add_no_verify
+    from transformer_xl.cli.args import add_no_verify
 
     p = argparse.ArgumentParser()
     add_no_verify(p)
@@ -28,7 +28,7 @@ def test_add_no_verify() -> None:
 
 
 def test_stderr_note_is_one_line_on_stderr(capsys) -> None:
-    from txl.cli.args import stderr_note
+    from transformer_xl.cli.args import stderr_note
 
     stderr_note("txl generate")("using runs/x/best (the best validation model)")
     assert capsys.readouterr() == ("", "txl generate: using runs/x/best (the best validation model)\n")
@@ -37,7 +37,15 @@ def test_stderr_note_is_one_line_on_stderr(capsys) -> None:
 def test_argparse_types_refuse_impossible_numbers() -> None:
     import argparse
 
-    from txl.cli.args import clamp_int, finite_float, nonneg_float, nonneg_int, positive_float, positive_int, seed_int
+    from transformer_xl.cli.args import (
+        clamp_int,
+        finite_float,
+        nonneg_float,
+        nonneg_int,
+        positive_float,
+        positive_int,
+        seed_int,
+    )
 
     assert positive_int("3") == 3 and nonneg_int("0") == 0 and clamp_int("-1") == -1 and seed_int("4294967295")
     assert finite_float("-2.5") == -2.5 and nonneg_float("0") == 0.0 and positive_float("1e-3") == 1e-3
@@ -50,7 +58,7 @@ def test_argparse_types_refuse_impossible_numbers() -> None:
 
 
 def test_parse_float_list_refuses_non_finite_values() -> None:
-    from txl.cli.args import parse_float_list
+    from transformer_xl.cli.args import parse_float_list
 
     assert parse_float_list("0.1,1", "--r") == [0.1, 1.0]
     with pytest.raises(ConfigError, match="--r must hold finite numbers"):
@@ -58,7 +66,7 @@ def test_parse_float_list_refuses_non_finite_values() -> None:
 
 
 def test_resolve_threads_precedence_flag_env_omp_cores() -> None:
-    from txl.cli.args import available_cores, resolve_threads
+    from transformer_xl.cli.args import available_cores, resolve_threads
 
     assert resolve_threads(3, {"TXL_NUM_THREADS": "2", "OMP_NUM_THREADS": "4"}) == 3
     assert resolve_threads(None, {"TXL_NUM_THREADS": " 2 ", "OMP_NUM_THREADS": "4"}) == 2
@@ -70,7 +78,7 @@ def test_resolve_threads_precedence_flag_env_omp_cores() -> None:
 
 
 def test_add_threads_reaches_nested_subcommands_and_keeps_an_earlier_value() -> None:
-    from txl.cli.args import add_threads
+    from transformer_xl.cli.args import add_threads
 
     top = argparse.ArgumentParser()
     top.add_argument("--threads", type=int, default=None)
@@ -91,7 +99,7 @@ def test_add_threads_reaches_nested_subcommands_and_keeps_an_earlier_value() -> 
 def test_fraction(text: str, ok: bool) -> None:
     import argparse
 
-    from txl.cli.args import fraction
+    from transformer_xl.cli.args import fraction
 
     if ok:
         assert fraction(text) == float(text)

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tests.helpers import one_line_error
-from txl import TXLConfig
-from txl.cli import main
+from transformer_xl import TXLConfig
+from transformer_xl.cli import main
 
 TINY = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
 
@@ -19,8 +19,8 @@ TINY = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, t
 def tiny_case(monkeypatch):
     """A ``tiny`` benchmark case; a fixed matmul peak (its measurement takes longer than the whole case) and no
     Hugging Face (the tests use --no-hf; importing transformers would take seconds)."""
-    from txl.experiments import bench
-    from txl.experiments.bench import report
+    from transformer_xl.experiments import bench
+    from transformer_xl.experiments.bench import report
 
     monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**TINY), 2))
     monkeypatch.setattr(report, "matmul_peak", lambda device, dtype: 1e9)
@@ -56,7 +56,7 @@ def test_bench_writes_json_and_markdown_with_the_command(tiny_case, tmp_path, mo
 
 
 def test_bench_batch_size_and_python_command(tiny_case, tmp_path, monkeypatch) -> None:
-    """Run as ``python -m txl`` without ``bench`` in sys.argv, the command recorded is the Python one."""
+    """Run as ``python -m transformer_xl`` without ``bench`` in sys.argv, the command recorded is the Python one."""
     monkeypatch.setattr(sys, "argv", ["x.py", "--flag"])
     argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "4", "--no-hf", "--no-memory", "--steps", "1",
             "--repeats", "1", "--batch-size", "4", "--json", str(tmp_path / "r.json")]

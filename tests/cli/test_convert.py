@@ -19,9 +19,9 @@ from tests.helpers import (
 )
 from tests.helpers import HostilePickle as _Evil
 from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
-from txl import TransformerXLLM, TXLConfig
-from txl.cli import main
-from txl.data import Vocab
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.cli import main
+from transformer_xl.data import Vocab
 
 
 def _hf_dir(tmp_path, vocab_obj) -> str:
@@ -144,7 +144,7 @@ def test_convert_import_refuses_a_config_far_larger_than_its_weights(tmp_path, c
 @pytest.mark.parametrize("kind", MODEL_ARG_KINDS)
 @pytest.mark.parametrize("dst", ["official", "hf"])
 def test_convert_exports_a_model_checkpoint_or_run_directory(trained_run, tmp_path, capsys, kind, dst) -> None:
-    from txl.store.manifest import verify_manifest
+    from transformer_xl.store.manifest import verify_manifest
 
     run, _ = trained_run
     assert main(["convert", str(model_arg(run, kind, tmp_path)), "--to", dst, "--out", str(tmp_path / "out")]) == 0
@@ -177,8 +177,8 @@ def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, ca
     import warnings
 
     from tests.helpers import model_dir_with_vocab, word_vocab
-    from txl.data.codec import TextCodec
-    from txl.data.tokenize import word_tokens
+    from transformer_xl.data.codec import TextCodec
+    from transformer_xl.data.tokenize import word_tokens
 
     vocab = word_vocab()
     _, model_dir = model_dir_with_vocab(tmp_path, vocab)
@@ -190,7 +190,7 @@ def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, ca
                      "vocab.txt"]
     tok = _hf_tokenizer(tmp_path / "hf", monkeypatch)
     assert len(tok) == len(vocab) and tok.unk_token_id == vocab.unk_idx and tok.eos_token_id == vocab.eos_idx
-    tokens, _ = word_tokens(WIKI_LINE)  # how txl.data reads a corpus line
+    tokens, _ = word_tokens(WIKI_LINE)  # how transformer_xl.data reads a corpus line
     expected = [int(i) for i in vocab.encode(tokens)]
     assert "sales" not in vocab and vocab.unk_idx in expected
     assert tok.encode(WIKI_LINE) == expected
@@ -202,7 +202,7 @@ def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, ca
     assert tok.decode(expected[:3]) == "It was the"
     # and back: --from hf reads the export's vocab.txt (no pickle) into the same vocabulary
     assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--out", str(tmp_path / "back")]) == 0
-    from txl.data import Vocab
+    from transformer_xl.data import Vocab
 
     assert Vocab.load(tmp_path / "back" / "vocab.json").sha256() == vocab.sha256()
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from txl.errors import DataError
+from transformer_xl.errors import DataError
 
 
 def test_cli_data_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from txl.cli import data as cli
+    from transformer_xl.cli import data as cli
 
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers(dest="command"))
@@ -34,7 +34,7 @@ def test_cli_data_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 ])
 def test_impossible_numbers_are_one_line(tmp_path, capsys, argv: list[str], message: str) -> None:
     from tests.helpers import one_line_error
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["data", "prepare", str(tmp_path), *argv]) == 2
     assert message in one_line_error(capsys, "txl data prepare: error: ")
@@ -42,7 +42,7 @@ def test_impossible_numbers_are_one_line(tmp_path, capsys, argv: list[str], mess
 
 def test_user_text_options_on_a_known_dataset_are_refused(capsys) -> None:
     from tests.helpers import one_line_error
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["data", "info", "wt2", "--level", "byte"]) == 2
     assert "--level applies to your own text only; wt2 is a known dataset" in one_line_error(capsys)
@@ -61,7 +61,7 @@ def test_user_text_options_on_a_known_dataset_are_refused(capsys) -> None:
 ])
 def test_a_damaged_cache_is_one_line(tmp_path, monkeypatch, capsys, damage, message: str) -> None:
     from tests.helpers import corpus_dir, one_line_error
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     corpus = corpus_dir(tmp_path)
@@ -75,7 +75,7 @@ def test_a_damaged_cache_is_one_line(tmp_path, monkeypatch, capsys, damage, mess
 
 def test_info_lists_the_caches_and_prepare_builds(tmp_path, monkeypatch, capsys) -> None:
     from tests.helpers import corpus_dir
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     corpus = corpus_dir(tmp_path)

@@ -17,14 +17,14 @@ from tests.helpers import (
     model_dirs,
 )
 from tests.helpers import eval_model as _model
-from txl import TransformerXLLM
-from txl.cli import main
+from transformer_xl import TransformerXLLM
+from transformer_xl.cli import main
 
 
 @pytest.fixture
 def text_corpus(tmp_path, monkeypatch):
     """A small user word corpus (its vocabulary size is what the model must predict)."""
-    from txl.data import load_corpus
+    from transformer_xl.data import load_corpus
 
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     rng = np.random.default_rng(0)
@@ -112,7 +112,7 @@ def test_cli_eval_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_pat
 def test_a_sweep_prints_each_row_as_soon_as_its_evaluation_ends(text_corpus, monkeypatch, capsys) -> None:
     import sys
 
-    from txl.inference import evaluate as E
+    from transformer_xl.inference import evaluate as E
 
     path, model_dir, _ = text_corpus
     events: list[str] = []
@@ -140,8 +140,8 @@ def test_a_sweep_prints_each_row_as_soon_as_its_evaluation_ends(text_corpus, mon
 def test_user_text_options_come_from_flags_the_run_or_the_vocabulary(tmp_path, capsys) -> None:
     import argparse
 
-    from txl.cli.eval import user_text_options
-    from txl.data.vocab import Vocab
+    from transformer_xl.cli.eval import user_text_options
+    from transformer_xl.data.vocab import Vocab
 
     def ns(dataset: str, **kw) -> argparse.Namespace:
         return argparse.Namespace(dataset=dataset, **{k: kw.get(k) for k in ("level", "tokenizer", "valid_fraction",

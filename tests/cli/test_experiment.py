@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import MODEL_ARG_KINDS, assert_model_note, eval_model, model_arg, one_line_error
-from txl.cli import main
+from transformer_xl.cli import main
 
 
 def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
@@ -46,8 +46,8 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
 
 def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
     pytest.importorskip("matplotlib")
-    from txl.cli import main
-    from txl.data import load_corpus
+    from transformer_xl.cli import main
+    from transformer_xl.data import load_corpus
 
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     rng = np.random.default_rng(0)

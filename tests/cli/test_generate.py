@@ -17,7 +17,7 @@ from tests.helpers import (
 )
 from tests.helpers import model_dir_with_vocab as _tiny
 from tests.helpers import word_vocab as _word_vocab
-from txl.cli import main
+from transformer_xl.cli import main
 
 
 def test_cli_generate_text_json_stream_and_errors(tmp_path, capsys) -> None:
@@ -76,7 +76,7 @@ def test_a_damaged_run_is_one_line_on_stderr_without_a_traceback(tmp_path) -> No
     model, _ = _tiny(tmp_path, _word_vocab())
     dirs = model_dirs(tmp_path / "kinds", model, _word_vocab())
     damage_file(dirs["best"] / "model.safetensors", "bit-flip")
-    run = subprocess.run([sys.executable, "-m", "txl", "generate", str(tmp_path / "kinds" / "run")],
+    run = subprocess.run([sys.executable, "-m", "transformer_xl", "generate", str(tmp_path / "kinds" / "run")],
                          capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=120)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith("txl generate: error: ") and run.stderr.count("\n") == 1, run.stderr

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.helpers import corpus_dir, one_line_error, subprocess_env
-from txl.cli import describe_environment_error, main
+from transformer_xl.cli import describe_environment_error, main
 
 
 def test_errors_are_one_line_with_exit_2(tmp_path, capsys) -> None:
@@ -41,7 +41,7 @@ def _raise(exc: BaseException):
     (errno.ENOENT, "no such file or directory"), (errno.EEXIST, "file exists"),
 ])
 def test_os_errors_are_one_line_naming_the_path(monkeypatch, capsys, code: int, words: str) -> None:
-    from txl.cli import plot
+    from transformer_xl.cli import plot
 
     monkeypatch.setattr(plot, "run", _raise(OSError(code, os.strerror(code), "/some/where")))
     assert main(["plot", "x"]) == 1
@@ -65,7 +65,7 @@ def test_a_full_disk_while_training_names_the_file(tmp_path, monkeypatch, capsys
 
 
 def test_interrupt_anywhere_is_one_line_and_130(monkeypatch, capsys) -> None:
-    import txl.cli as cli
+    import transformer_xl.cli as cli
 
     def interrupted():
         raise KeyboardInterrupt
@@ -74,7 +74,7 @@ def test_interrupt_anywhere_is_one_line_and_130(monkeypatch, capsys) -> None:
     assert main(["train", "--preset", "tiny"]) == 130
     assert one_line_error(capsys) == "txl train: interrupted\n"
     monkeypatch.undo()
-    from txl.cli import plot
+    from transformer_xl.cli import plot
 
     monkeypatch.setattr(plot, "run", _raise(KeyboardInterrupt()))
     assert main(["plot", "x"]) == 130
@@ -82,7 +82,7 @@ def test_interrupt_anywhere_is_one_line_and_130(monkeypatch, capsys) -> None:
 
 
 def test_debug_flag_and_env_show_the_traceback(monkeypatch) -> None:
-    from txl.cli import plot
+    from transformer_xl.cli import plot
 
     monkeypatch.setattr(plot, "run", _raise(OSError(errno.EACCES, "Permission denied", "/x")))
     with pytest.raises(PermissionError):
@@ -96,7 +96,7 @@ def test_debug_flag_and_env_show_the_traceback(monkeypatch) -> None:
 
 
 def test_bugs_keep_their_traceback(monkeypatch) -> None:
-    from txl.cli import plot
+    from transformer_xl.cli import plot
 
     for bug in (RuntimeError("a bug"), KeyError("k"), OSError("no errno")):
         monkeypatch.setattr(plot, "run", _raise(bug))
@@ -121,7 +121,7 @@ def test_describe_environment_error() -> None:
 def test_python_m_txl_errors_in_a_subprocess(tmp_path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    cmd = [sys.executable, "-m", "txl", "train", "--preset", "tiny", "--out-dir", str(blocker / "run")]
+    cmd = [sys.executable, "-m", "transformer_xl", "train", "--preset", "tiny", "--out-dir", str(blocker / "run")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
     assert proc.returncode == 1 and proc.stderr == f"txl train: error: not a directory ({blocker / 'run'})\n"
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path, TXL_DEBUG="1"),
@@ -134,12 +134,12 @@ def test_read_only_out_dir_in_a_subprocess(tmp_path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
-    cmd = [sys.executable, "-m", "txl", "train", "--preset", "tiny", "--out-dir", str(ro / "run")]
+    cmd = [sys.executable, "-m", "transformer_xl", "train", "--preset", "tiny", "--out-dir", str(ro / "run")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
     assert proc.returncode == 1 and proc.stderr == f"txl train: error: permission denied ({ro / 'run'})\n"
 
 
-_THREADS_PROBE = ("import sys, torch; from txl.cli import main; rc = main(sys.argv[1:]); "
+_THREADS_PROBE = ("import sys, torch; from transformer_xl.cli import main; rc = main(sys.argv[1:]); "
                   "print(torch.get_num_threads(), torch.get_num_interop_threads(), rc)")
 
 
@@ -153,7 +153,7 @@ _THREADS_PROBE = ("import sys, torch; from txl.cli import main; rc = main(sys.ar
     (["eval", "MISSING", "--dataset", "x"], {}, None),  # the cores available to the process
 ])
 def test_threads_reach_torch_once_before_the_command(tmp_path, argv, env, threads) -> None:
-    from txl.cli.args import available_cores
+    from transformer_xl.cli.args import available_cores
 
     base = {k: v for k, v in subprocess_env(tmp_path).items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     proc = subprocess.run([sys.executable, "-c", _THREADS_PROBE, *argv], env={**base, **env}, capture_output=True,

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import tiny_train_config
-from txl.cli import main
+from transformer_xl.cli import main
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     """A tiny training run of 4 steps (train and valid records in its metrics.jsonl)."""
     from tests.helpers import corpus_dir
-    from txl.data import load_corpus
-    from txl.train import Trainer
+    from transformer_xl.data import load_corpus
+    from transformer_xl.train import Trainer
 
     root = tmp_path_factory.mktemp("plot")
     corpus = load_corpus(str(corpus_dir(root)), cache_dir=root / "cache")

@@ -11,7 +11,7 @@ from tests.helpers import corpus_dir, one_line_error
 
 
 def test_cli_train_errors_are_one_line(tmp_path, capsys) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["train", "--preset", "wt103-bsae", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -28,7 +28,7 @@ def _txl(args: list[str], env: dict, **kw):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "txl", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "transformer_xl", *args], env=env, capture_output=True, text=True,
                           timeout=180, **kw)
 
 
@@ -48,7 +48,7 @@ def test_two_processes_never_share_a_run_directory(tmp_path, word_corpus) -> Non
     cfg = tiny_cfg(run, dataset=str(word_corpus), max_step=100000, save_interval=3, eval_interval=100000)
     (tmp_path / "cfg.json").write_text(cfg.to_json())
     env = subprocess_env(tmp_path)
-    first = subprocess.Popen([sys.executable, "-m", "txl", "train", "--config", str(tmp_path / "cfg.json")],
+    first = subprocess.Popen([sys.executable, "-m", "transformer_xl", "train", "--config", str(tmp_path / "cfg.json")],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
@@ -115,7 +115,7 @@ TINY_FLAGS = ["--preset", "tiny", "--print-config"]
     (["--set", "sample_softmax=-2"], "sample_softmax must be an integer >= -1"),
 ])
 def test_print_config_validates_every_value(capsys, flags: list[str], message: str) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["train", *TINY_FLAGS, *flags]) == 2
     assert message in one_line_error(capsys, "txl train: error: ")
@@ -128,7 +128,7 @@ def test_print_config_validates_every_value(capsys, flags: list[str], message: s
     ("latin1.toml", b"lr = 1e-3 # \xe9t\xe9\n", "latin1.toml cannot be read ('utf-8' codec can't decode"),
 ])
 def test_bad_config_files_are_one_line(tmp_path, capsys, name: str, content: bytes, message: str) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     (tmp_path / name).write_bytes(content)
     assert main(["train", "--config", str(tmp_path / name), "--print-config"]) == 2
@@ -136,7 +136,7 @@ def test_bad_config_files_are_one_line(tmp_path, capsys, name: str, content: byt
 
 
 def test_set_none_and_out_dir_file(tmp_path, capsys) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["train", *TINY_FLAGS, "--set", "max_minutes=None", "--set", "eval_max_tokens=null"]) == 0
     cfg = json.loads(capsys.readouterr().out)
@@ -148,7 +148,7 @@ def test_set_none_and_out_dir_file(tmp_path, capsys) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available")
 def test_train_on_cuda_without_a_gpu(tmp_path, capsys) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     corpus = corpus_dir(tmp_path)
     assert main(["train", "--preset", "tiny", "--dataset", str(corpus), "--device", "cuda", "--out-dir",
@@ -158,7 +158,7 @@ def test_train_on_cuda_without_a_gpu(tmp_path, capsys) -> None:
 
 def test_no_progress_prints_plain_lines_and_a_finished_run_is_not_rerun(tmp_path, word_corpus, capsys) -> None:
     from tests.helpers import tiny_train_config as tiny_cfg
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     run = tmp_path / "run"
     cfg = tiny_cfg(run, dataset=str(word_corpus), max_step=4, log_interval=2, progress=True, final_eval=False)
@@ -183,8 +183,8 @@ def test_no_progress_prints_plain_lines_and_a_finished_run_is_not_rerun(tmp_path
 def test_every_config_field_has_a_help_line() -> None:
     import dataclasses
 
-    from txl.model import TXLConfig
-    from txl.train.config import FIELD_HELP, MODEL_FIELD_HELP, TrainConfig
+    from transformer_xl.model import TXLConfig
+    from transformer_xl.train.config import FIELD_HELP, MODEL_FIELD_HELP, TrainConfig
 
     assert {f.name for f in dataclasses.fields(TrainConfig)} == set(FIELD_HELP)
     assert {f.name for f in dataclasses.fields(TXLConfig)} == set(MODEL_FIELD_HELP)
@@ -202,7 +202,7 @@ def _subparsers(parser):
 
 
 def test_every_option_of_every_command_has_help() -> None:
-    from txl.cli import _build_parser
+    from transformer_xl.cli import _build_parser
 
     missing = [f"{name} {action.option_strings[-1]}" for name, sub in _subparsers(_build_parser())
                for action in sub._actions if action.option_strings and not (action.help or "").strip()]
@@ -212,7 +212,7 @@ def test_every_option_of_every_command_has_help() -> None:
 def test_train_help_shows_choices_descriptions_and_defaults(capsys) -> None:
     import re
 
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -230,7 +230,7 @@ def test_train_help_shows_choices_descriptions_and_defaults(capsys) -> None:
 
 
 def test_own_text_trains_at_char_level_and_eval_uses_the_runs_level(tmp_path, monkeypatch, capsys) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     corpus = tmp_path / "mine"
@@ -251,7 +251,7 @@ def test_own_text_trains_at_char_level_and_eval_uses_the_runs_level(tmp_path, mo
 
 
 def test_user_text_flags_on_a_registered_dataset_are_refused(capsys) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["train", "--preset", "wt2-cpu", "--level", "char", "--print-config"]) == 2
     assert "level applies to your own text only; wt2 is a known dataset" in one_line_error(capsys)
@@ -262,7 +262,7 @@ def test_user_text_flags_on_a_registered_dataset_are_refused(capsys) -> None:
 
 @pytest.mark.parametrize("value", ["null", "None", "none"])
 def test_set_null_or_none_clears_a_value(capsys, value: str) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     assert main(["train", "--preset", "wt2-cpu", "--set", f"save_minutes={value}", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["save_minutes"] is None

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from txl.data import LMMultiFileIterator, LMOrderedIterator, LMShuffledIterator, LMVarLenIterator
-from txl.errors import DataError
+from transformer_xl.data import LMMultiFileIterator, LMOrderedIterator, LMShuffledIterator, LMVarLenIterator
+from transformer_xl.errors import DataError
 
 
 def official_ordered(data: np.ndarray, bsz: int, bptt: int, ext: int) -> list[tuple[np.ndarray, np.ndarray]]:

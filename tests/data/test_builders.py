@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from txl.data import load_corpus
-from txl.errors import DataError
+from transformer_xl.data import load_corpus
+from transformer_xl.errors import DataError
 
 
 def fake_enwik8(tmp_path: Path, n: int = 300_000, seed: int = 0) -> bytes:
@@ -195,8 +195,8 @@ def test_bad_input(tmp_path: Path) -> None:
 
 
 def test_build_with_vocab_counts_what_the_vocabulary_lacks(tmp_path: Path) -> None:
-    from txl.data import Vocab
-    from txl.data.builders import Source, build_with_vocab
+    from transformer_xl.data import Vocab
+    from transformer_xl.data.builders import Source, build_with_vocab
 
     for split, text in (("train", "a b c\nb x\n"), ("valid", "y a\n"), ("test", "b\n")):
         (tmp_path / f"{split}.txt").write_text(text)

@@ -11,8 +11,8 @@ import pytest
 
 from tests.helpers import SHARED_DATA as SHARED
 from tests.helpers import needs_shared_data as needs_shared
-from txl.data import load_corpus
-from txl.errors import DataError
+from transformer_xl.data import load_corpus
+from transformer_xl.errors import DataError
 
 
 @needs_shared
@@ -116,7 +116,7 @@ def test_corrupt_arrays_are_refused(tmp_path: Path) -> None:
 
 
 def test_list_caches_reads_manifests_only(tmp_path: Path) -> None:
-    from txl.data.cache import list_caches
+    from transformer_xl.data.cache import list_caches
 
     assert list_caches(tmp_path / "none", "text-x") == []
     (tmp_path / "text-x-123").mkdir()
@@ -137,7 +137,7 @@ def test_a_cache_published_first_by_another_process_is_used(tmp_path: Path, monk
     import errno
     import shutil
 
-    import txl.store.files as files
+    import transformer_xl.store.files as files
     from tests.helpers import corpus_dir
 
     real = files._replace_dir

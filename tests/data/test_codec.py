@@ -6,9 +6,9 @@ import pytest
 
 from tests.helpers import WIKI_WORDS as WORDS
 from tests.helpers import word_vocab as _word_vocab
-from txl.data import Vocab
-from txl.data.codec import PromptWarning, TextCodec, detect_level
-from txl.errors import ConfigError
+from transformer_xl.data import Vocab
+from transformer_xl.data.codec import PromptWarning, TextCodec, detect_level
+from transformer_xl.errors import ConfigError
 
 
 def test_detect_level() -> None:

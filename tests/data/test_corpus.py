@@ -11,8 +11,8 @@ import pytest
 
 from tests.helpers import SHARED_DATA as SHARED
 from tests.helpers import needs_shared_data as needs_shared
-from txl.data import load_corpus
-from txl.errors import DataError
+from transformer_xl.data import load_corpus
+from transformer_xl.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_missing_file_names_file_url_and_fix(tmp_path: Path) -> None:
 def test_a_given_vocabulary_encodes_the_embedded_wt2(tmp_path: Path) -> None:
     """``vocab=``: the text is encoded with the given vocabulary (unknown words -> ``<unk>``, counted), cached
     apart from the dataset's own preparation (the key holds the vocabulary's SHA-256)."""
-    from txl.data import Vocab
+    from transformer_xl.data import Vocab
 
     own = load_corpus("wt2", tmp_path / "none", cache_dir=tmp_path / "c")
     kept = own.vocab.idx2sym[:2000]
@@ -112,7 +112,7 @@ def test_a_given_vocabulary_encodes_the_embedded_wt2(tmp_path: Path) -> None:
 
 
 def test_a_given_vocabulary_must_fit_the_level(tmp_path: Path) -> None:
-    from txl.data import Vocab
+    from transformer_xl.data import Vocab
 
     words = Vocab(["<eos>", "<unk>", "the", "cat"], eos="<eos>", unk="<unk>")
     chars = Vocab(["<eos>", "<unk>", "a", "b", " "], eos="<eos>", unk="<unk>")
@@ -173,7 +173,7 @@ def test_fractions_cut_whole_lines(tmp_path: Path) -> None:
 
 
 def test_prepared_caches_lists_without_building(tmp_path: Path) -> None:
-    from txl.data.corpus import prepared_caches
+    from transformer_xl.data.corpus import prepared_caches
 
     (tmp_path / "t.txt").write_text("a b\n" * 100)
     assert prepared_caches(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c") == []

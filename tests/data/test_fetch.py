@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import pytest
 
-from txl.data import download, fetch, load_corpus
-from txl.data import registry as corpora
-from txl.errors import DataError
+from transformer_xl.data import download, fetch, load_corpus
+from transformer_xl.data import registry as corpora
+from transformer_xl.errors import DataError
 
 PAYLOAD = bytes(range(256)) * 4000  # 1,024,000 bytes
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from txl.data import load_corpus
+from transformer_xl.data import load_corpus
 
 
 def test_data_and_cache_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from txl.data import resolve_cache_dir, resolve_data_dir
+    from transformer_xl.data import resolve_cache_dir, resolve_data_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("TXL_DATA_DIR", raising=False)

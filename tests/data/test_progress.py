@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from txl.data.progress import Progress, format_eta, progress_mode
+from transformer_xl.data.progress import Progress, format_eta, progress_mode
 
 
 class _Tty(io.StringIO):

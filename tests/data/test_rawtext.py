@@ -1,4 +1,5 @@
-"""Raw corpus files: plain, gzip, xz and zip members, line-aligned chunks and strict UTF-8 (``txl.data.rawtext``)."""
+"""Raw corpus files: plain, gzip, xz and zip members, line-aligned chunks and strict UTF-8
+(``transformer_xl.data.rawtext``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from txl.data.rawtext import (
+from transformer_xl.data.rawtext import (
     CHUNK_BYTES,
     decode_utf8,
     iter_line_chunks,
@@ -19,7 +20,7 @@ from txl.data.rawtext import (
     read_bytes,
     with_compressed_variants,
 )
-from txl.errors import DataError
+from transformer_xl.errors import DataError
 
 DATA = "first line\nsecond ✓ line\n\nlast without newline".encode()
 
@@ -163,7 +164,7 @@ def test_with_compressed_variants_order() -> None:
 
 
 def test_preparing_a_large_file_reports_its_chunks_on_stderr(monkeypatch, capsys) -> None:
-    from txl.data import rawtext
+    from transformer_xl.data import rawtext
 
     data = b"".join(f"line {i}\n".encode() for i in range(40))  # 40 lines of 7-8 bytes
     assert "".join(iter_text_chunks(data, "small.txt")) == data.decode()  # one chunk: never a progress

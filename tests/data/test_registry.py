@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from txl.data import known_datasets, load_corpus
-from txl.data.registry import ASSETS_DIR
-from txl.errors import DataError
+from transformer_xl.data import known_datasets, load_corpus
+from transformer_xl.data.registry import ASSETS_DIR
+from transformer_xl.errors import DataError
 
 
 def test_embedded_wt2_is_complete(tmp_path: Path) -> None:

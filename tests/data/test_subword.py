@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from txl.data.builders import Source
-from txl.errors import DataError
+from transformer_xl.data.builders import Source
+from transformer_xl.errors import DataError
 
 
 def _tokenizer(path: Path, with_eos: bool) -> Path:
@@ -22,7 +22,7 @@ def _tokenizer(path: Path, with_eos: bool) -> Path:
 
 
 def test_given_splits_are_encoded_each_and_a_stream_is_cut_at_line_ends(tmp_path: Path) -> None:
-    from txl.data.subword import build_with_tokenizer
+    from transformer_xl.data.subword import build_with_tokenizer
 
     tok = _tokenizer(tmp_path / "tok.json", with_eos=True)
     files = {}
@@ -40,7 +40,7 @@ def test_given_splits_are_encoded_each_and_a_stream_is_cut_at_line_ends(tmp_path
 
 
 def test_without_an_eos_token_the_cut_is_by_token(tmp_path: Path) -> None:
-    from txl.data.subword import build_with_tokenizer
+    from transformer_xl.data.subword import build_with_tokenizer
 
     tok = _tokenizer(tmp_path / "tok.json", with_eos=False)
     (tmp_path / "all.txt").write_text("one two one two one\ntwo one two one two\n")
@@ -51,8 +51,8 @@ def test_without_an_eos_token_the_cut_is_by_token(tmp_path: Path) -> None:
 
 
 def test_subword_codec_encodes_lines_and_streams_text_back(tmp_path: Path) -> None:
-    from txl.data.subword import SubwordCodec
-    from txl.data.vocab import Vocab
+    from transformer_xl.data.subword import SubwordCodec
+    from transformer_xl.data.vocab import Vocab
 
     tok = _tokenizer(tmp_path / "tok.json", with_eos=True)
     vocab = Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>")

@@ -1,4 +1,5 @@
-"""Vectorized text encoders checked against slow per-line re-computations of the same rules (``txl.data.tokenize``)."""
+"""Vectorized text encoders checked against slow per-line re-computations of the same rules
+(``transformer_xl.data.tokenize``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import io
 import numpy as np
 import pytest
 
-from txl.data.tokenize import TypeTable, line_char_codes, sentence_ids, word_tokens
-from txl.data.vocab import Vocab
-from txl.errors import DataError
+from transformer_xl.data.tokenize import TypeTable, line_char_codes, sentence_ids, word_tokens
+from transformer_xl.data.vocab import Vocab
+from transformer_xl.errors import DataError
 
 TEXTS = [
     "",

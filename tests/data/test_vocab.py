@@ -1,4 +1,4 @@
-"""Vocabularies: official ordering rules, encode/decode, JSON storage and its hash (``txl.data.vocab``)."""
+"""Vocabularies: official ordering rules, encode/decode, JSON storage and its hash (``transformer_xl.data.vocab``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import WIKI_WORDS, word_vocab
-from txl.data.vocab import Vocab, smallest_dtype
-from txl.errors import DataError
+from transformer_xl.data.vocab import Vocab, smallest_dtype
+from transformer_xl.errors import DataError
 
 
 def _official(tokens: list[str], special: list[str], min_freq: int, max_size: int | None) -> list[str]:

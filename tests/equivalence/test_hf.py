@@ -1,11 +1,11 @@
-"""attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with txl.interop.hf.
+"""attn_type 0 equals Hugging Face's TransfoXL (test-only oracle), weights converted with transformer_xl.interop.hf.
 
 HF TransfoXL lives under ``transformers.models.deprecated.transfo_xl`` in transformers 4.35-4.57. Releases
 4.38-4.57 call ``Tensor.type_as(dtype=...)`` in forward, which torch rejects; ``hf_compat``
 makes that call work for the duration of a test. HF differs from the official code in ways the test
 handles explicitly: its memories start as ``mem_len`` zeros unless given (we pass empty ones), it keeps
 ``n_layer`` memories (we keep ``n_layer + 1``), its loss shifts labels internally and reorders tokens by
-cluster unless ``keep_order=True``, and its cluster rows are in the opposite order (see txl.interop.hf).
+cluster unless ``keep_order=True``, and its cluster rows are in the opposite order (see transformer_xl.interop.hf).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from tests.helpers import TINY
-from txl import TransformerXLLM, TXLConfig
-from txl.interop.hf import config_from_hf, from_hf, from_hf_state_dict, to_hf_state_dict
-from txl.interop.hf import hf_compat as hf_type_as_patch
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.interop.hf import config_from_hf, from_hf, from_hf_state_dict, to_hf_state_dict
+from transformer_xl.interop.hf import hf_compat as hf_type_as_patch
 
 transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
 from transformers.models.deprecated.transfo_xl import TransfoXLConfig  # noqa: E402
@@ -171,7 +171,7 @@ def _transformers_log() -> Iterator[io.StringIO]:
 
 
 def _export(tmp_path, **overrides) -> tuple[TransformerXLLM, Path]:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     torch.manual_seed(0)
     model = TransformerXLLM(TXLConfig(**{**TINY, "n_token": 60, **overrides}))
@@ -244,7 +244,7 @@ def test_hf_mems_none_starts_from_zero_vectors_not_an_empty_memory(tmp_path) -> 
     (dict(ext_len=2), r"no ext_len \(ext_len=2\)"),
 ])
 def test_export_refuses_what_transformers_cannot_compute(tmp_path, capsys, overrides, reason) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     TransformerXLLM(TXLConfig(**{**TINY, **overrides})).save_pretrained(tmp_path / "model")
     capsys.readouterr()

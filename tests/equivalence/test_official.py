@@ -2,7 +2,8 @@
 
 The reference is ``tests/equivalence/official_oracle.py``: an independent, slow, time-first re-implementation
 of the official forward (explicit distance gather, -inf masks + softmax, full adaptive log-distribution), fed
-OFFICIAL-format kwargs and state dicts produced by ``txl.interop.official.to_official`` (which is therefore tested
+OFFICIAL-format kwargs and state dicts produced by ``transformer_xl.interop.official.to_official`` (which is therefore
+tested
 too). Every case runs several segments with memory through both models, with all parameters
 re-initialized at a large scale so that no term hides behind near-zero weights, and compares per segment
 the per-token NLL and the new memories, then the gradients of the summed loss for every parameter.
@@ -22,9 +23,9 @@ import pytest
 import torch
 
 from tests.equivalence.official_oracle import BUFFERS, OfficialOracle
-from txl import TransformerXLLM, TXLConfig
-from txl.interop.official import from_official, to_official
-from txl.model.positional import rel_shift
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.interop.official import from_official, to_official
+from transformer_xl.model.positional import rel_shift
 
 NLL_TOL = 1e-5  # absolute, per token
 MEM_TOL = 1e-5  # absolute, per element
@@ -350,8 +351,8 @@ def test_official_export_files_load_into_the_oracle(tmp_path, case_id: str) -> N
     ``safetensors.torch.load_file`` (every official name, tied ones included) and the kwargs read as JSON."""
     from safetensors.torch import load_file
 
-    from txl.cli import main
-    from txl.cli.convert import OFFICIAL_KWARGS, OFFICIAL_STATE
+    from transformer_xl.cli import main
+    from transformer_xl.cli.convert import OFFICIAL_KWARGS, OFFICIAL_STATE
 
     cfg, bsz, n_seg, model, _ = _build(CASES[case_id], torch.float32)
     model.save_pretrained(tmp_path / "model")

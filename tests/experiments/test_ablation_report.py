@@ -1,10 +1,10 @@
-"""The ablation report (txl.experiments.ablation_report): mean ± sample std over seeds, and its tables."""
+"""The ablation report (transformer_xl.experiments.ablation_report): mean ± sample std over seeds, and its tables."""
 
 from __future__ import annotations
 
 import math
 
-from txl.experiments import ablation_report as R
+from transformer_xl.experiments import ablation_report as R
 
 
 def test_mean_spread_is_the_mean_and_sample_std() -> None:
@@ -19,7 +19,7 @@ def test_mean_spread_is_the_mean_and_sample_std() -> None:
     (agg,) = R.aggregate(rows)
     assert agg["attn_len_best"]["mean"] == 16 and agg["attn_len_best"]["std"] == 8
     assert agg["loss_init"]["std"] == 1.0 and agg["ppl_window"] is None
-    from txl.experiments.ablation_report import ablation_aggregate_table
+    from transformer_xl.experiments.ablation_report import ablation_aggregate_table
 
     line = ablation_aggregate_table([agg], char_level=True).splitlines()[-1]
     assert f"{2 / math.log(2):.4f} ± {1 / math.log(2):.4f}" in line and "16 ± 8" in line and "| — |" in line

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from tests.helpers import tiny_config
-from txl.data import Corpus, Vocab
-from txl.errors import ConfigError
-from txl.experiments import ablation_report as R
-from txl.experiments import ablations as A
+from transformer_xl.data import Corpus, Vocab
+from transformer_xl.errors import ConfigError
+from transformer_xl.experiments import ablation_report as R
+from transformer_xl.experiments import ablations as A
 
 BASE = tiny_config(n_token=40, tgt_len=8, mem_len=8, init_std=0.02)
 SEARCH = A.AttnSearch(step=2, max_len=32)
@@ -147,7 +147,7 @@ def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypa
     interrupt reaches the caller, and the variant's run directory holds the checkpoint to resume from."""
     corpus = Corpus.from_arrays("toy", {"train": np.random.default_rng(0).integers(0, 40, 3000),
                                         "valid": np.random.default_rng(1).integers(0, 40, 300)}, n_token=40)
-    from txl.train import Trainer
+    from transformer_xl.train import Trainer
 
     train_step = Trainer.train_step
 

@@ -1,11 +1,12 @@
-"""The attention-length search (txl.experiments.attn_search): the shortest length within the tolerance of the best."""
+"""The attention-length search (transformer_xl.experiments.attn_search): the shortest length within the tolerance of
+the best."""
 
 from __future__ import annotations
 
 import pytest
 
-from txl.errors import ConfigError
-from txl.experiments import attn_search as A
+from transformer_xl.errors import ConfigError
+from transformer_xl.experiments import attn_search as A
 
 
 def _counting(curve):

@@ -1,4 +1,5 @@
-"""Equal measured training memory (txl.experiments.equal_memory): the longest segment within a budget, and the
+"""Equal measured training memory (transformer_xl.experiments.equal_memory): the longest segment within a budget, and
+the
 bytes of one training step on CPU (saved tensors and state) and CUDA (the allocator's peak)."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ import pytest
 import torch
 
 from tests.helpers import tiny_config
-from txl.errors import ConfigError
-from txl.experiments import equal_memory as EM
-from txl.model import TransformerXLLM
+from transformer_xl.errors import ConfigError
+from transformer_xl.experiments import equal_memory as EM
+from transformer_xl.model import TransformerXLLM
 
 BASE = tiny_config(n_token=40, tgt_len=8, mem_len=8, init_std=0.02)
 

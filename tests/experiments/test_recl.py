@@ -1,4 +1,4 @@
-"""txl.experiments.recl: RECL (paper Appendix C) on synthetic loss curves with known answers, cache, CLI."""
+"""transformer_xl.experiments.recl: RECL (paper Appendix C) on synthetic loss curves with known answers, cache, CLI."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import eval_model
-from txl import TXLConfig
-from txl.errors import ConfigError, DataError
-from txl.experiments import recl as R
+from transformer_xl import TXLConfig
+from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.experiments import recl as R
 
 
 def test_loss_cache_roundtrip_and_resume(tmp_path) -> None:
@@ -35,7 +35,7 @@ def test_group_losses_window_by_default_caps_and_cache(tmp_path, monkeypatch, ca
     assert caps == [None, 12] and losses.shape == (2, 2, 100)
     # every model, the relative one included, is measured by the window of exactly c tokens (Appendix C);
     # the vanilla model is read at its cap for the longer context
-    from txl.inference.window import sliding_window_nll
+    from transformer_xl.inference.window import sliding_window_nll
 
     for c in (8, 16):
         np.testing.assert_allclose(losses[0, [8, 16].index(c)], sliding_window_nll(xl, data, window=c, first=16,
@@ -77,7 +77,7 @@ def test_the_default_method_is_the_window_and_a_group_has_one_method(tmp_path) -
     mem, caps = R.group_losses(members, data, [8, 16], method="memory", start=16, tokens=64, data_key={},
                                cache=cache, tgt_len=4)
     assert caps == [None, None]
-    from txl.inference.evaluate import evaluate
+    from transformer_xl.inference.evaluate import evaluate
 
     for i, model in enumerate((xl, van)):  # attention length for both models, absolute encoding included
         ref = evaluate(model, data[:80], batch_size=1, tgt_len=4, mem_len=16, same_length=True, return_nll=True)
@@ -123,8 +123,8 @@ def test_trained_xl_reaches_a_longer_recl_than_vanilla_on_a_copy_task(tmp_path) 
     measured by the window (exactly c tokens) gains from c = 24, where the source comes into view, so its
     RECL is at least 24; it may be longer, since telling a second copy from a first one needs pairs of tokens
     24 apart, i.e. more than 24 tokens of context (with these 600 steps: 24 for r = 0.1, 40 for r = 0.5, 1)."""
-    from txl.data import Corpus
-    from txl.experiments.ablations import Variant, train_variant, variant_config
+    from transformer_xl.data import Corpus
+    from transformer_xl.experiments.ablations import Variant, train_variant, variant_config
 
     rng = np.random.default_rng(0)
     blocks = rng.integers(0, 16, size=(4000, 24))

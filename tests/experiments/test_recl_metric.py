@@ -1,4 +1,5 @@
-"""The RECL metric (txl.experiments.recl_metric) on synthetic per-token losses with known answers: group baseline,
+"""The RECL metric (transformer_xl.experiments.recl_metric) on synthetic per-token losses with known answers: group
+baseline,
 top-r, threshold, caps, censoring, the formula written out, the bootstrap, the grid."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from txl.errors import ConfigError
-from txl.experiments import recl as R
+from transformer_xl.errors import ConfigError
+from transformer_xl.experiments import recl as R
 
 GRID = [100, 200, 300, 400, 500]
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from tests.helpers import one_line_error, tiny_config
-from txl.cli import main
-from txl.errors import ConfigError, DataError
-from txl.experiments import speed as S
-from txl.experiments.speed import eval_speed
-from txl.experiments.tables import speed_table
-from txl.model import TransformerXLLM
-from txl.model.attention import MultiHeadAttention
+from transformer_xl.cli import main
+from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.experiments import speed as S
+from transformer_xl.experiments.speed import eval_speed
+from transformer_xl.experiments.tables import speed_table
+from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.attention import MultiHeadAttention
 
 BASE = tiny_config(n_token=40, tgt_len=8, mem_len=8, init_std=0.02)
 DATA = np.random.default_rng(0).integers(0, 40, 4000)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txl.experiments.tables import markdown_table
+from transformer_xl.experiments.tables import markdown_table
 
 
 def test_markdown_table() -> None:

@@ -11,8 +11,8 @@ import torch
 from tests.helpers import TINY
 from tests.helpers import eval_model as _model
 from tests.helpers import token_data as _data
-from txl.errors import ConfigError
-from txl.inference.evaluate import evaluate, memory_sweep
+from transformer_xl.errors import ConfigError
+from transformer_xl.inference.evaluate import evaluate, memory_sweep
 
 V = TINY["n_token"]
 
@@ -87,7 +87,7 @@ def test_memory_sweep_turns_same_length_off_without_memory() -> None:
 def test_evaluate_sentence_streams_scores_every_predicted_token() -> None:
     """With sentence offsets (One Billion Word) the loss is the mean NLL over every target of the complete
     batches of the unshuffled sentence iterator, memory carried; ``max_tokens`` keeps whole sentences."""
-    from txl.data import LMShuffledIterator
+    from transformer_xl.data import LMShuffledIterator
 
     model = _model()
     rng = np.random.default_rng(3)
@@ -116,7 +116,7 @@ def test_memory_sweep_turns_the_models_own_same_length_off_without_memory() -> N
 
 @pytest.mark.parametrize("mode", ["lines", "off"])
 def test_evaluate_reports_segments_as_lines_on_stderr(mode: str, monkeypatch, capsys) -> None:
-    from txl.data import progress as P
+    from transformer_xl.data import progress as P
 
     real = P.Progress
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.helpers import tiny_model
-from txl import ConfigError, TransformerXLLM
-from txl.inference.generate import choose_next, generate, reference_generate, stream
+from transformer_xl import ConfigError, TransformerXLLM
+from transformer_xl.inference.generate import choose_next, generate, reference_generate, stream
 
 V = 40
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tests.helpers import assert_same_outputs, damage_file, eval_model, model_dirs
-from txl.data import Vocab
-from txl.errors import CheckpointError, ConfigError
-from txl.inference.loading import load_model, load_vocab
-from txl.store.checkpoint import save_checkpoint
+from transformer_xl.data import Vocab
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.inference.loading import load_model, load_vocab
+from transformer_xl.store.checkpoint import save_checkpoint
 
 
 def test_load_model_resolves_run_dirs_and_returns_eval_mode(tmp_path) -> None:
@@ -68,8 +68,8 @@ def test_check_dataset_refuses_another_vocabulary_or_size(tmp_path) -> None:
     from types import SimpleNamespace
 
     from tests.helpers import model_dir_with_vocab, word_vocab
-    from txl.errors import DataError
-    from txl.inference.loading import check_dataset
+    from transformer_xl.errors import DataError
+    from transformer_xl.inference.loading import check_dataset
 
     vocab = word_vocab()
     model, directory = model_dir_with_vocab(tmp_path, vocab)

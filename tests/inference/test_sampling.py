@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl import ConfigError
-from txl.inference.sampling import check_sampling, choose_next, filter_logits
+from transformer_xl import ConfigError
+from transformer_xl.inference.sampling import check_sampling, choose_next, filter_logits
 
 
 def test_filter_logits_top_k_and_top_p() -> None:

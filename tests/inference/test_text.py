@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import model_dir_with_vocab as _tiny
-from txl import ConfigError
-from txl.data import Vocab
-from txl.data.codec import TextCodec
-from txl.inference.text import stream_text
+from transformer_xl import ConfigError
+from transformer_xl.data import Vocab
+from transformer_xl.data.codec import TextCodec
+from transformer_xl.inference.text import stream_text
 
 
 def test_stream_text_stop_strings_are_cut_and_held_back(tmp_path) -> None:

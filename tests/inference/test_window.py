@@ -9,8 +9,8 @@ import torch
 from tests.helpers import TINY
 from tests.helpers import eval_model as _model
 from tests.helpers import token_data as _data
-from txl.errors import ConfigError
-from txl.inference.window import evaluate_sliding_window, sliding_window_nll
+from transformer_xl.errors import ConfigError
+from transformer_xl.inference.window import evaluate_sliding_window, sliding_window_nll
 
 V = TINY["n_token"]
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.helpers import adaptive_model, assert_same_outputs, tiny_model
-from txl.errors import CheckpointError, ConfigError
-from txl.interop import hf as hf_module
-from txl.interop.hf import (
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.interop import hf as hf_module
+from transformer_xl.interop.hf import (
     build_hf,
     check_hf_exportable,
     config_from_hf,
@@ -184,7 +184,7 @@ def test_build_hf_without_transformers(monkeypatch) -> None:
 @pytest.mark.parametrize("untie_r", [False, True], ids=["tied-r", "untied-r"])
 def test_build_hf_gives_the_same_nll(untie_r: bool) -> None:
     pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
-    from txl.experiments.bench import check_equal
+    from transformer_xl.experiments.bench import check_equal
 
     assert hf_module.hf_available()
     with pytest.raises(ConfigError, match="attn_type 0 only"):

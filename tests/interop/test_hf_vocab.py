@@ -1,4 +1,4 @@
-"""Hugging Face TransfoXL vocabulary pickles read without running code (txl.interop.hf_vocab)."""
+"""Hugging Face TransfoXL vocabulary pickles read without running code (transformer_xl.interop.hf_vocab)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch
 from tests.helpers import HF_SYMS as SYMS
 from tests.helpers import HostilePickle as _Evil
 from tests.helpers import hf_tokenizer_dict as _tokenizer_dict
-from txl import CheckpointError
-from txl.data import Vocab
-from txl.interop.hf_vocab import (
+from transformer_xl import CheckpointError
+from transformer_xl.data import Vocab
+from transformer_xl.interop.hf_vocab import (
     HF_TOKENIZER_FILES,
     hf_tokenizer_files,
     hf_tokenizer_refusal,

@@ -10,8 +10,8 @@ import torch
 
 from tests.helpers import adaptive_model as _model
 from tests.helpers import assert_same_outputs as _same_outputs
-from txl.interop.official import from_official, load_official, to_official
-from txl.interop.state_dicts import read_state_dict
+from transformer_xl.interop.official import from_official, load_official, to_official
+from transformer_xl.interop.state_dicts import read_state_dict
 
 
 @pytest.mark.parametrize("attn_type", [0, 1, 2, 3])

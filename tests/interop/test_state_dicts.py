@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tests.helpers import adaptive_model
-from txl import CheckpointError
-from txl.interop.official import from_official, to_official
-from txl.interop.state_dicts import check_size, fill_tied, own_tensors, read_state_dict
+from transformer_xl import CheckpointError
+from transformer_xl.interop.official import from_official, to_official
+from transformer_xl.interop.state_dicts import check_size, fill_tied, own_tensors, read_state_dict
 
 
 class Evil:
@@ -33,7 +33,7 @@ def test_tied_names_with_different_values_are_refused() -> None:
 
 def test_read_state_dict_formats(tmp_path) -> None:
     """safetensors and plain ``torch.save``'d dicts (also wrapped as ``{"state_dict": ...}`` with ``module.``)."""
-    from txl.store.tensors import save_tensors
+    from transformer_xl.store.tensors import save_tensors
 
     state = {"a.weight": torch.randn(3, 2), "b": torch.zeros(4)}
     save_tensors(state, tmp_path / "s.safetensors")
@@ -80,7 +80,7 @@ def test_a_config_larger_than_the_file_is_refused_before_building() -> None:
 def test_own_tensors_gives_every_tied_name_its_own_copy(tmp_path) -> None:
     from safetensors.torch import load_file
 
-    from txl.store.tensors import save_tensors
+    from transformer_xl.store.tensors import save_tensors
 
     model = adaptive_model()  # tie_weight and tied projections
     _, state = to_official(model)

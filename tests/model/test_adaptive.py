@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tests.helpers import TINY
-from txl.model.adaptive import LogUniformSampler, sampled_logits
+from transformer_xl.model.adaptive import LogUniformSampler, sampled_logits
 
 V = TINY["n_token"]
 

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from txl.model.fastpath import mask_bias
-from txl.model.positional import sinusoid
-from txl.model.segment import Segment
+from transformer_xl.model.fastpath import mask_bias
+from transformer_xl.model.positional import sinusoid
+from transformer_xl.model.segment import Segment
 
 
 def _segment(model, qlen: int, mlen: int, **lengths) -> Segment:

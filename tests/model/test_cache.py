@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl import InferenceCache, TransformerXLLM, TXLConfig
-from txl.errors import ConfigError
+from transformer_xl import InferenceCache, TransformerXLLM, TXLConfig
+from transformer_xl.errors import ConfigError
 
 V = 40
 
@@ -143,9 +143,9 @@ def test_buffers_give_the_functional_paths_tokens_and_log_probs(kw: dict, monkey
     """Generation through the append-only buffers (moved to new buffers every few tokens: mem_len 7, a slack of
     4, 70 tokens) == the plain formula (memories concatenated, every memory projected again): the same tokens,
     log-probs and memories, for a batch of 3 rows sampled with one seed."""
-    import txl.inference.generate as G
-    import txl.model.cache as C
-    from txl.model import Recurrence
+    import transformer_xl.inference.generate as G
+    import transformer_xl.model.cache as C
+    from transformer_xl.model import Recurrence
 
     model = _generation_model(**kw)
     prompt = torch.randint(0, V, (3, 11), generator=torch.Generator().manual_seed(8))
@@ -211,9 +211,9 @@ def test_cuda_generation_through_the_buffers_equals_cpu_and_the_plain_path(batch
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """On CUDA: the buffers (moved several times), the one-query attention and position scores give the plain
     path's tokens and log-probs, and the CPU's."""
-    import txl.inference.generate as G
-    import txl.model.cache as C
-    from txl.model import Recurrence
+    import transformer_xl.inference.generate as G
+    import transformer_xl.model.cache as C
+    from transformer_xl.model import Recurrence
 
     torch.backends.cuda.matmul.allow_tf32 = False
     monkeypatch.setattr(C, "MIN_SLACK", 1)

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from txl import ConfigError, Lengths, TransformerXLLM, TXLConfig
-from txl.store.files import write_text
+from transformer_xl import ConfigError, Lengths, TransformerXLLM, TXLConfig
+from transformer_xl.store.files import write_text
 
 
 def test_official_constructor_names_are_fields() -> None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl import TransformerXLLM, TXLConfig
-from txl.model.fastpath import CompactDropout as Dropout
-from txl.model.fastpath import MaskCache, attend, mask_bias, relu_dropout, shift_padded
-from txl.model.memory import additive_mask, causal_mask
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.model.fastpath import CompactDropout as Dropout
+from transformer_xl.model.fastpath import MaskCache, attend, mask_bias, relu_dropout, shift_padded
+from transformer_xl.model.memory import additive_mask, causal_mask
 
 V = 40
 

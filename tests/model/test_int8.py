@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl import InferenceCache, Recurrence, TransformerXLLM, TXLConfig
-from txl.errors import ConfigError
-from txl.inference.generate import generate
-from txl.model.int8 import is_quantized
+from transformer_xl import InferenceCache, Recurrence, TransformerXLLM, TXLConfig
+from transformer_xl.errors import ConfigError
+from transformer_xl.inference.generate import generate
+from transformer_xl.model.int8 import is_quantized
 
 V = 60
 

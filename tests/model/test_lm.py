@@ -10,7 +10,7 @@ import torch
 from tests.helpers import TINY
 from tests.helpers import adaptive_model as _model
 from tests.helpers import assert_same_outputs as _same_outputs
-from txl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
+from transformer_xl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
 
 V = TINY["n_token"]
 
@@ -184,8 +184,8 @@ def test_from_pretrained_returns_the_model_in_eval_mode(tmp_path) -> None:
 
 @pytest.mark.parametrize("as_text", [False, True])
 def test_save_pretrained_writes_the_vocabulary_in_the_manifest(tmp_path, as_text: bool) -> None:
-    from txl.data import Vocab
-    from txl.store.manifest import verify_manifest
+    from transformer_xl.data import Vocab
+    from transformer_xl.store.manifest import verify_manifest
 
     vocab = Vocab([f"w{i}" for i in range(60)], special=["w0"], eos="w0")
     _model().save_pretrained(tmp_path, vocab=vocab.to_json() if as_text else vocab)
@@ -194,7 +194,7 @@ def test_save_pretrained_writes_the_vocabulary_in_the_manifest(tmp_path, as_text
 
 
 def test_save_pretrained_refuses_a_vocabulary_of_another_size(tmp_path) -> None:
-    from txl.data import Vocab
+    from transformer_xl.data import Vocab
 
     with pytest.raises(ConfigError, match=r"^the vocabulary has 3 symbols but the model predicts n_token=60$"):
         _model().save_pretrained(tmp_path / "a", vocab=Vocab(["a", "b", "c"]))
@@ -275,7 +275,7 @@ def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path) -> None:
 
 
 def test_a_non_float_tensor_is_refused_from_the_header(tmp_path) -> None:
-    from txl.store.layout import save_model_dir
+    from transformer_xl.store.layout import save_model_dir
 
     model = _model()
     state = dict(model.state_dict())
@@ -287,7 +287,7 @@ def test_a_non_float_tensor_is_refused_from_the_header(tmp_path) -> None:
 
 _HUGE_PROBE = """
 import resource, sys, time
-from txl import TransformerXLLM, TXLError
+from transformer_xl import TransformerXLLM, TXLError
 for path in sys.argv[1:]:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()

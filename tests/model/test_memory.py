@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl.model.memory import additive_mask, causal_mask, kept_range, update_mems
+from transformer_xl.model.memory import additive_mask, causal_mask, kept_range, update_mems
 
 
 @pytest.mark.parametrize("mlen,qlen,mem_len,ext_len", [(0, 4, 6, 0), (6, 4, 6, 0), (3, 4, 6, 0), (6, 4, 3, 0),

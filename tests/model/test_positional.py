@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl.errors import ConfigError
-from txl.model.fastpath import mask_bias
-from txl.model.positional import (
+from transformer_xl.errors import ConfigError
+from transformer_xl.model.fastpath import mask_bias
+from transformer_xl.model.positional import (
     AbsoluteLearned,
     AbsoluteSinusoid,
     RelativeLearned,
@@ -16,7 +16,7 @@ from txl.model.positional import (
     rel_shift,
     sinusoid,
 )
-from txl.model.segment import Segment
+from transformer_xl.model.segment import Segment
 
 
 def _segment(model, qlen: int, mlen: int, clamp_len: int = -1) -> Segment:

@@ -1,12 +1,12 @@
-"""Model presets: the paper's architectures and CPU sizes as functions (``txl.model.presets``)."""
+"""Model presets: the paper's architectures and CPU sizes as functions (``transformer_xl.model.presets``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from txl.errors import ConfigError
-from txl.model import TransformerXLLM
-from txl.model.presets import MODEL_PRESETS, cpu_small, model_preset, tiny, wt103_base
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.presets import MODEL_PRESETS, cpu_small, model_preset, tiny, wt103_base
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_PRESETS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from txl.model import Recurrence, eval_mode
+from transformer_xl.model import Recurrence, eval_mode
 
 
 def _segments(n: int = 4, qlen: int = 4, n_token: int = 50) -> list[torch.Tensor]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from tests.helpers import tiny_model
-from txl.model.fastpath import mask_bias
-from txl.model.segment import Segment
+from transformer_xl.model.fastpath import mask_bias
+from transformer_xl.model.segment import Segment
 
 
 class _RecordingCache:

@@ -7,8 +7,14 @@ import json
 import pytest
 import torch
 
-from txl.errors import CheckpointError
-from txl.store.checkpoint import join_tensors, load_checkpoint, save_checkpoint, split_tensors, verify_checkpoint
+from transformer_xl.errors import CheckpointError
+from transformer_xl.store.checkpoint import (
+    join_tensors,
+    load_checkpoint,
+    save_checkpoint,
+    split_tensors,
+    verify_checkpoint,
+)
 
 
 def test_split_join_tensors_round_trip() -> None:

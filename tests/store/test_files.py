@@ -1,4 +1,5 @@
-"""Atomic files and directories, SHA-256 of files, and JSON read with one-line errors (``txl.store.files``)."""
+"""Atomic files and directories, SHA-256 of files, and JSON read with one-line errors
+(``transformer_xl.store.files``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from txl.errors import ConfigError, DataError
-from txl.store.files import (
+from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.store.files import (
     atomic_dir,
     atomic_path,
     atomic_write,
@@ -226,7 +227,7 @@ def test_a_failed_rename_puts_the_old_directory_back(tmp_path, monkeypatch) -> N
 
 
 def test_check_plain_name() -> None:
-    from txl.store.files import check_plain_name
+    from transformer_xl.store.files import check_plain_name
 
     assert check_plain_name("train.npy", "m") == "train.npy"
     for bad in ("../x", "..", ".", "", "/etc/passwd", "a/b", "a\\b", "a\0b", None, 3):

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from txl.errors import CheckpointError
-from txl.store.layout import (
+from transformer_xl.errors import CheckpointError
+from transformer_xl.store.layout import (
     CONFIG,
     MANIFEST,
     VOCAB,

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from tests.helpers import subprocess_env
-from txl.store.lock import LOCK, RunLock, RunLockedError
+from transformer_xl.store.lock import LOCK, RunLock, RunLockedError
 
-HOLD = ("import sys, time; from txl.store.lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); "
+HOLD = ("import sys, time; from transformer_xl.store.lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(60)")
 
 

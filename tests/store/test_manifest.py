@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from txl.errors import CheckpointError
-from txl.store import manifest as manifest_module
-from txl.store.manifest import (
+from transformer_xl.errors import CheckpointError
+from transformer_xl.store import manifest as manifest_module
+from transformer_xl.store.manifest import (
     MANIFEST,
     is_plain_name,
     plain_files,

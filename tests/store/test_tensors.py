@@ -1,4 +1,5 @@
-"""Safetensors state dicts: round trip, tied names stored once, unreadable files refused (``txl.store.tensors``)."""
+"""Safetensors state dicts: round trip, tied names stored once, unreadable files refused
+(``transformer_xl.store.tensors``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from txl.errors import CheckpointError
-from txl.store.tensors import FORMAT_VERSION, load_tensors, save_tensors
+from transformer_xl.errors import CheckpointError
+from transformer_xl.store.tensors import FORMAT_VERSION, load_tensors, save_tensors
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -131,7 +132,7 @@ def test_plain_safetensors_file_without_txl_metadata_loads(tmp_path: Path) -> No
 
 
 def test_read_header_gives_names_shapes_and_dtypes_without_reading_tensors(tmp_path: Path) -> None:
-    from txl.store.tensors import TensorInfo, read_header
+    from transformer_xl.store.tensors import TensorInfo, read_header
 
     w = torch.randn(5, 2)
     path = save_tensors({"w": w, "tied": w, "h": torch.ones(3, dtype=torch.bfloat16), "ids": torch.arange(4)},
@@ -150,7 +151,7 @@ def test_read_header_gives_names_shapes_and_dtypes_without_reading_tensors(tmp_p
 
 
 def test_check_finite_names_the_first_non_finite_floating_tensor() -> None:
-    from txl.store.tensors import check_finite
+    from transformer_xl.store.tensors import check_finite
 
     check_finite({"ids": torch.arange(3), "w": torch.ones(2, dtype=torch.float16)}, "f")
     bad = torch.tensor([1.0, float("nan"), float("inf"), float("-inf")])

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.helpers import tiny_config, tiny_train_config
-from txl.data import Corpus, LMMultiFileIterator, LMOrderedIterator
-from txl.train.batches import train_iterator
+from transformer_xl.data import Corpus, LMMultiFileIterator, LMOrderedIterator
+from transformer_xl.train.batches import train_iterator
 
 
 def _plain_corpus(n: int = 203) -> Corpus:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from txl.errors import ConfigError
-from txl.train import TrainConfig
-from txl.train.config import read_config_file
+from transformer_xl.errors import ConfigError
+from transformer_xl.train import TrainConfig
+from transformer_xl.train.config import read_config_file
 
 
 # ------------------------------------------------------------------ config errors (before any work)
@@ -35,7 +35,7 @@ def test_bad_config_values_fail_with_one_line(values, match) -> None:
 
 def test_config_file_toml_and_run_config(tmp_path) -> None:
     (tmp_path / "run.toml").write_text('preset = "wt2-cpu"\nlr = 3e-4\nn_layer = 2\n[model_overrides]\nd_inner = 96\n')
-    from txl.train.presets import train_preset
+    from transformer_xl.train.presets import train_preset
 
     flat = read_config_file(tmp_path / "run.toml")
     cfg = TrainConfig.from_dict(flat, base=train_preset(flat["preset"]))

@@ -36,10 +36,10 @@ def test_two_gloo_processes_equal_one_process(tmp_path, word_corpus) -> None:
                    div_val=2, tie_projs=[False, True, True])
     for name in ("one", "two"):
         (tmp_path / f"{name}.json").write_text(dataclasses.replace(cfg, out_dir=str(tmp_path / name)).to_json())
-    single = _run(["-m", "txl", "train", "--config", str(tmp_path / "one.json")], tmp_path)
+    single = _run(["-m", "transformer_xl", "train", "--config", str(tmp_path / "one.json")], tmp_path)
     assert single.returncode == 0, single.stderr
-    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "txl", "train",
-                  "--config", str(tmp_path / "two.json")], tmp_path)
+    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "transformer_xl",
+                  "train", "--config", str(tmp_path / "two.json")], tmp_path)
     assert multi.returncode == 0, multi.stderr[-3000:]
     assert json.loads((tmp_path / "two" / "config.json").read_text())["world_size"] == 2
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "two")), torch.tensor(_losses(tmp_path / "one")),
@@ -55,8 +55,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path, word_corpus) -> None:
 
 
 def test_unused_parameter_rule() -> None:
-    from txl.model.config import TXLConfig
-    from txl.train.distributed import has_step_local_parameters
+    from transformer_xl.model.config import TXLConfig
+    from transformer_xl.train.distributed import has_step_local_parameters
 
     base = dict(n_token=60, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
     assert not has_step_local_parameters(TXLConfig(**base))
@@ -75,8 +75,8 @@ def test_two_processes_print_no_ddp_warning(tmp_path, word_corpus, model) -> Non
     cfg = tiny_cfg(tmp_path / "run", dataset=str(word_corpus), max_step=6, batch_size=8)
     cfg = dataclasses.replace(cfg, model_overrides={**cfg.model_overrides, **model})
     (tmp_path / "c.json").write_text(cfg.to_json())
-    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "txl", "train",
-                  "--config", str(tmp_path / "c.json")], tmp_path)
+    multi = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "transformer_xl",
+                  "train", "--config", str(tmp_path / "c.json")], tmp_path)
     assert multi.returncode == 0, multi.stderr[-3000:]
     assert "broadcast_buffers" not in multi.stderr and "FutureWarning" not in multi.stderr, multi.stderr
     if "div_val" not in model:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from tests.helpers import tiny_config
-from txl.errors import ConfigError
-from txl.model import TransformerXLLM, TXLConfig
-from txl.train import footprint
-from txl.train.footprint import available_bytes, check_fits, estimate_training_bytes, softmax_columns
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import TransformerXLLM, TXLConfig
+from transformer_xl.train import footprint
+from transformer_xl.train.footprint import available_bytes, check_fits, estimate_training_bytes, softmax_columns
 
 BASE = TXLConfig(n_token=10000, n_layer=4, n_head=8, d_model=256, d_head=32, d_inner=1024, tgt_len=128, mem_len=128)
 

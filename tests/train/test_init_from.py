@@ -14,13 +14,13 @@ import torch
 
 from tests.equivalence.official_oracle import OfficialOracle, official_train_losses
 from tests.helpers import SHARED_DATA, corpus_dir, needs_shared_data, one_line_error, tiny_model, tiny_train_config
-from txl.data import Vocab, load_corpus
-from txl.errors import ConfigError, DataError
-from txl.store.files import sha256_file
-from txl.train import Trainer, train
-from txl.train.config import MODEL_KEYS, TrainConfig
-from txl.train.init_from import SETTABLE, open_init
-from txl.train.metrics import read_metrics
+from transformer_xl.data import Vocab, load_corpus
+from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.store.files import sha256_file
+from transformer_xl.train import Trainer, train
+from transformer_xl.train.config import MODEL_KEYS, TrainConfig
+from transformer_xl.train.init_from import SETTABLE, open_init
+from transformer_xl.train.metrics import read_metrics
 
 #: The architecture of tests/helpers.tiny_train_config, as official MemTransformerLM kwargs.
 ARCH = dict(n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0, tgt_len=6, ext_len=0,
@@ -36,7 +36,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def official_model_dir(root: Path, vocab: Vocab, seed: int = 0, **arch: Any) -> tuple[dict[str, Any], dict, Path]:
     """An officially initialized model (``weights_init``) converted with ``from_official`` and saved with ``vocab``
     as a txl model directory; returns the official kwargs, the official state dict and the directory."""
-    from txl.interop.official import from_official
+    from transformer_xl.interop.official import from_official
 
     kwargs = {"n_token": len(vocab), **ARCH, **arch}
     state = OfficialOracle(kwargs, None, dtype=torch.float32).official_init_state_dict(seed=seed)
@@ -133,7 +133,7 @@ def test_a_shape_flag_conflicting_with_the_model_is_refused(tmp_path: Path, flag
 
 
 def test_cli_refuses_a_conflicting_flag_and_accepts_dropout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     data = corpus_dir(tmp_path)
     _, m = _pretrained(tmp_path, data)
@@ -173,7 +173,7 @@ def test_unknown_words_are_counted_and_mapped_to_unk(tmp_path: Path, capsys: pyt
 
 
 def test_a_dataset_of_another_level_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     _, m = _pretrained(tmp_path, corpus_dir(tmp_path))
     assert main(["train", "--dataset", "ptb-char", "--init-from", str(m), "--out-dir", str(tmp_path / "r"),
@@ -211,7 +211,7 @@ def test_attn_type_1_keeps_its_position_table_length(tmp_path: Path) -> None:
 
 
 def test_init_from_with_resume_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from txl.cli import main
+    from transformer_xl.cli import main
 
     data = corpus_dir(tmp_path)
     _, m = _pretrained(tmp_path, data)
@@ -248,16 +248,16 @@ def test_a_resumed_finetuning_run_continues_from_its_checkpoint(tmp_path: Path) 
 
 
 def test_settable_fields_are_model_fields() -> None:
-    from txl.train.config import MODEL_KEYS
+    from transformer_xl.train.config import MODEL_KEYS
 
     assert set(SETTABLE) <= set(MODEL_KEYS)
 
 
 def test_every_kind_of_model_directory_can_be_fine_tuned(tmp_path: Path) -> None:
     """A run's best/, a checkpoint, a run directory, save_pretrained and a `txl convert --from hf` output; a
-    damaged one is refused (its manifest is verified as txl.inference.loading.load_model does)."""
+    damaged one is refused (its manifest is verified as transformer_xl.inference.loading.load_model does)."""
     from tests.helpers import damage_file, model_dirs
-    from txl.errors import CheckpointError
+    from transformer_xl.errors import CheckpointError
 
     data = corpus_dir(tmp_path)
     vocab = load_corpus(str(data)).vocab

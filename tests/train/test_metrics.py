@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import tiny_train_config
-from txl.train.metrics import RunLog, postfix, progress, publish_model
+from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model
 
 VAL = {"loss": 2.0, "ppl": math.exp(2.0), "bpc": 2.0 / math.log(2), "tokens": 120}
 
@@ -163,10 +163,10 @@ def test_postfix_survives_a_huge_loss() -> None:
 
 def test_published_models_carry_the_runs_vocabulary_in_their_manifest(tmp_path) -> None:
     from tests.helpers import tiny_model
-    from txl.data import Vocab
-    from txl.errors import DataError
-    from txl.store.layout import RunDir
-    from txl.store.manifest import verify_manifest
+    from transformer_xl.data import Vocab
+    from transformer_xl.errors import DataError
+    from transformer_xl.store.layout import RunDir
+    from transformer_xl.store.manifest import verify_manifest
 
     run, model = RunDir(tmp_path / "run"), tiny_model()
     publish_model(run.best, model, {"step": 2})  # no run vocabulary yet (e.g. a helper's model): none beside

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from txl.errors import DataError
-from txl.train.plot import plot_run, read_metrics
+from transformer_xl.errors import DataError
+from transformer_xl.train.plot import plot_run, read_metrics
 
 
 def _write_run(run, *, metric: str = "ppl", config: bool = True):

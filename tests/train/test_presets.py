@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 import torch
 
-from txl import TransformerXLLM
-from txl.errors import ConfigError
-from txl.model import presets as model_presets
-from txl.model.presets import model_preset
-from txl.train import presets as train_presets
-from txl.train.config import TrainConfig
-from txl.train.presets import TRAIN_PRESETS, train_preset
+from transformer_xl import TransformerXLLM
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import presets as model_presets
+from transformer_xl.model.presets import model_preset
+from transformer_xl.train import presets as train_presets
+from transformer_xl.train.config import TrainConfig
+from transformer_xl.train.presets import TRAIN_PRESETS, train_preset
 
 # script: (n_layer, d_model, n_head, d_head, d_inner, dropout, dropatt, div_val, warmup, max_step, tgt=mem,
 #          eval_tgt_len, batch) from the official pytorch/run_*.sh

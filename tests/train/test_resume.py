@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import corpus_dir
-from txl.errors import ConfigError, DataError
-from txl.store.checkpoint import list_checkpoints, verify_checkpoint
-from txl.store.lock import LOCK
-from txl.train import Trainer
-from txl.train.resume import FIXED
+from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.store.checkpoint import list_checkpoints, verify_checkpoint
+from transformer_xl.store.lock import LOCK
+from transformer_xl.train import Trainer
+from transformer_xl.train.resume import FIXED
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from txl.data import load_corpus
+    from transformer_xl.data import load_corpus
 
     root = tmp_path_factory.mktemp("corpus")
     return load_corpus(str(corpus_dir(root)), cache_dir=root / "cache")
@@ -46,7 +46,7 @@ def _trained(tiny_run, corpus, **kw) -> Path:
 
 def _resume_cfg(run: Path, **changes):
     """The run's config with ``changes``, as ``txl train --resume RUN --flag ...`` resolves it."""
-    from txl.train.config import TrainConfig, read_config_file
+    from transformer_xl.train.config import TrainConfig, read_config_file
 
     return TrainConfig.from_dict({**changes, "out_dir": str(run)},
                                  base=TrainConfig.from_dict(read_config_file(run / "config.json")))
@@ -117,7 +117,7 @@ def test_every_fixed_field_has_a_refusal_test() -> None:
 
 
 def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run) -> None:
-    from txl.data import load_corpus
+    from transformer_xl.data import load_corpus
 
     run = _trained(tiny_run, corpus)
     data = corpus_dir(tmp_path / "edited")
@@ -131,7 +131,7 @@ def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run
 
 
 def test_checkpoints_record_the_config_and_the_vocabulary(tmp_path, corpus, tiny_run) -> None:
-    from txl.store.checkpoint import read_checkpoint_meta
+    from transformer_xl.store.checkpoint import read_checkpoint_meta
 
     run = _trained(tiny_run, corpus)
     _, state = read_checkpoint_meta(list_checkpoints(run / "checkpoints")[-1])
@@ -173,7 +173,7 @@ def test_save_minutes_saves_by_time_beside_steps(tmp_path, corpus, tiny_run) -> 
 
 
 def test_a_full_disk_during_a_checkpoint_loses_nothing(tmp_path, corpus, tiny_run, monkeypatch) -> None:
-    import txl.store.checkpoint as ckpt_mod
+    import transformer_xl.store.checkpoint as ckpt_mod
 
     cfg = tiny_run(max_step=6, save_interval=2)
     real = ckpt_mod.save_tensors
@@ -196,7 +196,7 @@ def test_a_full_disk_during_a_checkpoint_loses_nothing(tmp_path, corpus, tiny_ru
 
 def test_a_corrupt_newest_checkpoint_names_the_older_one(tmp_path, corpus, tiny_run) -> None:
     from tests.helpers import damage_file
-    from txl.errors import CheckpointError
+    from transformer_xl.errors import CheckpointError
 
     run = _trained(tiny_run, corpus)
     older, newest = list_checkpoints(run / "checkpoints")

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from txl.train import TrainConfig
-from txl.train.schedule import LRMultiplier, Schedule
+from transformer_xl.train import TrainConfig
+from transformer_xl.train.schedule import LRMultiplier, Schedule
 
 
 def test_schedules_match_the_official_formulas() -> None:

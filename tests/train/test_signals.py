@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from txl.train.signals import stop_on_signals
+from transformer_xl.train.signals import stop_on_signals
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 KILLER = """
 import os, signal, sys, torch
 torch.set_num_threads(1)
-import txl.store.checkpoint as ckpt
-from txl.train import Trainer, TrainConfig
+import transformer_xl.store.checkpoint as ckpt
+from transformer_xl.train import Trainer, TrainConfig
 cfg = TrainConfig.from_json(open(sys.argv[1]).read())
 K, when = int(sys.argv[2]), sys.argv[3]
 write = ckpt.save_tensors
@@ -48,9 +48,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _txl(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "import torch,sys; torch.set_num_threads(1); from txl.cli import "
-                           "main; sys.exit(main(sys.argv[1:]))", *args], env=env, capture_output=True, text=True,
-                          timeout=120, **kw)
+    return subprocess.run([sys.executable, "-c", "import torch,sys; torch.set_num_threads(1); "
+                           "from transformer_xl.cli import main; sys.exit(main(sys.argv[1:]))", *args], env=env,
+                          capture_output=True, text=True, timeout=120, **kw)
 
 
 def _records(run: Path, kind: str) -> list[dict]:
@@ -101,7 +101,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_0(tmp_path, word_corpus) -> N
     run = tmp_path / "run"
     cfg = tiny_cfg(run, dataset=str(data), max_step=100000, save_interval=100000, eval_interval=100000)
     (tmp_path / "cfg.json").write_text(cfg.to_json())
-    proc = subprocess.Popen([sys.executable, "-m", "txl", "train", "--config", str(tmp_path / "cfg.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_xl", "train", "--config", str(tmp_path / "cfg.json")],
                             env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -14,14 +14,14 @@ import torch
 from tests.assets.golden import GOLDEN_RUN, golden_run
 from tests.helpers import corpus_dir
 from tests.helpers import tiny_train_config as tiny_cfg
-from txl.errors import CheckpointError, ConfigError
-from txl.store.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
-from txl.train import TrainConfig, Trainer, TrainingDiverged
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.store.checkpoint import list_checkpoints, load_checkpoint, verify_checkpoint
+from transformer_xl.train import TrainConfig, Trainer, TrainingDiverged
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from txl.data import load_corpus
+    from transformer_xl.data import load_corpus
 
     root = tmp_path_factory.mktemp("corpus")
     return load_corpus(str(corpus_dir(root)), cache_dir=root / "cache")
@@ -124,8 +124,8 @@ def test_bad_model_values_fail_before_the_data_loads(tmp_path) -> None:
 
 def test_fit_writes_the_run_directory_and_plot(tmp_path, corpus, tiny_run) -> None:
     pytest.importorskip("matplotlib")
-    from txl import TransformerXLLM
-    from txl.train.plot import plot_run
+    from transformer_xl import TransformerXLLM
+    from transformer_xl.train.plot import plot_run
 
     cfg = tiny_run(max_step=6, save_interval=3, eval_interval=3, final_eval=True)
     summary = Trainer(cfg, corpus=corpus).fit()

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.helpers import eval_model, tiny_config, tiny_train_config, token_data
-from txl.data import Corpus
-from txl.inference.evaluate import evaluate
-from txl.train import validation  # not `from ... import test_lengths`: pytest would collect it
-from txl.train.validation import score_split, validation_lengths
+from transformer_xl.data import Corpus
+from transformer_xl.inference.evaluate import evaluate
+from transformer_xl.train import validation  # not `from ... import test_lengths`: pytest would collect it
+from transformer_xl.train.validation import score_split, validation_lengths
 
 
 def _train(tmp_path, **kw):

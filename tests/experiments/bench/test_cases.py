@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txl.experiments.bench import CASES, bench_case
+from transformer_xl.experiments.bench import CASES, bench_case
 
 
 def test_cases_are_the_issue_configs() -> None:

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from txl import TransformerXLLM, TXLConfig
-from txl.cli import main
-from txl.experiments.bench import generate as G
-from txl.interop.hf import hf_available
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.cli import main
+from transformer_xl.experiments.bench import generate as G
+from transformer_xl.interop.hf import hf_available
 
 TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=5, mem_len=8,
             cutoffs=[20], init_std=0.3)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from txl import TXLConfig
-from txl.experiments.bench import model_flops
+from transformer_xl import TXLConfig
+from transformer_xl.experiments.bench import model_flops
 
 
 def test_model_flops_by_hand() -> None:

@@ -1,9 +1,10 @@
-"""The benchmark report (txl.experiments.bench.report): a whole tiny run, its ratios and its Markdown rows."""
+"""The benchmark report (transformer_xl.experiments.bench.report): a whole tiny run, its ratios and its Markdown
+rows."""
 
 from __future__ import annotations
 
-from txl import TXLConfig
-from txl.experiments.bench import to_markdown
+from transformer_xl import TXLConfig
+from transformer_xl.experiments.bench import to_markdown
 
 
 def test_markdown_rows_carry_the_command() -> None:
@@ -20,7 +21,7 @@ def test_markdown_rows_carry_the_command() -> None:
 
 def test_run_with_recompute_runner(monkeypatch) -> None:
     """A whole (tiny) benchmark run: txl, txl with recompute and, if installed, HF, one table."""
-    from txl.experiments import bench
+    from transformer_xl.experiments import bench
 
     tiny = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
     monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**tiny), 2))

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.helpers import adaptive_model
-from txl.experiments.bench.runner import Runner, check_equal, setup, zipf_tokens
-from txl.interop.hf import build_hf
+from transformer_xl.experiments.bench.runner import Runner, check_equal, setup, zipf_tokens
+from transformer_xl.interop.hf import build_hf
 
 
 def test_hf_copy_gives_the_same_nll() -> None:

@@ -1,0 +1,211 @@
+"""Parsing command-line values: lists the library takes, argparse types that refuse impossible numbers
+(``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``finite_float``, ``positive_float``,
+``nonneg_float``), options several commands share (``--no-verify``, ``--threads``: :func:`add_threads`,
+:func:`resolve_threads`, :func:`apply_threads`), and notes on stderr (:func:`stderr_note`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from transformer_xl.errors import ConfigError
+
+
+def parse_int_list(text: str | int | Sequence[int], name: str = "value", *, minimum: int = 0) -> list[int]:
+    """``"0,128,512"`` -> ``[0, 128, 512]``; a one-line :class:`ConfigError` for anything else."""
+    if isinstance(text, int):
+        items: list[Any] = [text]
+    elif isinstance(text, str):
+        items = [t.strip() for t in text.split(",")]
+    else:
+        items = list(text)
+    out = []
+    for item in items:
+        try:
+            value = int(item)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a comma-separated list of integers, got {text!r}") from None
+        if value < minimum:
+            raise ConfigError(f"{name} values must be >= {minimum}, got {value}")
+        out.append(value)
+    if not out:
+        raise ConfigError(f"{name} is empty")
+    return out
+
+
+def parse_float_list(text: str, name: str) -> list[float]:
+    """``"0.1,0.5"`` -> ``[0.1, 0.5]``; a one-line :class:`ConfigError` for anything else."""
+    try:
+        values = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{name} must hold finite numbers, got {text!r}")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------- argparse types
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                         f"got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 0."""
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def clamp_int(text: str) -> int:
+    """An argparse ``type`` for ``--clamp-len``: an integer >= -1 (-1 or 0: no clamping)."""
+    value = int(_number(text, int))
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= -1 (-1 or 0: no clamping), got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: a finite number (not nan or inf)."""
+    return float(_number(text, float))
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number > 0."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """An argparse ``type``: a finite number >= 0."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """An argparse ``type`` for a random seed: an integer in [0, 2**32 - 1] (what every generator accepts)."""
+    value = int(_number(text, int))
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**32 - 1], got {text!r}")
+    return value
+
+
+def add_no_verify(parser: argparse.ArgumentParser) -> None:
+    """``--no-verify`` (``args.no_verify``): read weights without checking them against their ``MANIFEST.json``."""
+    parser.add_argument("--no-verify", action="store_true",
+                        help="load weights whose files do not match their MANIFEST.json SHA-256 (changed on "
+                        "purpose); NaN/inf weights and a config that does not fit them are still refused")
+
+
+def add_quantize(parser: argparse.ArgumentParser) -> None:
+    """``--quantize int8`` (``args.quantize``): int8 weights for CPU inference (``TransformerXLLM.quantize``)."""
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8: quantize the linear layers and the output softmax to int8 weights after loading "
+                        "(CPU only; about 2x faster generation at batch 1, measured cost on a trained model's "
+                        "perplexity in docs/performance.md) (default: float weights)")
+
+
+def fraction(text: str) -> float:
+    """An argparse ``type`` for ``--valid-fraction`` / ``--test-fraction``: a number in (0, 0.5)."""
+    value = finite_float(text)
+    if not 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 0.5), got {text!r}")
+    return value
+
+
+def add_split_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--valid-fraction`` / ``--test-fraction``: how your own text without train/valid/test files is cut."""
+    for split in ("valid", "test"):
+        parser.add_argument(f"--{split}-fraction", type=fraction, default=None, metavar="F",
+                            help=f"user text without given splits: the {split} part, cut at a line end (0 < F "
+                            "< 0.5; default: 0.05)")
+
+
+def stderr_note(prefix: str) -> Callable[[str], None]:
+    """A function printing ``PREFIX: message`` as one line on stderr (e.g. which model of a run directory a
+    command uses: ``txl generate: using runs/x/best (the best validation model, step 1200)``)."""
+
+    def note(message: str) -> None:
+        print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+
+    return note
+
+
+# ---------------------------------------------------------------------------------------------- threads
+#: Commands that compute with torch: they take ``--threads`` (``txl data`` and ``txl plot`` do not).
+THREADED_COMMANDS = ("train", "eval", "generate", "convert", "recl", "experiment", "bench")
+THREADS_HELP = ("CPU threads for torch (default: $TXL_NUM_THREADS, else $OMP_NUM_THREADS, else the cores "
+                "available to this process)")
+
+
+def add_threads(parser: argparse.ArgumentParser, *, default: Any = argparse.SUPPRESS) -> None:
+    """``--threads N`` on ``parser`` and on every subcommand below it.
+
+    Below the top level the default is ``SUPPRESS``: a subcommand given no ``--threads`` keeps the value given
+    before it (``txl --threads 1 train`` and ``txl train --threads 1`` are the same)."""
+    parser.add_argument("--threads", type=positive_int, default=default, metavar="N", help=THREADS_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                add_threads(child)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(flag: int | None, environ: Mapping[str, str] | None = None) -> int | None:
+    """The number of torch threads: ``--threads`` > ``TXL_NUM_THREADS`` > (``OMP_NUM_THREADS`` set: None, torch
+    keeps what OpenMP read from it, e.g. the 1 ``torchrun`` sets for each worker) > the available cores."""
+    environ = os.environ if environ is None else environ
+    if flag is not None:
+        return flag
+    text = environ.get("TXL_NUM_THREADS", "").strip()
+    if text:
+        try:
+            return positive_int(text)
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"TXL_NUM_THREADS: {exc}") from None
+    if environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    return available_cores()
+
+
+def apply_threads(n: int | None) -> int:
+    """``torch.set_num_threads(n)`` (and the inter-op pool, while it has not started); None keeps torch's own
+    count. Returns the intra-op thread count torch now uses."""
+    import torch
+
+    if n is not None:
+        torch.set_num_threads(n)
+        with contextlib.suppress(RuntimeError):  # only possible before the first inter-op parallel work
+            torch.set_num_interop_threads(n)
+    return torch.get_num_threads()

@@ -1,0 +1,114 @@
+"""``txl bench``: throughput of txl against Hugging Face TransfoXL, measured in the same run
+(see :mod:`transformer_xl.experiments.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from transformer_xl.cli.args import parse_int_list, positive_int
+from transformer_xl.store.files import write_json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark training/evaluation throughput against Hugging Face TransfoXL",
+                       description="Times txl and (if installed) Hugging Face TransfoXL side by side, alternating "
+                       "rounds, and prints txl/HF ratios. Cases: char, word (CPU), enwik8-base, wt103-base (GPU).")
+    p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
+    p.add_argument("--eval-mem-lens", default="128,512,1600", help="evaluation memory lengths (default: 128,512,1600)")
+    p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round (default: 3)")
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="alternating rounds; ratio = their median (default: 5)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
+    p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="override the cases' batch size")
+    p.add_argument("--no-hf", action="store_true", help="time txl only")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    p.add_argument("--recompute", action="store_true",
+                   help="also time and measure txl training with recomputed attention (less memory)")
+    p.add_argument("--profile", choices=["txl", "hf"], default=None,
+                   help="print a torch.profiler table of training steps of the first case instead")
+    p.add_argument("--json", help="write the full report here")
+    p.add_argument("--markdown", help="append the Markdown table to this file")
+    p.set_defaults(func=run)
+    from transformer_xl.cli.experiment import add_eval_speed
+
+    kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed,generate}",
+                             help="eval-speed: Transformer-XL vs the vanilla sliding window (paper Table 9); "
+                             "generate: generation tokens/s vs Hugging Face and the memory-bandwidth limit")
+    add_eval_speed(kinds, "eval-speed")
+    add_generate(kinds)
+
+
+def add_generate(kinds: argparse._SubParsersAction) -> None:
+    g = kinds.add_parser(
+        "generate", help="generation tokens/s of txl vs Hugging Face's loop and the memory-bandwidth limit",
+        description="Greedy generation after a prompt that fills the memory, on random-weight models of the paper's "
+        "shapes: tokens/s of txl, of Hugging Face TransfoXL's forward-with-mems loop (same weights, tokens "
+        "compared) and of txl with int8 weights, alternating rounds, and the limit a step reading every weight "
+        "(and the cached keys/values) once would reach, measured in the same run "
+        "(transformer_xl.experiments.bench.generate).")
+    g.add_argument("--shapes", default="wt103-base,enwik8-base",
+                   help="model shapes: wt103-base (16 layers, d_model 410, 33,278 words), enwik8-base (12 layers, "
+                   "d_model 512, 204 characters) (default: both)")
+    g.add_argument("--mem-lens", default="640,1600", help="memory lengths; the prompt fills it (default: 640,1600)")
+    g.add_argument("--batches", default="1,8", help="batch sizes (rows generated at once) (default: 1,8)")
+    g.add_argument("--new-tokens", type=positive_int, default=24, help="txl decode steps timed per round (default: 24)")
+    g.add_argument("--hf-tokens", type=positive_int, default=8,
+                   help="Hugging Face decode steps timed per round (default: 8; its steps are slow)")
+    g.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds, median kept (default: 3)")
+    g.add_argument("--no-hf", action="store_true", help="time txl only")
+    g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights (always skipped off the CPU)")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    g.add_argument("--json", help="write the full report here")
+    g.add_argument("--markdown", help="append the Markdown table to this file")
+    g.set_defaults(func=run_generate)
+
+
+def _command() -> str:
+    argv = sys.argv[sys.argv.index("bench"):] if "bench" in sys.argv else None
+    return shlex.join(["txl", *argv]) if argv else shlex.join(["python", *sys.argv])
+
+
+def _write(report: dict, table: str, args: argparse.Namespace) -> None:
+    print(table)
+    if args.json:
+        write_json(args.json, report, indent=1, sort_keys=False)
+    if args.markdown:
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write(table + "\n")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from transformer_xl.experiments.bench.generate import GenerateBenchOptions, run_generate_bench, to_markdown
+
+    opts = GenerateBenchOptions(shapes=[s for s in args.shapes.split(",") if s],
+                                mem_lens=parse_int_list(args.mem_lens, "--mem-lens", minimum=1),
+                                batches=parse_int_list(args.batches, "--batches", minimum=1),
+                                new_tokens=args.new_tokens, hf_tokens=args.hf_tokens, repeats=args.repeats,
+                                hf=not args.no_hf, int8=not args.no_int8, device=args.device)
+    report = run_generate_bench(opts, log=lambda line: print(line, flush=True))
+    report["command"] = command = _command()
+    _write(report, to_markdown(report, command), args)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformer_xl.experiments.bench import BenchOptions, profile_train_step, run_benchmark, to_markdown
+
+    cases = [c for c in args.cases.split(",") if c]
+    if args.profile:
+        print(profile_train_step(cases[0], args.profile, batch=args.batch_size))
+        return 0
+    opts = BenchOptions(cases=cases, eval_mem_lens=parse_int_list(args.eval_mem_lens, "--eval-mem-lens"),
+                        steps=args.steps,
+                        repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
+                        threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,
+                        recompute=args.recompute,
+                        batch_size=args.batch_size)
+    report = run_benchmark(opts, log=lambda line: print(line, flush=True))
+    report["command"] = command = _command()
+    _write(report, to_markdown(report, command), args)
+    return 0

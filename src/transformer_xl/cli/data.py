@@ -1,0 +1,131 @@
+"""``txl data fetch|prepare|info``: thin CLI over :mod:`transformer_xl.data`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from transformer_xl.cli.args import add_split_flags, nonneg_int, positive_int
+from transformer_xl.data import fetch, known_datasets, load_corpus
+from transformer_xl.data.registry import get_spec
+from transformer_xl.errors import ConfigError, DataError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``txl data`` and its ``fetch`` / ``prepare`` / ``info`` subcommands."""
+    p = sub.add_parser(
+        "data",
+        help="download, prepare and inspect datasets",
+        description=f"Datasets: {', '.join(known_datasets())}, or a path to your own text (a file or a folder). "
+        "Your own text's splits: a folder with train.txt, valid.txt and test.txt (or train/, valid/ and test/ "
+        "folders of files) is used as given; otherwise all its files, in name order, are joined and cut at line "
+        "ends into train, then valid (--valid-fraction, default 0.05) and test (--test-fraction, default 0.05) "
+        "at the end. `prepare` builds a cache once; `info` lists the caches already built (--prepare: build).",
+    )
+    dsub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("name", help="dataset name, or a text file / directory (prepare, info)")
+        q.add_argument("--data-dir", default=None, help="raw data folder (default: $TXL_DATA_DIR, then user cache)")
+
+    f = dsub.add_parser("fetch", help="download and verify a dataset's files")
+    common(f)
+    f.add_argument("--mirror", default=None, help="base URL replacing the canonical URLs' folder")
+    f.add_argument("--force", action="store_true", help="download again even if present")
+    for name, helptext in (("prepare", "tokenize once into the cache and print its sizes"),
+                           ("info", "list the caches already prepared (level, tokenizer, sizes, vocabulary, when "
+                            "built); --prepare builds one")):
+        q = dsub.add_parser(name, help=helptext, description=helptext)
+        common(q)
+        if name == "info":
+            q.add_argument("--prepare", action="store_true",
+                           help="prepare the cache of these options (as `txl data prepare`) and print its sizes")
+        q.add_argument("--cache-dir", default=None,
+                       help="prepared-cache folder (default: $TXL_CACHE_DIR, then the user cache)")
+        q.add_argument("--rebuild", action="store_true", help="rebuild the cache even if it is valid")
+        q.add_argument("--refuse-stale", action="store_true", help="fail instead of rebuilding a stale cache")
+        q.add_argument("--errors", choices=("strict", "replace"), default="strict",
+                       help="non-UTF-8 bytes: fail, or replace them with U+FFFD (default: strict)")
+        q.add_argument("--level", choices=("word", "char", "byte"), default=None,
+                       help="user text: the unit of a token (default: word; char and byte report bpc)")
+        q.add_argument("--lower", action="store_true", default=None, help="user text: lower-case")
+        q.add_argument("--min-freq", type=nonneg_int, default=None, help="user text: minimum count of a word")
+        q.add_argument("--max-size", type=positive_int, default=None, help="user text: maximum vocabulary size")
+        q.add_argument("--tokenizer", default=None, metavar="TOK_JSON",
+                       help="user text: a Hugging Face tokenizers JSON (subword ids instead of --level)")
+        add_split_flags(q)
+        q.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _is_known(name: str) -> bool:
+    try:
+        get_spec(name)
+        return True
+    except DataError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``txl data ACTION``."""
+    if args.data_command == "fetch":
+        files = fetch(args.name, args.data_dir, mirror=args.mirror, force=args.force)
+        for path in files:
+            print(path)
+        return 0
+    options = {
+        "cache_dir": args.cache_dir,
+        "rebuild": args.rebuild,
+        "errors": args.errors,
+        "on_stale": "error" if args.refuse_stale else "rebuild",
+    }
+    user = {
+        "level": args.level,
+        "lower": args.lower,
+        "min_freq": args.min_freq,
+        "max_size": args.max_size,
+        "tokenizer": args.tokenizer,
+        "valid_fraction": args.valid_fraction,
+        "test_fraction": args.test_fraction,
+    }
+    given = {k: v for k, v in user.items() if v is not None}
+    if given and _is_known(args.name):
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise ConfigError(f"{flag} applies to your own text only; {args.name} is a known dataset prepared by "
+                          "its own rules (see `txl data info`)")
+    options.update(given)
+    if args.data_command == "info" and not (args.prepare or args.rebuild):
+        return _list(args, options)
+    corpus = load_corpus(args.name, args.data_dir, **options)
+    info = corpus.info()
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{info['name']}: vocabulary {info['vocab_size']:,}, dtype {info['dtype']}, metric {info['metric']}")
+    for split, n in info["tokens"].items():
+        print(f"  {split:5s} {n:>13,} tokens  {info['bytes'][split]:>13,} bytes")
+    print(f"  cache {info['cache_dir']}")
+    return 0
+
+
+def _list(args: argparse.Namespace, options: dict) -> int:
+    from transformer_xl.data.corpus import prepared_caches
+
+    caches = prepared_caches(args.name, args.data_dir, options["cache_dir"])
+    if options.get("tokenizer"):
+        caches = [c for c in caches if c["tokenizer"] == str(Path(options["tokenizer"]).resolve())]
+    elif options.get("level"):
+        caches = [c for c in caches if c["level"] == options["level"]]
+    if args.json:
+        print(json.dumps(caches, indent=1))
+        return 0
+    if not caches:
+        print(f"{args.name}: no prepared cache; build one with `txl data prepare {args.name}` (or info --prepare)")
+        return 0
+    for c in caches:
+        tokens = ", ".join(f"{k} {n:,}" for k, n in c["tokens"].items())
+        tok = f" ({c['tokenizer']})" if c["tokenizer"] else ""
+        print(f"{c['level']}{tok}: vocabulary {c['vocab_size']:,}, tokens {tokens}; built {c['created']}")
+        print(f"  cache {c['cache_dir']}")
+    return 0

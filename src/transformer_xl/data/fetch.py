@@ -1,0 +1,223 @@
+"""Downloads with resume, a progress bar and SHA-256 verification; archive member extraction.
+
+A download goes to ``NAME.part`` and is renamed to ``NAME`` only once complete and verified; a
+checksum or size mismatch deletes the partial file. An interrupted download keeps ``NAME.part``,
+which the next call resumes with an HTTP ``Range`` request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tarfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from transformer_xl.data.paths import resolve_data_dir
+from transformer_xl.data.registry import DatasetSpec, Member, Resource, get_spec
+from transformer_xl.errors import DataError
+from transformer_xl.store.files import sha256_file
+
+BLOCK = 1 << 16
+
+
+def _progress(total: int | None, initial: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        initial=initial,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=desc,
+        disable=not enabled,
+        leave=False,
+    )
+
+
+def _open(url: str, offset: int, timeout: float):
+    req = urllib.request.Request(url, headers={"User-Agent": "txl-data"})
+    if offset:
+        req.add_header("Range", f"bytes={offset}-")
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def verify_file(path: Path, *, sha256: str | None = None, size: int | None = None) -> None:
+    """Raise :class:`DataError` if ``path`` does not have the expected size / SHA-256."""
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        raise DataError(f"{path}: {actual} bytes, expected {size} (truncated or wrong file)")
+    if sha256 is not None:
+        got = sha256_file(path)
+        if got != sha256.lower():
+            raise DataError(f"{path}: sha256 {got} does not match the expected {sha256}")
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    sha256: str | None = None,
+    size: int | None = None,
+    progress: bool = True,
+    timeout: float = 60.0,
+) -> Path:
+    """Download ``url`` to ``dest``, resuming ``dest.part``, verifying size and SHA-256 when known.
+
+    On a mismatch the partial file is removed and a :class:`DataError` raised; ``dest`` only ever
+    appears complete and verified.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    offset = part.stat().st_size if part.exists() else 0
+    if size is not None and offset > size:
+        part.unlink()
+        offset = 0
+    how = f"download {url} by hand and place it at {dest}"
+    try:
+        resp = _open(url, offset, timeout) if size is None or offset < size else None
+    except urllib.error.HTTPError as exc:
+        if exc.code != 416 or not offset:  # 416: nothing left to send, the part may be complete
+            raise DataError(f"cannot download {url}: HTTP {exc.code}; {how}") from None
+        resp = None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DataError(f"cannot download {url} ({reason}); {how}") from None
+    if resp is not None:
+        with resp:
+            status = getattr(resp, "status", None)
+            if offset and status != 206:
+                offset = 0  # the server (or file://) ignored Range: start over
+            length = resp.headers.get("Content-Length")
+            total = offset + int(length) if length is not None else size
+            written = offset
+            with (
+                open(part, "ab" if offset else "wb") as f,
+                _progress(total, offset, dest.name, progress) as bar,
+            ):
+                try:
+                    while block := resp.read(BLOCK):
+                        f.write(block)
+                        written += len(block)
+                        bar.update(len(block))
+                except OSError as exc:
+                    raise DataError(
+                        f"download of {url} interrupted at {written} bytes ({exc}); run the command again to resume"
+                    ) from None
+            if total is not None and written < total:
+                raise DataError(
+                    f"download of {url} truncated at {written} of {total} bytes; run the command again to resume"
+                )
+    try:
+        verify_file(part, sha256=sha256, size=size)
+    except DataError as exc:
+        part.unlink(missing_ok=True)
+        raise DataError(f"{exc}; the partial download was removed, fetch again") from None
+    os.replace(part, dest)
+    return dest
+
+
+def _member_name(name: str) -> str:
+    return name[2:] if name.startswith("./") else name
+
+
+def _extract_member(archive: Path, member: Member, folder: Path) -> None:
+    """Verify ``member`` of ``archive`` (and write it to ``folder/member.dest`` if it has one)."""
+    h = hashlib.sha256()
+    n = 0
+    tmp = folder / f"{member.dest}.part" if member.dest else None
+    try:
+        with contextlib.ExitStack() as stack:
+            if zipfile.is_zipfile(archive):
+                zf = stack.enter_context(zipfile.ZipFile(archive))
+                names = {_member_name(i): i for i in zf.namelist()}
+                if member.name not in names:
+                    raise DataError(f"{archive}: archive has no member {member.name}")
+                src = stack.enter_context(zf.open(names[member.name]))
+            else:
+                tf = stack.enter_context(tarfile.open(archive))
+                infos = {_member_name(i.name): i for i in tf.getmembers()}
+                if member.name not in infos:
+                    raise DataError(f"{archive}: archive has no member {member.name}")
+                src = stack.enter_context(tf.extractfile(infos[member.name]))
+            out = stack.enter_context(open(tmp, "wb") if tmp else open(os.devnull, "wb"))  # noqa: SIM115
+            while block := src.read(BLOCK):
+                h.update(block)
+                n += len(block)
+                out.write(block)
+    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise DataError(f"{archive}: cannot read archive ({exc}); delete it and fetch again") from None
+    if (member.size is not None and n != member.size) or (member.sha256 and h.hexdigest() != member.sha256):
+        if tmp:
+            tmp.unlink(missing_ok=True)
+        raise DataError(
+            f"{archive}: member {member.name} does not match its published size/sha256 "
+            "(wrong or corrupt archive); delete it and fetch again"
+        )
+    if tmp:
+        os.replace(tmp, folder / member.dest)
+
+
+def _extract_all(archive: Path, folder: Path) -> None:
+    try:
+        with tarfile.open(archive) as tf:
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(folder, filter="data")
+            else:  # pragma: no cover - Python < 3.10.12
+                for m in tf.getmembers():
+                    if m.name.startswith(("/", "..")) or "/../" in m.name:
+                        raise DataError(f"{archive}: unsafe member path {m.name}")
+                tf.extractall(folder)
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise DataError(f"{archive}: cannot extract ({exc}); delete it and fetch again") from None
+
+
+def _resource_done(res: Resource, folder: Path) -> bool:
+    if res.members and all(m.dest for m in res.members):
+        return all((folder / m.dest).exists() or (folder / f"{m.dest}.gz").exists() for m in res.members)
+    return (folder / res.filename).exists() and not res.extract_all
+
+
+def fetch(
+    name: str,
+    data_dir: str | Path | None = None,
+    *,
+    mirror: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> list[Path]:
+    """Download and verify the files of dataset ``name`` into ``<data_dir>/<subdir>``.
+
+    ``mirror`` replaces the directory part of every canonical URL (e.g. a ``file://`` folder or a
+    local server). Files already present are kept unless ``force``. Returns the dataset folder's files.
+    """
+    spec: DatasetSpec = get_spec(name)
+    folder = resolve_data_dir(data_dir) / spec.subdir
+    folder.mkdir(parents=True, exist_ok=True)
+    for res in spec.resources:
+        if not force and _resource_done(res, folder):
+            continue
+        url = f"{mirror.rstrip('/')}/{res.filename}" if mirror else res.url
+        archive = folder / res.filename
+        if force or not archive.exists():
+            download(url, archive, sha256=res.sha256, size=res.size, progress=progress)
+        else:
+            verify_file(archive, sha256=res.sha256, size=res.size)
+        try:
+            for member in res.members:
+                _extract_member(archive, member, folder)
+        except DataError:
+            archive.unlink(missing_ok=True)  # never leave an archive that failed verification as if good
+            raise
+        if res.extract_all:
+            _extract_all(archive, folder)
+        if res.members and all(m.dest for m in res.members):
+            archive.unlink()  # everything needed was extracted and verified
+    return sorted(p for p in folder.iterdir() if p.is_file())
+
+
+__all__ = ["download", "fetch", "verify_file"]

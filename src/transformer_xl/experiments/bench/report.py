@@ -1,0 +1,201 @@
+"""A benchmark run: every case timed side by side, the txl ÷ HF ratios, and the Markdown table."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, bench_case
+from transformer_xl.experiments.bench.measure import matmul_peak, model_flops, peak_memory_cpu, peak_memory_cuda, sync
+from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
+from transformer_xl.interop.hf import build_hf, hf_available
+
+
+def time_interleaved(runners: list[Runner], step: Callable[[Runner], None], *, steps: int, repeats: int,
+                      warmup: int, device: str) -> dict[str, list[float]]:
+    """Seconds per step of each runner, ``repeats`` rounds, alternating runners (and their order)."""
+    for r in runners:
+        for _ in range(warmup):
+            step(r)
+    times: dict[str, list[float]] = {r.name: [] for r in runners}
+    for rep in range(repeats):
+        for r in runners if rep % 2 == 0 else runners[::-1]:
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(steps):
+                step(r)
+            sync(device)
+            times[r.name].append((time.perf_counter() - t) / steps)
+    return times
+
+
+def _ratio_key(runner: str) -> str:
+    """Where a txl runner's ÷ HF ratio is stored: ``ratio`` for ``txl`` (the report's main figure), else
+    ``ratio_<runner>``."""
+    return "ratio" if runner == "txl" else f"ratio_{runner}"
+
+
+def _ratio_texts(values: dict[str, Any]) -> list[str]:
+    """``"<runner>/hf <ratio>"`` for every ratio stored by :func:`_ratio_key` in ``values``."""
+    return [f"{'txl' if k == 'ratio' else k[len('ratio_'):]}/hf {v:.2f}" for k, v in values.items()
+            if k.startswith("ratio") and not k.endswith("_rounds")]
+
+
+def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
+    """Tokens/s of every runner; with HF, ``ratio`` (txl ÷ HF, median of the rounds) and, for other
+    txl runners, ``ratio_<name>``."""
+    out: dict[str, Any] = {name: {"tok_per_s": tokens / statistics.median(t), "step_s": t} for name, t in times.items()}
+    if "hf" in times:
+        for name in times:
+            if name == "hf":
+                continue
+            ratios = [h / o for o, h in zip(times[name], times["hf"])]
+            key = _ratio_key(name)
+            out[key] = statistics.median(ratios)
+            out[f"{key}_rounds"] = ratios
+    return out
+
+
+def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """All measurements of one case (see the module docstring)."""
+    case = bench_case(case_name)
+    bsz = opts.batch_size or case.batch_size
+    cfg = case.config
+    use_hf = opts.hf and hf_available() and cfg.attn_type == 0 and cfg.sample_softmax <= 0
+    if use_hf and opts.dtype == "bf16":
+        log(f"[{case_name}] HF's softmax criterion fails under bf16 autocast (index_put dtype); txl only")
+        use_hf = False
+    ours, x, y = setup(case_name, "txl", device=opts.device, dtype=opts.dtype, compile=opts.compile,
+                        batch=bsz, seed=opts.seed)
+    runners = [ours]
+    res: dict[str, Any] = {"case": case_name, "config": cfg.to_dict(), "batch_size": bsz, "hf": use_hf}
+    if use_hf:
+        hf = build_hf(ours.model).to(opts.device)
+        res["max_abs_nll_diff"] = check_equal(ours.model, hf, x, y)
+        log(f"[{case_name}] max |nll(txl) - nll(hf)| = {res['max_abs_nll_diff']:.2e}")
+        runners.append(Runner("hf", hf, device=opts.device, dtype=opts.dtype, compile=False))
+    tokens = bsz * cfg.tgt_len
+    train_runners = list(runners)
+    if opts.recompute:  # training only: without a gradient nothing is recomputed
+        rc, _, _ = setup(case_name, RECOMPUTE, device=opts.device, dtype=opts.dtype, compile=opts.compile,
+                          batch=bsz, seed=opts.seed)
+        train_runners.insert(1, rc)
+
+    times = time_interleaved(train_runners, lambda r: r.train_step(x, y), steps=opts.steps,
+                              repeats=opts.repeats, warmup=opts.warmup, device=opts.device)
+    res["train"] = _summary(times, tokens)
+    flops = 3 * model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=cfg.mem_len, targets=y)
+    for r in train_runners:
+        res["train"][r.name]["mfu"] = flops * res["train"][r.name]["tok_per_s"] / tokens / peak_flops
+    log(f"[{case_name}] train: " + _fmt(res["train"]))
+
+    res["eval"] = {}
+    gen = torch.Generator().manual_seed(opts.seed + 1)
+    for mem_len in opts.eval_mem_lens:
+        for r in runners:
+            r.set_eval_mem(mem_len, bsz, gen)
+        times = time_interleaved(runners, lambda r: r.eval_step(x, y), steps=opts.steps, repeats=opts.repeats,
+                                  warmup=1, device=opts.device)
+        ev = _summary(times, tokens)
+        flops = model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y, streaming=True)
+        for r in runners:
+            ev[r.name]["mfu"] = flops * ev[r.name]["tok_per_s"] / tokens / peak_flops
+        res["eval"][str(mem_len)] = ev
+        log(f"[{case_name}] eval mem_len {mem_len}: " + _fmt(ev))
+
+    if opts.memory:
+        res["memory"] = {}
+        for r in train_runners:
+            if opts.device.startswith("cuda"):
+                if r.is_hf:  # HF keeps its memory length as model state; txl's training uses the config's
+                    r.model.reset_memory_length(cfg.mem_len)
+                res["memory"][r.name] = peak_memory_cuda(r, x, y)
+            else:
+                res["memory"][r.name] = peak_memory_cpu(case_name, r.name, opts.dtype, bsz)
+        if use_hf:
+            hf_peak = res["memory"]["hf"]["step_peak_mib"]
+            for r in train_runners:
+                if not r.is_hf:
+                    res["memory"][_ratio_key(r.name)] = res["memory"][r.name]["step_peak_mib"] / hf_peak
+        log(f"[{case_name}] train peak memory (MiB above pre-step): "
+            + ", ".join(f"{k} {v['step_peak_mib']:.0f}" for k, v in res["memory"].items() if isinstance(v, dict))
+            + "".join(f", {t}" for t in _ratio_texts(res["memory"])))
+    return res
+
+
+def _fmt(summary: dict[str, Any]) -> str:
+    parts = [f"{k} {v['tok_per_s']:,.0f} tok/s (MFU {v.get('mfu', 0):.1%})" for k, v in summary.items()
+             if isinstance(v, dict)]
+    parts += [f"{t}x" for t in _ratio_texts(summary)]
+    return ", ".join(parts)
+
+
+def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every case of ``opts``; returns a JSON-serializable dict (see :func:`to_markdown`)."""
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    peak = matmul_peak(opts.device, opts.dtype)
+    env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
+           "device": torch.cuda.get_device_name() if opts.device.startswith("cuda") else platform.processor()
+           or platform.machine(), "matmul_peak_gflops": peak / 1e9}
+    if hf_available():
+        import transformers
+
+        env["transformers"] = transformers.__version__
+    log(f"matmul peak ({opts.dtype}): {peak / 1e9:,.1f} GFLOP/s, {env['threads']} threads, torch {torch.__version__}")
+    results = [run_case(name, opts, peak, log) for name in opts.cases]
+    return {"options": dataclasses.asdict(opts), "env": env, "results": results}
+
+
+def to_markdown(report: dict[str, Any], command: str) -> str:
+    """A Markdown table of one report; every row carries the command that produced it."""
+    opts, env = report["options"], report["env"]
+    lines = [f"Device: {env['device']}, torch {env['torch']}, {env['threads']} threads, {opts['dtype']}"
+             f"{', torch.compile (txl)' if opts['compile'] else ''}; matmul peak "
+             f"{env['matmul_peak_gflops']:,.0f} GFLOP/s; transformers {env.get('transformers', '-')}.", "",
+             "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
+    for res in report["results"]:
+        rows = [("train tok/s", res["train"], "txl")]
+        if RECOMPUTE in res["train"]:
+            rows.append(("train tok/s, recompute", res["train"], RECOMPUTE))
+        rows += [(f"eval tok/s, mem {m}", ev, "txl") for m, ev in res["eval"].items()]
+        for label, s, name in rows:
+            hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
+            key = _ratio_key(name)
+            ratio = f"**{s[key]:.2f}**" if key in s else "-"
+            lines.append(f"| {res['case']} | {label} | {s[name]['tok_per_s']:,.0f} | {hf} | {ratio} | "
+                         f"{s[name]['mfu']:.1%} | `{command}` |")
+        if "memory" in res:
+            m = res["memory"]
+            hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"
+            for name, label in (("txl", "train peak MiB"), (RECOMPUTE, "train peak MiB, recompute")):
+                if name not in m:
+                    continue
+                key = _ratio_key(name)
+                ratio = f"**{m[key]:.2f}**" if key in m else "-"
+                lines.append(f"| {res['case']} | {label} | {m[name]['step_peak_mib']:,.0f} | {hf} | {ratio} | "
+                             f"| `{command}` |")
+        if "max_abs_nll_diff" in res:
+            lines.append(f"| {res['case']} | max abs NLL diff | {res['max_abs_nll_diff']:.1e} | | | | `{command}` |")
+    return "\n".join(lines) + "\n"
+
+
+def profile_train_step(case_name: str, impl: str = "txl", *, steps: int = 3, row_limit: int = 15,
+                       batch: int | None = None) -> str:
+    """``torch.profiler`` table (self CPU time) of ``steps`` training steps of one implementation."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runner, x, y = setup(case_name, impl, device="cpu", dtype="fp32", compile=False, batch=batch, seed=0)
+    for _ in range(2):
+        runner.train_step(x, y)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            runner.train_step(x, y)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)

@@ -1,0 +1,106 @@
+"""Loading what inference needs from a directory: the model behind a model, checkpoint or run directory,
+and its vocabulary (layout: :mod:`transformer_xl.store.layout`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_xl.data import Vocab
+from transformer_xl.errors import CheckpointError, ConfigError, DataError
+from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.int8 import check_scheme
+from transformer_xl.store.checkpoint import verify_checkpoint
+from transformer_xl.store.layout import find_vocab, is_checkpoint_dir, resolve_model
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device``, or a one-line :class:`ConfigError` when it is unknown or absent."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {str(device)!r} ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {str(device)!r} requested but CUDA is not available")
+    return dev
+
+
+def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: bool = True,
+               note: Callable[[str], None] | None = None, quantize: str | None = None) -> tuple[TransformerXLLM, Path]:
+    """The model behind ``path`` in eval mode, and its directory: every command that takes a model reads it here.
+
+    ``path`` is a model directory, a checkpoint directory ``RUN/checkpoints/step_*`` or a run directory (its
+    ``best/``, else ``final/``, else its newest checkpoint: :func:`transformer_xl.store.layout.resolve_model`); for a
+    run
+    directory, ``note`` (e.g. a print to stderr) is told which model was picked, once it has loaded
+    (``"using RUN/best (the best validation model, step 1200)"``).
+
+    With ``verify`` (default) the directory's files are checked against its ``MANIFEST.json`` SHA-256 sums
+    first (required for a checkpoint; a model directory without one loads unchecked); the config is checked
+    against the weights' header and NaN/inf weights are refused either way
+    (:meth:`TransformerXLLM.from_pretrained`). ``quantize="int8"`` then quantizes it for CPU inference
+    (:meth:`TransformerXLLM.quantize`; refused before loading on another device).
+    """
+    check_device(device)
+    if quantize is not None:
+        check_scheme(quantize, torch.device(device))
+    directory, why = resolve_model(path)
+    checkpoint = is_checkpoint_dir(directory)
+    if verify and checkpoint:
+        verify_checkpoint(directory)  # a checkpoint must have its manifest
+    model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
+    if note is not None and why is not None:
+        note(f"using {directory} ({why})")
+    if quantize is not None:
+        model.quantize(quantize)
+    return model.eval(), directory
+
+
+def load_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Vocab:
+    """The vocabulary of a model directory: ``vocab`` if given, else the one
+    :func:`transformer_xl.store.layout.find_vocab`
+    finds beside it (``MODEL_DIR/vocab.json``, or its run's)."""
+    return Vocab.load(find_vocab(model_dir, vocab))
+
+
+def check_dataset(model: TransformerXLLM, model_dir: str | Path, corpus: Any, name: str) -> None:
+    """Refuse, in one line, a dataset the model was not trained on: a vocabulary other than the model's (when the
+    model has one beside it, :func:`transformer_xl.store.layout.find_vocab`), or else another number of symbols."""
+    try:
+        own = load_vocab(model_dir)
+    except CheckpointError:  # no vocabulary beside the model: only the sizes can be compared
+        own = None
+    if own is not None and own.sha256() != corpus.vocab.sha256():
+        raise DataError(f"the vocabulary of {name} ({len(corpus.vocab)} symbols) differs from the model's "
+                        f"({len(own)} symbols, {find_vocab(model_dir)}): not the model's dataset, or its text "
+                        "changed since the model was trained")
+    if len(corpus.vocab) != model.config.n_token:
+        raise DataError(f"{name} has {len(corpus.vocab)} symbols but the model predicts {model.config.n_token}: "
+                        "not the model's dataset")
+
+
+#: The options that prepare one's own text, recorded in a run's config (``txl train --level ...``).
+USER_TEXT_FLAGS = ("level", "tokenizer", "valid_fraction", "test_fraction")
+
+
+def run_text_options(model_dir: Path) -> dict:
+    """The user-text options of the run ``model_dir`` belongs to, else the level its vocabulary shows."""
+    import json
+
+    from transformer_xl.data.codec import detect_level
+
+    for folder in (model_dir, model_dir.parent, model_dir.parent.parent):
+        try:
+            doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("train"), dict):
+            return {k: doc["train"][k] for k in USER_TEXT_FLAGS if doc["train"].get(k) is not None}
+    try:
+        level = detect_level(load_vocab(model_dir))
+    except (CheckpointError, DataError):
+        return {}
+    return {"level": level} if level in ("char", "byte") else {}

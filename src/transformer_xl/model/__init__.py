@@ -1,0 +1,25 @@
+"""The Transformer-XL model (paper Sec. 3): pure modules that never touch argparse, files of their own or print.
+
+==================  ===========================================================================================
+module              what it holds
+==================  ===========================================================================================
+``config``          :class:`TXLConfig` (official names, frozen) and the per-forward :class:`Lengths`
+``positional``      the four position-encoding strategies (``attn_type`` 0-3), the only reader of ``attn_type``
+``memory``          memory update (stop-gradient, ``mem_len``, ``ext_len``) and causal masks (``same_length``)
+``attention``       the one multi-head attention over ``[memory; segment]``, feed-forward, decoder layer
+``adaptive``        adaptive input embedding, projected adaptive log-softmax, sampled softmax
+``segment``         what the layers of one forward share (lengths, mask, position table, cache)
+``lm``              :class:`TransformerXLLM` and :class:`LMOutput`
+``fastpath``        faster implementations of plain formulas (each tested equal to its formula)
+``cache``           :class:`InferenceCache`: memory keys/values and ``W_kR R`` reused between segments
+``recurrence``      :class:`Recurrence`: memories carried over the segments of one text
+``presets``         the paper's architectures and CPU sizes as functions
+==================  ===========================================================================================
+"""
+
+from transformer_xl.model.cache import InferenceCache
+from transformer_xl.model.config import Lengths, TXLConfig
+from transformer_xl.model.lm import LMOutput, TransformerXLLM
+from transformer_xl.model.recurrence import Recurrence, eval_mode
+
+__all__ = ["InferenceCache", "LMOutput", "Lengths", "Recurrence", "TXLConfig", "TransformerXLLM", "eval_mode"]

@@ -1,0 +1,213 @@
+"""Fast paths of the model: each computes exactly what a plain formula of the paper computes, faster or in
+less memory, and is tested equal to it in ``tests/model/test_fastpath.py``. The math modules call them by
+name; which implementation runs is decided here and nowhere else.
+
+==========================  ====================================================  ===============================
+fast path                   replaces (the plain formula)                          gain
+==========================  ====================================================  ===============================
+:func:`attend`              ``Dropout(softmax(scale (q k^T + p) + mask)) v``      without a gradient the fused
+                                                                                  ``scaled_dot_product_attention``;
+                                                                                  with one, one ``baddbmm`` and
+                                                                                  only the probabilities kept
+:func:`shift_padded`        the shift of Appendix B (:func:`positional.rel_shift`:  a view instead of a pad and two
+                            pad a zero column, read ``[K+1, Q]``, drop a row)      ``[B, H, Q, K]`` copies
+:class:`CompactDropout`     ``nn.Dropout``                                        a 1-byte mask kept (CPU)
+:class:`ReLUDropout`        ``Dropout(ReLU(h))`` of the feed-forward              only the output kept (4 bytes
+                                                                                  per element instead of 9)
+:func:`recomputed`          the attention scores kept for backward                recomputed in backward
+                                                                                  (``TransformerXLLM.recompute``)
+:func:`mask_bias`           ``additive_mask(causal_mask(...))`` each forward      built once per set of lengths,
+                                                                                  cache bounded in bytes
+==========================  ====================================================  ===============================
+
+The inference cache of the memory's keys/values and of ``W_kR R`` is :mod:`transformer_xl.model.cache`.
+Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from transformer_xl.model.memory import additive_mask, causal_mask
+
+
+# ---------------------------------------------------------------------------------------------- attention
+def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
+           dropatt: float) -> Tensor:
+    """``Dropout(softmax(scale * (q k^T + p) + mask_bias)) v``: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``,
+    ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]`` (0 / -inf).
+
+    Without a gradient (evaluation, generation) ``scaled_dot_product_attention`` with the bias
+    ``scale * p + mask`` runs its fused kernel. With one, the scores are one ``baddbmm`` (``scale * p`` in,
+    ``scale * q k^T`` added, the mask added in place) and an explicit softmax, so that autograd keeps only
+    the probabilities of the ``[Q, K]`` tensors (the fused CPU kernel takes no gradient for an additive bias
+    that needs one, and its fallback keeps three ``[Q, K]`` tensors).
+    """
+    bsz, n_head, qlen, d_head = q.shape
+    klen = k.size(2)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, p))):
+        bias = mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)  # [B, H, Q, K]
+        if qlen == 1 and dropatt == 0.0:  # a generation step: bound by reading k and v once
+            return _attend_one_query(q, k, v, bias.to(q.dtype), scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropatt, scale=scale)
+    # Head-major batches [H*B, ...]: the position scores of the relative strategies come that way (a view).
+    q3 = q.transpose(0, 1).reshape(n_head * bsz, qlen, d_head)  # [HB, Q, E]
+    kt = k.transpose(0, 1).reshape(n_head * bsz, klen, d_head).transpose(1, 2)  # [HB, E, K]
+    v3 = v.transpose(0, 1).reshape(n_head * bsz, klen, d_head)  # [HB, K, E]
+    mask_bias = mask_bias.to(q.dtype)
+    if p is None:
+        scores = torch.baddbmm(mask_bias, q3, kt, alpha=scale)  # [HB, Q, K]
+    else:
+        p3 = p.transpose(0, 1).reshape(n_head * bsz, qlen, klen).to(q.dtype)  # [HB, Q, K]
+        scores = torch.baddbmm(p3, q3, kt, beta=scale, alpha=scale).add_(mask_bias)  # [HB, Q, K]
+    prob = F.dropout(scores.softmax(-1), dropatt, training=dropatt > 0)  # [HB, Q, K]
+    return torch.bmm(prob, v3).view(n_head, bsz, qlen, d_head).transpose(0, 1)  # [B, H, Q, E]
+
+
+def _attend_one_query(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+    """``softmax(scale q k^T + bias) v`` for one query per head (``q [B, H, 1, E]``) as two batched products
+    over ``[B*H]``: the fused kernel's tiling is for many queries; with one, this reads the keys and values
+    once and was measured 15-25 % faster (B 8, H 10, K 1601, E 41, CPU). ``k``, ``v`` are usually views of
+    the inference cache's ``[B, H, C, E]`` buffers, whose ``B`` and ``H`` merge without a copy."""
+    bsz, n_head, _, d_head = q.shape
+    klen = k.size(2)
+    scores = torch.baddbmm(bias.expand(bsz, n_head, 1, klen).reshape(bsz * n_head, 1, klen),
+                           q.reshape(bsz * n_head, 1, d_head), k.reshape(bsz * n_head, klen, d_head).transpose(1, 2),
+                           alpha=scale)  # [BH, 1, K]
+    return torch.bmm(scores.softmax(-1), v.reshape(bsz * n_head, klen, d_head)).view(bsz, n_head, 1, d_head)
+
+
+def recomputed(enabled: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
+    """``fn(*args)``; when ``enabled`` and a gradient is recorded, its intermediates are recomputed in
+    backward instead of kept (``torch.utils.checkpoint``): the same values and gradients for less memory."""
+    if enabled and torch.is_grad_enabled():
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+# ---------------------------------------------------------------------------------------------- the shift
+def shift_padded(x: Tensor) -> Tensor:
+    """The shift of Appendix B for scores that already carry the zero column in front:
+    ``[..., Q, K+1] -> [..., Q, K]`` with ``out[..., i, j]`` the score of distance ``M + i - j``.
+
+    Dropping the first row of the ``[K+1, Q]`` reading and reading the rest as ``[Q, K]`` is the same as
+    skipping the first ``Q`` elements of each ``[Q, K+1]`` block, so the result is a view (no copy). The
+    zero column comes free when the position keys get a zero row in front (:func:`zero_row_in_front`):
+    their matmul writes it, which saves the pad and the reshape copies of two ``[B, H, Q, K]`` tensors.
+    """
+    *lead, q, k1 = x.shape
+    return x.flatten(-2)[..., q:].view(*lead, q, k1 - 1)
+
+
+def zero_row_in_front(t: Tensor) -> Tensor:
+    """``[R, ...] -> [R+1, ...]`` with a zero first row (position keys whose scores suit :func:`shift_padded`)."""
+    return torch.cat([t.new_zeros(1, *t.shape[1:]), t], dim=0)
+
+
+# ---------------------------------------------------------------------------------------------- dropout
+class CompactDropout(nn.Dropout):
+    """``nn.Dropout`` (same distribution and scaling) that keeps a 1-byte mask for backward on the CPU.
+
+    PyTorch's CPU dropout draws a float noise tensor with ``bernoulli_`` and keeps it (4 bytes per
+    element); comparing ``rand`` against ``p`` is faster there and the boolean mask is a quarter of the
+    size. Other devices use ``F.dropout`` (their fused kernel already keeps a boolean mask).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or self.p >= 1.0 or x.device.type != "cpu":
+            return F.dropout(x, self.p, self.training, self.inplace)
+        keep = torch.rand_like(x) >= self.p
+        return x * keep * (1.0 / (1.0 - self.p))
+
+
+class _ReLUDropoutFn(torch.autograd.Function):
+    """``Dropout(ReLU(h))`` that keeps only its output for backward (see :class:`ReLUDropout`)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, h: Tensor, p: float) -> Tensor:
+        keep = torch.rand_like(h) >= p  # the same Bernoulli(1 - p) keep mask as nn.Dropout
+        ctx.scale = 1.0 / (1.0 - p)
+        out = h.clamp_min(0.0).mul_(keep).mul_(ctx.scale)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, None]:
+        (out,) = ctx.saved_tensors
+        # d out / d h = keep * scale * [h > 0], and out > 0 exactly where keep and h > 0.
+        return torch.ops.aten.threshold_backward(grad, out, 0.0).mul_(ctx.scale), None
+
+
+def relu_dropout(h: Tensor, p: float, training: bool) -> Tensor:
+    """``Dropout(ReLU(h), p)`` with what autograd keeps cut from 9 to 4 bytes per element: ``nn.ReLU`` keeps
+    its output, ``Dropout`` its mask and the next ``Linear`` the dropped output; here the dropped output
+    alone is kept (and shared with the ``Linear``), since its sign gives the gradient mask of both. Same
+    distribution and scaling as ``nn.Dropout``; evaluation or ``p = 0`` is a plain ReLU."""
+    if not training or p == 0.0:
+        return F.relu(h)
+    if p >= 1.0:
+        return h * 0.0
+    return _ReLUDropoutFn.apply(h, p)
+
+
+class ReLUDropout(nn.Module):
+    """``nn.Sequential(nn.ReLU(), nn.Dropout(p))`` as one module (:func:`relu_dropout`)."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, h: Tensor) -> Tensor:
+        return relu_dropout(h, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+# ---------------------------------------------------------------------------------------------- masks
+class MaskCache:
+    """Additive causal masks ``[Q, K]`` by lengths, least recently used first out, within ``max_bytes``."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._masks: OrderedDict[tuple, Tensor] = OrderedDict()
+
+    def get(self, *, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
+            dtype: torch.dtype) -> Tensor:
+        key = (qlen, mlen, mem_len if same_length else -1, same_length, device, dtype)
+        mask = self._masks.get(key)
+        if mask is not None:
+            self._masks.move_to_end(key)
+            return mask
+        mask = additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
+                                         device=device), dtype)
+        size = mask.numel() * mask.element_size()
+        if size <= self.max_bytes:
+            while self.nbytes + size > self.max_bytes:
+                _, old = self._masks.popitem(last=False)
+                self.nbytes -= old.numel() * old.element_size()
+            self._masks[key] = mask
+            self.nbytes += size
+        return mask
+
+    def clear(self) -> None:
+        self._masks.clear()
+        self.nbytes = 0
+
+
+_MASKS = MaskCache()
+
+
+def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
+              dtype: torch.dtype) -> Tensor:
+    """``additive_mask(causal_mask(...))`` (``[Q, K]``, 0 / -inf) from a process-wide cache of at most
+    64 MiB (callers must not modify it)."""
+    return _MASKS.get(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device, dtype=dtype)
