@@ -91,10 +91,32 @@ def assert_same_outputs(a: TransformerXLLM, b: TransformerXLLM) -> None:
 REPO = Path(__file__).resolve().parents[1]
 
 
+def hub_repo(cache: Path, repo_id: str, source: Path, *, ref: str = "main") -> str:
+    """Lay out the files of the folder ``source`` as ``huggingface_hub`` lays out its cache (``cache`` as
+    ``HF_HUB_CACHE``): ``models--ORG--NAME/blobs/<sha256>``, ``snapshots/<commit>/<file>`` links to those blobs,
+    ``refs/<ref>`` holding the commit. Returns the commit (a SHA-1 of the files, as a Git commit is 40 hex digits)."""
+    import hashlib
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in source.iterdir() if p.is_file())
+    commit = hashlib.sha1(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for p in files:
+        data = p.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snapshot / p.name).symlink_to(os.path.relpath(blob, snapshot))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / ref).write_text(commit)
+    return commit
+
+
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``txl`` subprocess: this checkout's sources, one thread, a private data cache."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TXL_CACHE_DIR": str(tmp_path / "cache"),
-            "PYTHONPATH": str(REPO / "src"), **extra}
+            "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", **extra}
 
 
 

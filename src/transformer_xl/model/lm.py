@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
+from transformer_xl import hooks
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.model.adaptive import (
     AdaptiveEmbedding,
@@ -299,24 +300,40 @@ class TransformerXLLM(nn.Module):
         return save_model_dir(directory, self.state_dict(), self.config.to_json(), vocab_json=vocab_json)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu",
-                        verify: bool = True) -> TransformerXLLM:
+    def from_pretrained(cls, directory: str | Path, *, revision: str | None = None,
+                        map_location: str | torch.device = "cpu", verify: bool = True) -> TransformerXLLM:
         """Load a model written by :meth:`save_pretrained`, **in eval mode** (dropout off, as Hugging Face's
-        ``from_pretrained``): call ``model.train()`` to train it further. Refused in one line
-        (:class:`CheckpointError`):
+        ``from_pretrained``): call ``model.train()`` to train it further.
+
+        ``directory`` may be a Hub id ``"ORG/NAME[@REVISION]"`` (or ``revision=``) when no local path of that name
+        exists: see :mod:`transformer_xl.interop.hub`. Refused in one line (:class:`CheckpointError`):
 
         * with ``verify`` (default), a file that does not match the directory's ``MANIFEST.json`` (a directory
           without one, from an older txl or made by hand, loads unchecked);
         * a config that does not describe the weights file, found from the file's header before the model is
           built (:func:`check_weights_header`: no huge allocation for a wrong or hostile config);
-        * weights holding NaN or inf.
+        * weights holding NaN or inf; an unknown or unreachable Hub id.
         """
+        hub_dir = hooks.layers().pretrained_dir(str(directory), revision)
+        if hub_dir is None and revision is not None:
+            raise ConfigError(f"revision={revision!r} applies to Hub ids (ORG/NAME); {directory} is a local path")
+        directory = directory if hub_dir is None else hub_dir
         path = Path(directory) / WEIGHTS
         config = TXLConfig.from_dict(read_model_config(directory, verify=verify))
         check_weights_header(config, read_header(path), path)
         model = cls(config)
         model.load_state_dict_strict(load_weights(directory, map_location))
         return model.to(map_location).eval()
+
+    # ------------------------------------------------------------------ generation (Hugging Face's calling convention)
+    def generate(self, input_ids: Tensor | Sequence[int], *, max_new_tokens: int = 100, **kwargs: Any) -> Any:
+        """``model.generate(input_ids, max_new_tokens=..., do_sample=..., top_p=...)``: the ``GenerationOutput`` of
+        :func:`transformer_xl.inference.generate.generate` (every keyword as there)."""
+        return hooks.layers().generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+    def stream(self, input_ids: Tensor | Sequence[int], *, max_new_tokens: int = 100, **kwargs: Any) -> Iterator[Any]:
+        """One ``GenerationStep`` per new token, as :func:`transformer_xl.inference.generate.stream`."""
+        return hooks.layers().stream(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
 
     def load_state_dict_strict(self, state: dict[str, Tensor]) -> None:
         """Load our own state dict, with one clear error listing missing/unexpected/mis-shaped keys."""
