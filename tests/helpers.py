@@ -5,6 +5,7 @@ tiny training run. ``conftest.py`` exposes them as fixtures; modules that need t
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -111,6 +112,25 @@ def hub_repo(cache: Path, repo_id: str, source: Path, *, ref: str = "main") -> s
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / ref).write_text(commit)
     return commit
+
+
+def txl_repo(tmp_path: Path, cache: Path, repo_id: str = "org/tiny") -> tuple[TransformerXLLM, str]:
+    """A tiny model in txl's layout (config.json, model.safetensors, vocab.json, MANIFEST.json) in the Hub cache."""
+    vocab = word_vocab()
+    model = tiny_model(3, n_token=len(vocab))
+    model.save_pretrained(tmp_path / "txl-src", vocab=vocab)
+    return model, hub_repo(cache, repo_id, tmp_path / "txl-src")
+
+
+def hf_repo(tmp_path: Path, cache: Path, repo_id: str = "transfo-xl/tiny-wt103") -> tuple[TransformerXLLM, str]:
+    """A tiny Hugging Face TransfoXL checkpoint as transfo-xl-wt103 has it (config.json, pytorch_model.bin written
+    by transformers' save_pretrained, the tokenizer's pickled vocab.pkl) in the Hub cache."""
+    model = tiny_model(5, n_token=len(HF_SYMS), untie_r=True)
+    from transformer_xl.interop.hf import build_hf
+
+    build_hf(model).save_pretrained(tmp_path / "hf-src", safe_serialization=False)
+    (tmp_path / "hf-src" / "vocab.pkl").write_bytes(pickle.dumps(hf_tokenizer_dict()))
+    return model, hub_repo(cache, repo_id, tmp_path / "hf-src")
 
 
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:

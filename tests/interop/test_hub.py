@@ -6,35 +6,15 @@ from __future__ import annotations
 
 import pickle
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import HF_SYMS, assert_same_outputs, hf_tokenizer_dict, hub_repo, tiny_model, word_vocab
+from tests.helpers import HF_SYMS, assert_same_outputs, hf_repo, hf_tokenizer_dict, hub_repo, tiny_model, txl_repo
 from transformer_xl import CheckpointError, ConfigError, TransformerXLLM
 from transformer_xl.interop import hub
 from transformer_xl.interop.hf import build_hf, hf_available
 
 needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers with TransfoXL not installed")
-
-
-def txl_repo(tmp_path: Path, cache: Path, repo_id: str = "org/tiny") -> tuple[TransformerXLLM, str]:
-    """A tiny model in txl's layout (config.json, model.safetensors, vocab.json, MANIFEST.json) in the Hub cache."""
-    vocab = word_vocab()
-    model = tiny_model(3, n_token=len(vocab))
-    model.save_pretrained(tmp_path / "txl-src", vocab=vocab)
-    return model, hub_repo(cache, repo_id, tmp_path / "txl-src")
-
-
-def hf_repo(tmp_path: Path, cache: Path, repo_id: str = "transfo-xl/tiny-wt103") -> tuple[TransformerXLLM, str]:
-    """A tiny Hugging Face TransfoXL checkpoint as transfo-xl-wt103 has it (config.json, pytorch_model.bin written
-    by transformers' save_pretrained, the tokenizer's pickled vocab.pkl) in the Hub cache."""
-    model = tiny_model(5, n_token=len(HF_SYMS), untie_r=True)
-    build_hf(model).save_pretrained(tmp_path / "hf-src", safe_serialization=False)
-    (tmp_path / "hf-src" / "vocab.pkl").write_bytes(pickle.dumps(hf_tokenizer_dict()))
-    assert sorted(p.name for p in (tmp_path / "hf-src").iterdir()) == ["config.json", "pytorch_model.bin",
-                                                                       "vocab.pkl"]
-    return model, hub_repo(cache, repo_id, tmp_path / "hf-src")
 
 
 @pytest.mark.parametrize(("name", "expected"), [

@@ -114,6 +114,11 @@ def seed_int(text: str) -> int:
     return value
 
 
+#: What the help of every argument that takes a model adds: a Hub id works too (:mod:`transformer_xl.interop.hub`).
+HUB_ID_HELP = ("a Hugging Face Hub id ORG/NAME[@REVISION] works too, fetched through huggingface_hub (its cache, "
+               "HF_HUB_OFFLINE, HF_TOKEN; a local path of that name wins)")
+
+
 def add_no_verify(parser: argparse.ArgumentParser) -> None:
     """``--no-verify`` (``args.no_verify``): read weights without checking them against their ``MANIFEST.json``."""
     parser.add_argument("--no-verify", action="store_true",

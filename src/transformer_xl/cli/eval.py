@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from transformer_xl.cli.args import (
+    HUB_ID_HELP,
     add_no_verify,
     add_quantize,
     add_split_flags,
@@ -33,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length",
     )
     p.add_argument("model", metavar="CHECKPOINT_OR_DIR",
-                   help="model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir")
+                   help="model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir; "
+                   + HUB_ID_HELP)
     p.add_argument("--dataset", required=True, help="dataset name (see `txl data info`) or a user corpus path")
     p.add_argument("--split", default="valid", choices=["valid", "test", "train"], help="split (default: valid)")
     p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")

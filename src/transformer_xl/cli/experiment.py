@@ -64,7 +64,8 @@ def _base_config(args: argparse.Namespace, n_token: int) -> Any:
 
 def _add_recl(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
-                   help="a model of the group (repeat for each); PATH as for `txl eval`")
+                   help="a model of the group (repeat for each); PATH as for `txl eval` (a Hub id "
+                   "ORG/NAME[@REVISION] too)")
     p.add_argument("--method", action="append", default=None, metavar="window|attention-length",
                    help="how l_i(c, t) is measured, one method for the whole group (default: window). window: "
                    "token t given exactly its c previous tokens, a stride-1 window without memory (Appendix C's "

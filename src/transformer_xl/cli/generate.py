@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.cli.args import (
+    HUB_ID_HELP,
     add_no_verify,
     add_quantize,
     clamp_int,
@@ -32,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "vocab.json (or its parent's), or --vocab. An empty prompt starts from <eos> (a new line).",
     )
     p.add_argument("model_dir", metavar="MODEL_OR_RUN_DIR",
-                   help="txl model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir")
+                   help="txl model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir; "
+                   + HUB_ID_HELP)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="prompt text (default: empty, start of a line)")
     src.add_argument("--prompt-file", help="read the prompt from this UTF-8 file ('-' for stdin)")
