@@ -12,3 +12,11 @@ module          what it holds
 ``loading``     the model behind a model/checkpoint/run directory, and its vocabulary
 ==============  =================================================================================
 """
+
+from transformer_xl.inference.evaluate import EvalResult, evaluate
+from transformer_xl.inference.generate import GenerationOutput, GenerationStep, generate, stream
+from transformer_xl.inference.loading import load_model, load_vocab
+from transformer_xl.inference.text import stream_text
+
+__all__ = ["EvalResult", "GenerationOutput", "GenerationStep", "evaluate", "generate", "load_model", "load_vocab",
+           "stream", "stream_text"]
