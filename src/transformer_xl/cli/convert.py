@@ -6,23 +6,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_xl.cli.args import HUB_ID_HELP, add_no_verify, stderr_note
+from transformer_xl.cli.args import add_command, add_model, add_no_verify, stderr_note
 from transformer_xl.errors import ConfigError
 
 #: The files of an official export (``--to official``): the state dict and the constructor kwargs.
 OFFICIAL_STATE, OFFICIAL_KWARGS = "official_state.safetensors", "official_kwargs.json"
 
 
+CONVERT_HELP = """convert official or Hugging Face TransfoXL weights to a txl model directory (or back)
+
+Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. Export: --to official|hf MODEL_DIR. Files
+are read without unpickling code. Every output directory gets a MANIFEST.json (SHA-256 of its files), checked when
+txl reads it back.
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "convert",
-        help="convert official or Hugging Face TransfoXL weights to a txl model directory (or back)",
-        description="Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. "
-        "Export: --to official|hf MODEL_DIR. Files are read without unpickling code. Every output directory "
-        "gets a MANIFEST.json (SHA-256 of its files), checked when txl reads it back.",
-    )
-    p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model / checkpoint / run "
-                   "directory (--to); with --from hf or --to, " + HUB_ID_HELP)
+    p = add_command(sub, "convert", CONVERT_HELP)
+    add_model(p, "path", "path", "checkpoint file (official), HF model directory, or txl model / checkpoint / run "
+              "directory (--to); with --from hf or --to")
     direction = p.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
