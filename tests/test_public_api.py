@@ -77,6 +77,13 @@ def test_every_exported_name_exists_and_has_a_docstring() -> None:
             assert name == "__version__" or inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
 
 
+def test_docs_api_lists_every_exported_name() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    missing = [f"{m}.{name}" for m in MODULES for name in importlib.import_module(m).__all__
+               if f"## `{m}`" not in text or f"| `{name}` (" not in text.split(f"## `{m}`", 1)[1].split("\n## ", 1)[0]]
+    assert not missing, f"docs/api.md does not list {missing}"
+
+
 if __name__ == "__main__":
     PINNED.write_text("\n".join(public_api()) + "\n", encoding="utf-8")
     print(f"wrote {PINNED} ({sum(not line.startswith(' ') for line in public_api())} names)", file=sys.stderr)
