@@ -74,29 +74,17 @@ def split_revision(name: str, revision: str | None) -> tuple[str, str | None]:
     return repo, rev or revision
 
 
-def _hub() -> Any:
-    try:
-        import huggingface_hub
-    except ImportError:
-        return None
-    return huggingface_hub
-
-
-def hub_available() -> bool:
-    """Whether ``huggingface_hub`` is installed (the ``hub`` extra)."""
-    return _hub() is not None
-
-
 def fetch(name: str, revision: str | None = None) -> HubSnapshot:
     """The files of the model ``name`` (``ORG/NAME`` or ``ORG/NAME@REV``) at ``revision`` in the Hub cache,
     downloaded when missing (not with ``HF_HUB_OFFLINE=1``). One-line :class:`CheckpointError` when the id is
     unknown, unreachable or not cached offline, or not a Transformer-XL model; :class:`ConfigError` without
     ``huggingface_hub``."""
     repo, revision = split_revision(name, revision)
-    hub = _hub()
-    if hub is None:
+    try:
+        import huggingface_hub as hub
+    except ImportError:
         raise ConfigError(f"{repo}: no local directory of that name, and Hub model ids need huggingface_hub "
-                          f"({INSTALL_HINT})")
+                          f"({INSTALL_HINT})") from None
     config_path = Path(_download(hub, repo, CONFIG, revision, required=True))
     folder, commit = config_path.parent, config_path.parent.name  # the cache's snapshots/<commit>/config.json
     layout = _layout(read_json(config_path, error=CheckpointError), repo)
