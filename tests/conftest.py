@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # no test reaches the Hugging Face Hub (set before huggingface_hub reads it)
+
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,3 +61,16 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """``(run directory, corpus directory)`` of a tiny run trained once for the session (``helpers.train_tiny_run``):
     read it, copy it, never change it."""
     return helpers.train_tiny_run(tmp_path_factory.mktemp("trained"))
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face Hub cache (``HF_HUB_CACHE``) used offline (``HF_HUB_OFFLINE``), and a private txl cache
+    (``TXL_CACHE_DIR``, where Hub models are converted); fill it with ``helpers.hub_repo``."""
+    constants = pytest.importorskip("huggingface_hub.constants")
+    cache = tmp_path / "hf-hub"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "txl-cache"))
+    return cache

@@ -5,6 +5,7 @@ tiny training run. ``conftest.py`` exposes them as fixtures; modules that need t
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -91,10 +92,51 @@ def assert_same_outputs(a: TransformerXLLM, b: TransformerXLLM) -> None:
 REPO = Path(__file__).resolve().parents[1]
 
 
+def hub_repo(cache: Path, repo_id: str, source: Path, *, ref: str = "main") -> str:
+    """Lay out the files of the folder ``source`` as ``huggingface_hub`` lays out its cache (``cache`` as
+    ``HF_HUB_CACHE``): ``models--ORG--NAME/blobs/<sha256>``, ``snapshots/<commit>/<file>`` links to those blobs,
+    ``refs/<ref>`` holding the commit. Returns the commit (a SHA-1 of the files, as a Git commit is 40 hex digits)."""
+    import hashlib
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    files = sorted(p for p in source.iterdir() if p.is_file())
+    commit = hashlib.sha1(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for p in files:
+        data = p.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snapshot / p.name).symlink_to(os.path.relpath(blob, snapshot))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / ref).write_text(commit)
+    return commit
+
+
+def txl_repo(tmp_path: Path, cache: Path, repo_id: str = "org/tiny") -> tuple[TransformerXLLM, str]:
+    """A tiny model in txl's layout (config.json, model.safetensors, vocab.json, MANIFEST.json) in the Hub cache."""
+    vocab = word_vocab()
+    model = tiny_model(3, n_token=len(vocab))
+    model.save_pretrained(tmp_path / "txl-src", vocab=vocab)
+    return model, hub_repo(cache, repo_id, tmp_path / "txl-src")
+
+
+def hf_repo(tmp_path: Path, cache: Path, repo_id: str = "transfo-xl/tiny-wt103") -> tuple[TransformerXLLM, str]:
+    """A tiny Hugging Face TransfoXL checkpoint as transfo-xl-wt103 has it (config.json, pytorch_model.bin written
+    by transformers' save_pretrained, the tokenizer's pickled vocab.pkl) in the Hub cache."""
+    model = tiny_model(5, n_token=len(HF_SYMS), untie_r=True)
+    from transformer_xl.interop.hf import build_hf
+
+    build_hf(model).save_pretrained(tmp_path / "hf-src", safe_serialization=False)
+    (tmp_path / "hf-src" / "vocab.pkl").write_bytes(pickle.dumps(hf_tokenizer_dict()))
+    return model, hub_repo(cache, repo_id, tmp_path / "hf-src")
+
+
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``txl`` subprocess: this checkout's sources, one thread, a private data cache."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TXL_CACHE_DIR": str(tmp_path / "cache"),
-            "PYTHONPATH": str(REPO / "src"), **extra}
+            "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", **extra}
 
 
 

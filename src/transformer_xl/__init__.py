@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from transformer_xl import hooks
 from transformer_xl.version import __version__
 
 if TYPE_CHECKING:
@@ -29,6 +30,29 @@ _EXPORTS = {
 
 __all__ = ["CheckpointError", "ConfigError", "DataError", "InferenceCache", "LMOutput", "Lengths", "Recurrence",
            "TXLConfig", "TXLError", "TransformerXLLM", "__version__"]
+
+
+class _Layers:
+    """The layers above the model, for its convenience methods (:mod:`transformer_xl.hooks`): this root package
+    sits outside the layers and imports each one when a method first needs it."""
+
+    def generate(self, model: Any, input_ids: Any, **kwargs: Any) -> Any:
+        from transformer_xl.inference.generate import generate
+
+        return generate(model, input_ids, **kwargs)
+
+    def stream(self, model: Any, input_ids: Any, **kwargs: Any) -> Any:
+        from transformer_xl.inference.generate import stream
+
+        return stream(model, input_ids, **kwargs)
+
+    def pretrained_dir(self, name: str, revision: str | None) -> Any:
+        from transformer_xl.interop.hub import hub_model_dir, parse_hub_id
+
+        return None if parse_hub_id(name) is None else hub_model_dir(name, revision)
+
+
+hooks.bind(_Layers())
 
 
 def __getattr__(name: str) -> Any:

@@ -245,3 +245,18 @@ def test_convert_hf_export_of_a_character_vocabulary_writes_no_tokenizer(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no tokenizer files were written: the vocabulary is char-level" in err
     assert not (tmp_path / "hf" / "vocab.txt").exists()
+
+
+def test_convert_from_hf_hub_id(tmp_path, hub_cache, capsys) -> None:
+    """`txl convert --from hf ORG/NAME` converts the repository's own files (pytorch_model.bin, vocab.pkl)."""
+    from tests.helpers import assert_same_outputs, hf_repo, one_line_error, txl_repo
+
+    model, _ = hf_repo(tmp_path, hub_cache)
+    assert main(["convert", "--from", "hf", "transfo-xl/tiny-wt103", "--out", str(tmp_path / "out")]) == 0
+    assert_same_outputs(TransformerXLLM.from_pretrained(tmp_path / "out"), model)
+    assert Vocab.load(tmp_path / "out" / "vocab.json").idx2sym == SYMS
+    txl_repo(tmp_path, hub_cache)
+    capsys.readouterr()  # transformers' own notes while the checkpoint was built
+    assert main(["convert", "--from", "hf", "org/tiny", "--out", str(tmp_path / "o2")]) == 2
+    assert "is a txl model already" in one_line_error(capsys)
+    assert main(["convert", "--to", "hf", "org/tiny", "--out", str(tmp_path / "o3")]) == 0

@@ -148,3 +148,32 @@ def test_cli_generate_quantize_int8(tmp_path, capsys) -> None:
                  "--quantize", "int8", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["samples"][0]["token_ids"]) == 8 and all(lp <= 0 for lp in doc["samples"][0]["log_probs"])
+
+
+def test_generate_from_a_hub_id(tmp_path, hub_cache, capsys) -> None:
+    """`txl generate ORG/NAME` reads the model and its vocabulary from the Hub cache (offline)."""
+    from tests.helpers import txl_repo
+
+    txl_repo(tmp_path, hub_cache)
+    assert main(["generate", "org/tiny", "--prompt", "the game", "--max-new-tokens", "5", "--greedy", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["samples"][0]["token_ids"]) == 5 and doc["prompt_ids"] == [2, 3]
+
+
+@pytest.mark.integration
+def test_generate_from_the_hub_cache_named_by_the_environment(tmp_path) -> None:
+    """A fresh process honours HF_HUB_CACHE and HF_HUB_OFFLINE as huggingface_hub reads them; a missing id is one
+    line on stderr and exit status 2."""
+    import subprocess
+    import sys
+
+    from tests.helpers import subprocess_env, txl_repo
+
+    txl_repo(tmp_path, tmp_path / "hub")
+    env = subprocess_env(tmp_path, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    run = [sys.executable, "-m", "transformer_xl", "generate", "--prompt", "the", "--max-new-tokens", "3", "--greedy"]
+    ok = subprocess.run([*run, "org/tiny"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.startswith("the "), ok.stderr
+    bad = subprocess.run([*run, "org/missing"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.stderr.startswith("txl generate: error: org/missing: no local directory of that name")

@@ -331,3 +331,23 @@ def test_from_pretrained_verifies_every_kind_of_model_dir(tmp_path, damage) -> N
             TransformerXLLM.from_pretrained(directory)
         if damage == "bit-flip":
             TransformerXLLM.from_pretrained(directory, verify=False)
+
+
+def test_generate_and_stream_methods_are_the_inference_functions() -> None:
+    """Hugging Face's calling convention, model.generate(input_ids, max_new_tokens=...), over
+    transformer_xl.inference.generate (the same ids, log-probabilities and memories)."""
+    from tests.helpers import tiny_model
+    from transformer_xl.inference.generate import GenerationOutput, generate, stream
+
+    model = tiny_model(1)
+    ids = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])
+    kw = dict(max_new_tokens=6, do_sample=True, top_k=5, seed=3)
+    ours, ref = model.generate(ids, **kw), generate(model, ids, **kw)
+    assert isinstance(ours, GenerationOutput) and ours.sequences.shape == (2, 11)
+    torch.testing.assert_close(ours.sequences, ref.sequences, rtol=0, atol=0)
+    torch.testing.assert_close(ours.log_probs, ref.log_probs, rtol=0, atol=0)
+    assert all(torch.equal(a, b) for a, b in zip(ours.mems, ref.mems, strict=True))
+    steps = [s.tokens for s in model.stream(ids, **kw)]
+    assert torch.equal(torch.stack(steps, 1), torch.stack([s.tokens for s in stream(model, ids, **kw)], 1))
+    assert torch.equal(torch.stack(steps, 1), ours.new_tokens)
+    assert model.generate(ids[0].tolist(), max_new_tokens=2).sequences.shape == (1, 7)

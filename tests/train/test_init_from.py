@@ -272,3 +272,14 @@ def test_every_kind_of_model_directory_can_be_fine_tuned(tmp_path: Path) -> None
     damage_file(dirs["pretrained"] / "model.safetensors", "bit-flip")
     with pytest.raises(CheckpointError, match="does not match its SHA-256"):
         open_init(dirs["pretrained"])
+
+
+def test_open_init_takes_a_hub_id(tmp_path, hub_cache) -> None:
+    """`--init-from ORG/NAME`: the model and its vocabulary from the Hub cache."""
+    from tests.helpers import txl_repo
+
+    _, commit = txl_repo(tmp_path, hub_cache)
+    init = open_init("org/tiny")
+    assert init.model_dir == hub_cache / "models--org--tiny" / "snapshots" / commit
+    assert init.vocab_path.name == "vocab.json"
+    assert init.sha256 == sha256_file(tmp_path / "txl-src" / "model.safetensors")

@@ -114,6 +114,52 @@ def seed_int(text: str) -> int:
     return value
 
 
+#: What the help of every argument that takes a model adds: a Hub id works too (:mod:`transformer_xl.interop.hub`).
+HUB_ID_HELP = ("a Hugging Face Hub id ORG/NAME[@REVISION] works too, fetched through huggingface_hub (its cache, "
+               "HF_HUB_OFFLINE, HF_TOKEN; a local path of that name wins)")
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, text: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The subcommand ``name`` described by ``text``: its first paragraph is the one-line help of the command list,
+    the rest the description of its own ``--help`` (whitespace folded, as argparse folds it)."""
+    summary, _, description = text.strip().partition("\n\n")
+    return sub.add_parser(name, help=" ".join(summary.split()), description=" ".join(description.split()) or None,
+                          **kwargs)
+
+
+def add_model(parser: argparse.ArgumentParser, dest: str, metavar: str, what: str) -> None:
+    """The positional argument naming a model (``args.<dest>``): ``what`` it may be, and that a Hub id works too."""
+    parser.add_argument(dest, metavar=metavar, help=f"{what}; {HUB_ID_HELP}")
+
+
+#: What a model argument may name (before the Hub id).
+MODEL_DIRS = "model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir"
+#: The devices ``--device`` names.
+DEVICE_HELP = "torch device: cpu, cuda or cuda:N (default: cpu)"
+
+
+def add_device(parser: argparse.ArgumentParser, help: str = DEVICE_HELP) -> None:
+    """``--device`` (``args.device``, default ``cpu``)."""
+    parser.add_argument("--device", default="cpu", help=help)
+
+
+def add_dataset(parser: argparse.ArgumentParser, help: str, *, default: str | None = None,
+                splits: Sequence[str] | None = None, any_split: bool = False) -> None:
+    """``--dataset`` (required without a ``default``), ``--split`` (default ``valid``: one of ``splits``, or any name
+    with ``any_split``; none when neither is given) and ``--data-dir``."""
+    parser.add_argument("--dataset", required=default is None, default=default, help=help)
+    if splits or any_split:
+        parser.add_argument("--split", default="valid", choices=list(splits) if splits else None,
+                            help="split (default: valid)")
+    parser.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+
+
+def add_report_outputs(parser: argparse.ArgumentParser) -> None:
+    """``--json PATH`` (the full report) and ``--markdown PATH`` (its table appended) of a benchmark."""
+    parser.add_argument("--json", help="write the full report here")
+    parser.add_argument("--markdown", help="append the Markdown table to this file")
+
+
 def add_no_verify(parser: argparse.ArgumentParser) -> None:
     """``--no-verify`` (``args.no_verify``): read weights without checking them against their ``MANIFEST.json``."""
     parser.add_argument("--no-verify", action="store_true",

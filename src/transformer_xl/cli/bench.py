@@ -7,20 +7,24 @@ import argparse
 import shlex
 import sys
 
-from transformer_xl.cli.args import parse_int_list, positive_int
+from transformer_xl.cli.args import add_command, add_device, add_report_outputs, parse_int_list, positive_int
 from transformer_xl.store.files import write_json
+
+BENCH_HELP = """benchmark training/evaluation throughput against Hugging Face TransfoXL
+
+Times txl and (if installed) Hugging Face TransfoXL side by side, alternating rounds, and prints txl/HF ratios.
+Cases: char, word (CPU), enwik8-base, wt103-base (GPU).
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark training/evaluation throughput against Hugging Face TransfoXL",
-                       description="Times txl and (if installed) Hugging Face TransfoXL side by side, alternating "
-                       "rounds, and prints txl/HF ratios. Cases: char, word (CPU), enwik8-base, wt103-base (GPU).")
+    p = add_command(sub, "bench", BENCH_HELP)
     p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
     p.add_argument("--eval-mem-lens", default="128,512,1600", help="evaluation memory lengths (default: 128,512,1600)")
     p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round (default: 3)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="alternating rounds; ratio = their median (default: 5)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    add_device(p)
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
     p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="override the cases' batch size")
@@ -30,8 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also time and measure txl training with recomputed attention (less memory)")
     p.add_argument("--profile", choices=["txl", "hf"], default=None,
                    help="print a torch.profiler table of training steps of the first case instead")
-    p.add_argument("--json", help="write the full report here")
-    p.add_argument("--markdown", help="append the Markdown table to this file")
+    add_report_outputs(p)
     p.set_defaults(func=run)
     from transformer_xl.cli.experiment import add_eval_speed
 
@@ -42,14 +45,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_generate(kinds)
 
 
+BENCH_GENERATE_HELP = """generation tokens/s of txl vs Hugging Face's loop and the memory-bandwidth limit
+
+Greedy generation after a prompt that fills the memory, on random-weight models of the paper's shapes: tokens/s of
+txl, of Hugging Face TransfoXL's forward-with-mems loop (same weights, tokens compared) and of txl with int8
+weights, alternating rounds, and the limit a step reading every weight (and the cached keys/values) once would
+reach, measured in the same run (transformer_xl.experiments.bench.generate).
+"""
+
+
 def add_generate(kinds: argparse._SubParsersAction) -> None:
-    g = kinds.add_parser(
-        "generate", help="generation tokens/s of txl vs Hugging Face's loop and the memory-bandwidth limit",
-        description="Greedy generation after a prompt that fills the memory, on random-weight models of the paper's "
-        "shapes: tokens/s of txl, of Hugging Face TransfoXL's forward-with-mems loop (same weights, tokens "
-        "compared) and of txl with int8 weights, alternating rounds, and the limit a step reading every weight "
-        "(and the cached keys/values) once would reach, measured in the same run "
-        "(transformer_xl.experiments.bench.generate).")
+    g = add_command(kinds, "generate", BENCH_GENERATE_HELP)
     g.add_argument("--shapes", default="wt103-base,enwik8-base",
                    help="model shapes: wt103-base (16 layers, d_model 410, 33,278 words), enwik8-base (12 layers, "
                    "d_model 512, 204 characters) (default: both)")
@@ -61,9 +67,8 @@ def add_generate(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds, median kept (default: 3)")
     g.add_argument("--no-hf", action="store_true", help="time txl only")
     g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights (always skipped off the CPU)")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    g.add_argument("--json", help="write the full report here")
-    g.add_argument("--markdown", help="append the Markdown table to this file")
+    add_device(g)
+    add_report_outputs(g)
     g.set_defaults(func=run_generate)
 
 

@@ -6,23 +6,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer_xl.cli.args import add_no_verify, stderr_note
+from transformer_xl.cli.args import add_command, add_model, add_no_verify, stderr_note
 from transformer_xl.errors import ConfigError
 
 #: The files of an official export (``--to official``): the state dict and the constructor kwargs.
 OFFICIAL_STATE, OFFICIAL_KWARGS = "official_state.safetensors", "official_kwargs.json"
 
 
+CONVERT_HELP = """convert official or Hugging Face TransfoXL weights to a txl model directory (or back)
+
+Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. Export: --to official|hf MODEL_DIR. Files
+are read without unpickling code. Every output directory gets a MANIFEST.json (SHA-256 of its files), checked when
+txl reads it back.
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "convert",
-        help="convert official or Hugging Face TransfoXL weights to a txl model directory (or back)",
-        description="Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. "
-        "Export: --to official|hf MODEL_DIR. Files are read without unpickling code. Every output directory "
-        "gets a MANIFEST.json (SHA-256 of its files), checked when txl reads it back.",
-    )
-    p.add_argument("path", help="checkpoint file (official), HF model directory, or txl model / checkpoint / run "
-                   "directory (--to)")
+    p = add_command(sub, "convert", CONVERT_HELP)
+    add_model(p, "path", "path", "checkpoint file (official), HF model directory, or txl model / checkpoint / run "
+              "directory (--to); with --from hf or --to")
     direction = p.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
@@ -40,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformer_xl.inference.loading import load_model
     from transformer_xl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
+    from transformer_xl.interop.hub import fetch, parse_hub_id
     from transformer_xl.interop.official import load_official, to_official
     from transformer_xl.interop.state_dicts import own_tensors
     from transformer_xl.store.files import write_json, write_text
@@ -48,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from transformer_xl.store.tensors import save_tensors
 
     out, verify = Path(args.out), not args.no_verify
+    if args.src == "hf" and parse_hub_id(args.path) is not None:  # the repository's own files, from the Hub cache
+        snapshot = fetch(args.path)
+        if snapshot.layout != "hf":
+            raise ConfigError(f"{args.path} is a txl model already (config.json with n_token): use it as it is, "
+                              "e.g. txl eval/generate or TransformerXLLM.from_pretrained")
+        args.path = str(snapshot.path)
     vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
     if args.src == "official":
         if not args.config:

@@ -8,6 +8,11 @@ import argparse
 from pathlib import Path
 
 from transformer_xl.cli.args import (
+    MODEL_DIRS,
+    add_command,
+    add_dataset,
+    add_device,
+    add_model,
     add_no_verify,
     add_quantize,
     add_split_flags,
@@ -19,24 +24,21 @@ from transformer_xl.cli.args import (
 from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.store.files import write_json, write_text
 
+EVAL_HELP = """evaluate a model on a dataset split (loss, ppl or bpc, tokens/s), with memory
+
+Score every token of a split once, as the official eval.py: the split is cut into --batch-size contiguous streams
+read segment by segment with the memory carried over. With B streams the first token of each stream and the N mod B
+tail tokens are not scored (--batch-size 1 scores all but the very first token). Lengths default to the model's. A
+comma-separated --mem-len sweeps the memory length. --sliding-window L instead scores each token from its own window
+of the L previous tokens without memory (the vanilla Transformer evaluation of Al-Rfou et al., stride 1).
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "eval", help="evaluate a model on a dataset split (loss, ppl or bpc, tokens/s), with memory",
-        description="Score every token of a split once, as the official eval.py: the split is cut into "
-        "--batch-size contiguous streams read segment by segment with the memory carried over. With B streams "
-        "the first token of each stream and the N mod B tail tokens are not scored (--batch-size 1 scores all "
-        "but the very first token). Lengths default to the model's. A comma-separated --mem-len sweeps the "
-        "memory length. --sliding-window L instead scores each token from its own window of the L previous "
-        "tokens without memory (the vanilla Transformer evaluation of Al-Rfou et al., stride 1).",
-        epilog="example (paper enwik8 base eval): txl eval runs/enwik8/best --dataset enwik8 --split test "
-        "--tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length",
-    )
-    p.add_argument("model", metavar="CHECKPOINT_OR_DIR",
-                   help="model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir")
-    p.add_argument("--dataset", required=True, help="dataset name (see `txl data info`) or a user corpus path")
-    p.add_argument("--split", default="valid", choices=["valid", "test", "train"], help="split (default: valid)")
-    p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    p = add_command(sub, "eval", EVAL_HELP, epilog="example (paper enwik8 base eval): txl eval runs/enwik8/best "
+                    "--dataset enwik8 --split test --tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length")
+    add_model(p, "model", "CHECKPOINT_OR_DIR", MODEL_DIRS)
+    add_dataset(p, "dataset name (see `txl data info`) or a user corpus path", splits=("valid", "test", "train"))
     p.add_argument("--level", choices=("word", "char", "byte"), default=None,
                    help="your own text: the unit of a token (default: the run's, else read from the model's "
                    "vocabulary)")
@@ -55,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sliding-window", type=positive_int, metavar="L",
                    help="vanilla evaluation: each token from its own window of L previous tokens, no memory")
     p.add_argument("--rows", type=positive_int, help="windows per forward with --sliding-window (default: by memory)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_device(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="a progress bar on stderr when it is a terminal (--no-progress, or no terminal: plain "
                    "periodic lines)")

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.cli.args import (
+    add_dataset,
+    add_device,
     clamp_int,
     nonneg_float,
     nonneg_int,
@@ -64,7 +66,8 @@ def _base_config(args: argparse.Namespace, n_token: int) -> Any:
 
 def _add_recl(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
-                   help="a model of the group (repeat for each); PATH as for `txl eval`")
+                   help="a model of the group (repeat for each); PATH as for `txl eval` (a Hub id "
+                   "ORG/NAME[@REVISION] too)")
     p.add_argument("--method", action="append", default=None, metavar="window|attention-length",
                    help="how l_i(c, t) is measured, one method for the whole group (default: window). window: "
                    "token t given exactly its c previous tokens, a stride-1 window without memory (Appendix C's "
@@ -72,9 +75,7 @@ def _add_recl(p: argparse.ArgumentParser) -> None:
                    "memory): evaluation with memory, mem_len = c and same_length, segments of --tgt-len; each query "
                    "attends to c positions per layer, so a prediction of an n_layer model can depend on up to "
                    "n_layer*(c-1)+1 input tokens")
-    p.add_argument("--dataset", required=True, help="dataset all models were trained on")
-    p.add_argument("--split", default="valid", choices=["valid", "test"], help="split (default: valid)")
-    p.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    add_dataset(p, "dataset all models were trained on", splits=("valid", "test"))
     grid = p.add_mutually_exclusive_group(required=True)
     grid.add_argument("--grid", metavar="START:STOP:STEP",
                       help="uniform context grid START, START+STEP, ..., STOP (STOP included; e.g. 16:256:16; "
@@ -104,7 +105,7 @@ def _add_recl(p: argparse.ArgumentParser) -> None:
                    help="attention-length method: clamp relative distances (unused by window)")
     p.add_argument("--cache", help="per-token loss cache directory (default: OUT/cache)")
     p.add_argument("--out", required=True, help="output directory: recl.json, recl.md, recl.png")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N (default: cpu)")
+    add_device(p)
     _add_progress(p)
     p.set_defaults(func=run_recl)
 
@@ -126,8 +127,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       "one "
                       "continues from its checkpoint. Writes OUT/SET.md and OUT/SET.json for a named set "
                       "(OUT/table6.md, ...), else OUT/ablations.md and .json.")
-    a.add_argument("--dataset", default="wt2", help="dataset (default: wt2; e.g. ptb, wt103, wt2-char)")
-    a.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
+    add_dataset(a, "dataset (default: wt2; e.g. ptb, wt103, wt2-char)", default="wt2")
     a.add_argument("--variants", default="table6",
                    help="table6 (the nine Table 6 rows), table6-core (three of them: rec-ours-full, rec-shaw-full, "
                    "norec-ours-full), table10 (no recurrence at Transformer-XL's measured peak training memory, "
@@ -178,9 +178,7 @@ def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
                        "same model cache-free (memory keys/values and W_kR R projected again at every segment, as "
                        "the paper's code ran) and the vanilla stride-1 window, in alternating repeats; every figure "
                        "is the median over the repeats, with min-max (see transformer_xl.experiments.speed).")
-    s.add_argument("--dataset", default="wt2", help="dataset whose tokens are read (default: wt2)")
-    s.add_argument("--data-dir", help="raw data folder (default: $TXL_DATA_DIR, then the cache)")
-    s.add_argument("--split", default="valid", help="split (default: valid)")
+    add_dataset(s, "dataset whose tokens are read (default: wt2)", default="wt2", any_split=True)
     s.add_argument("--attn-lens", help="attention lengths (default: 128,256,512,800; on cuda up to 3800)")
     _add_size(s, "cpu-small")
     s.add_argument("--tgt-len", type=positive_int, default=128, help="XL evaluation segment length (default: 128)")
@@ -196,7 +194,7 @@ def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
                    help="repeats, each timing cached XL, cache-free XL and vanilla back to back; every time and "
                    "ratio reported is the median over the repeats, with min-max, and all repeats are in the JSON "
                    "(default: 5)")
-    s.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N (default: cpu)")
+    add_device(s)
     s.add_argument("--out", help="write OUT/eval-speed.json, .md, .png")
     _add_progress(s)
     s.set_defaults(func=run_eval_speed)

@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.cli.args import (
+    MODEL_DIRS,
+    add_command,
+    add_device,
+    add_model,
     add_no_verify,
     add_quantize,
     clamp_int,
@@ -22,17 +26,17 @@ from transformer_xl.cli.args import (
 )
 from transformer_xl.errors import ConfigError, DataError
 
+GENERATE_HELP = """generate text from a txl model directory (incremental decoding with the memory cache)
+
+Generate text after a prompt. The prompt is read in segments of tgt_len, then every new token is one step over the
+memories of the last --mem-len positions. The vocabulary is MODEL_DIR/vocab.json (or its parent's), or --vocab. An
+empty prompt starts from <eos> (a new line).
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="generate text from a txl model directory (incremental decoding with the memory cache)",
-        description="Generate text after a prompt. The prompt is read in segments of tgt_len, then every new "
-        "token is one step over the memories of the last --mem-len positions. The vocabulary is MODEL_DIR/"
-        "vocab.json (or its parent's), or --vocab. An empty prompt starts from <eos> (a new line).",
-    )
-    p.add_argument("model_dir", metavar="MODEL_OR_RUN_DIR",
-                   help="txl model directory (config.json + model.safetensors), checkpoint step_* dir, or run dir")
+    p = add_command(sub, "generate", GENERATE_HELP)
+    add_model(p, "model_dir", "MODEL_OR_RUN_DIR", "txl " + MODEL_DIRS)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", default="", help="prompt text (default: empty, start of a line)")
     src.add_argument("--prompt-file", help="read the prompt from this UTF-8 file ('-' for stdin)")
@@ -61,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is produced (one sample)")
     p.add_argument("--json", action="store_true",
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_device(p)
     add_no_verify(p)
     add_quantize(p)
     p.set_defaults(func=run)

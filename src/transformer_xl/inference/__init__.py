@@ -11,4 +11,13 @@ module          what it holds
 ``text``        :func:`stream_text`: prompt text in, detokenized text out as it becomes final
 ``loading``     the model behind a model/checkpoint/run directory, and its vocabulary
 ==============  =================================================================================
+
+The functions stay in their modules (``transformer_xl.inference.generate.generate``; the model's own
+``model.generate`` / ``model.stream`` call them): a name here would hide the module of the same name.
 """
+
+from transformer_xl.inference.evaluate import EvalResult
+from transformer_xl.inference.generate import GenerationOutput, GenerationStep
+from transformer_xl.inference.loading import load_model, load_vocab
+
+__all__ = ["EvalResult", "GenerationOutput", "GenerationStep", "load_model", "load_vocab"]

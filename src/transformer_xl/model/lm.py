@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
+from transformer_xl import hooks
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.model.adaptive import (
     AdaptiveEmbedding,
@@ -43,6 +44,9 @@ from transformer_xl.model.positional import build_positional
 from transformer_xl.model.segment import Segment
 from transformer_xl.store.layout import WEIGHTS, load_weights, read_model_config, save_model_dir
 from transformer_xl.store.tensors import TensorInfo, read_header
+
+if TYPE_CHECKING:  # the types of generate/stream only: the model layer never imports inference (hooks.py)
+    from transformer_xl.inference.generate import GenerationOutput, GenerationStep
 
 
 @dataclass
@@ -299,24 +303,37 @@ class TransformerXLLM(nn.Module):
         return save_model_dir(directory, self.state_dict(), self.config.to_json(), vocab_json=vocab_json)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu",
-                        verify: bool = True) -> TransformerXLLM:
+    def from_pretrained(cls, directory: str | Path, *, revision: str | None = None,
+                        map_location: str | torch.device = "cpu", verify: bool = True) -> TransformerXLLM:
         """Load a model written by :meth:`save_pretrained`, **in eval mode** (dropout off, as Hugging Face's
-        ``from_pretrained``): call ``model.train()`` to train it further. Refused in one line
-        (:class:`CheckpointError`):
-
-        * with ``verify`` (default), a file that does not match the directory's ``MANIFEST.json`` (a directory
-          without one, from an older txl or made by hand, loads unchecked);
-        * a config that does not describe the weights file, found from the file's header before the model is
-          built (:func:`check_weights_header`: no huge allocation for a wrong or hostile config);
-        * weights holding NaN or inf.
-        """
+        ``from_pretrained``; ``model.train()`` to train it), or a Hub id ``"ORG/NAME[@REVISION]"`` (or
+        ``revision=``) when no local path of that name exists (:mod:`transformer_xl.interop.hub`). Refused in one line
+        (:class:`CheckpointError`): with ``verify`` (default), a file that does not match the directory's
+        ``MANIFEST.json`` (a directory without one, from an older txl or made by hand, loads unchecked); a config
+        that does not describe the weights file, found from the file's header before the model is built
+        (:func:`check_weights_header`: no huge allocation for a wrong or hostile config); weights holding NaN or
+        inf; an unknown or unreachable Hub id."""
+        hub_dir = hooks.layers().pretrained_dir(str(directory), revision)
+        if hub_dir is None and revision is not None:
+            raise ConfigError(f"revision={revision!r} applies to Hub ids (ORG/NAME); {directory} is a local path")
+        directory = directory if hub_dir is None else hub_dir
         path = Path(directory) / WEIGHTS
         config = TXLConfig.from_dict(read_model_config(directory, verify=verify))
         check_weights_header(config, read_header(path), path)
         model = cls(config)
         model.load_state_dict_strict(load_weights(directory, map_location))
         return model.to(map_location).eval()
+
+    def generate(self, input_ids: Tensor | Sequence[int], *, max_new_tokens: int = 100,
+                 **kwargs: Any) -> GenerationOutput:
+        """Hugging Face's ``model.generate(input_ids, max_new_tokens=..., do_sample=..., top_p=...)``: the
+        ``GenerationOutput`` of :func:`transformer_xl.inference.generate.generate` (every keyword as there)."""
+        return hooks.layers().generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+    def stream(self, input_ids: Tensor | Sequence[int], *, max_new_tokens: int = 100,
+               **kwargs: Any) -> Iterator[GenerationStep]:
+        """One ``GenerationStep`` per new token, as :func:`transformer_xl.inference.generate.stream`."""
+        return hooks.layers().stream(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
 
     def load_state_dict_strict(self, state: dict[str, Tensor]) -> None:
         """Load our own state dict, with one clear error listing missing/unexpected/mis-shaped keys."""

@@ -275,7 +275,8 @@ FIELD_HELP: dict[str, str] = {
     "data_dir": "raw data folder (default: $TXL_DATA_DIR, then the user cache)",
     "model": "the model preset whose architecture the model flags below change",
     "model_overrides": "model fields over the model preset",
-    "init_from": "fine-tune: start from this model directory's weights, architecture and vocabulary",
+    "init_from": "fine-tune: start from this model directory's weights, architecture and vocabulary (or a Hugging "
+    "Face Hub id ORG/NAME[@REVISION]; a local path of that name wins)",
     "init_vocab": "the vocabulary (vocab.json/.txt) of --init-from when none is beside the model",
     "level": "your own text only: the unit of a token (word, char or byte; char and byte report bpc; default: word)",
     "tokenizer": "your own text only: a Hugging Face tokenizers JSON giving subword ids (instead of --level)",

@@ -1,0 +1,191 @@
+"""Models on the Hugging Face Hub: ``ORG/NAME`` (optionally ``ORG/NAME@REVISION``) wherever a model directory is
+accepted (:meth:`TransformerXLLM.from_pretrained`, ``txl eval | generate | convert | recl``, ``train --init-from``).
+
+Everything goes through ``huggingface_hub`` (``hf_hub_download``): its cache (``HF_HUB_CACHE`` / ``HF_HOME``), its
+offline mode (``HF_HUB_OFFLINE=1``: the cache only), its token (``HF_TOKEN`` for private or gated repositories)
+and its revisions (a branch, tag or commit; the branch ``main`` by default). There is no downloader here. The
+files of one model are fetched at one commit: the one the revision named when ``config.json`` was fetched.
+
+A **local path wins**: ``ORG/NAME`` is a Hub id only when no file or directory of that name exists (relative to
+the working directory), so ``runs/demo`` stays the run it always was.
+
+Two layouts are read:
+
+* **txl's own** (``config.json`` with ``n_token``, ``model.safetensors``, ``vocab.json``, ``MANIFEST.json``): loaded
+  from the Hub cache's snapshot folder as it is (the manifest, when the repository has one, is checked as for any
+  model directory, and names the files to fetch);
+* **Hugging Face TransfoXL** (``config.json`` with ``model_type: transfo-xl``, ``model.safetensors`` or
+  ``pytorch_model.bin``, ``vocab.pkl`` / ``vocab.bin`` / ``vocab.txt``; e.g. ``transfo-xl/transfo-xl-wt103``):
+  converted on first use by :func:`transformer_xl.interop.hf.from_hf` and
+  :func:`transformer_xl.interop.hf_vocab.load_hf_vocab` (the pickles are read without running code) and written
+  in txl's layout to ``<txl cache>/hub/models--ORG--NAME/<commit>/`` (``<txl cache>``: ``$TXL_CACHE_DIR``, else
+  the user cache's ``txl/prepared``), so the next load of that commit reads the converted copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_xl.data.paths import resolve_cache_dir
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.store.files import read_json
+from transformer_xl.store.layout import CONFIG, MANIFEST, VOCAB, WEIGHTS
+
+#: ``ORG/NAME`` or ``ORG/NAME@REVISION`` (the Hub's repository names: letters, digits, ``-``, ``_``, ``.``).
+HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@(?P<revision>[\w./-]{1,255}))?")
+#: What ``pip`` installs for Hub ids.
+INSTALL_HINT = "pip install 'transformer-xl[hub]'"
+#: The files of a Hugging Face TransfoXL repository, in order of preference: weights, then a vocabulary.
+_HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+_HF_VOCABS = (("vocab.pkl",), ("vocab.bin",), ("vocab.txt", "tokenizer_config.json"))
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """The files of one repository at one commit, in the Hub cache (``path`` is its ``snapshots/<commit>``)."""
+
+    repo_id: str
+    commit: str
+    path: Path
+    layout: str  # "txl" (loads as it is) or "hf" (Hugging Face TransfoXL: converted once)
+
+
+def parse_hub_id(name: str | Path) -> tuple[str, str | None] | None:
+    """``(repo_id, revision)`` when ``name`` is shaped as a Hub id and no local path of that name exists, else None
+    (a local directory of the same name wins)."""
+    text = str(name)
+    m = HUB_ID.fullmatch(text)
+    if m is None or ".." in text or Path(text).exists():
+        return None
+    return m.group("repo"), m.group("revision")
+
+
+def split_revision(name: str, revision: str | None) -> tuple[str, str | None]:
+    """``(repo_id, revision)`` of an id that may carry ``@REVISION``; giving it both ways differently is refused."""
+    repo, _, rev = name.partition("@")
+    if rev and revision is not None and rev != revision:
+        raise ConfigError(f"{name} names revision {rev!r} but revision={revision!r} was given")
+    return repo, rev or revision
+
+
+def fetch(name: str, revision: str | None = None) -> HubSnapshot:
+    """The files of the model ``name`` (``ORG/NAME`` or ``ORG/NAME@REV``) at ``revision`` in the Hub cache,
+    downloaded when missing (not with ``HF_HUB_OFFLINE=1``). One-line :class:`CheckpointError` when the id is
+    unknown, unreachable or not cached offline, or not a Transformer-XL model; :class:`ConfigError` without
+    ``huggingface_hub``."""
+    repo, revision = split_revision(name, revision)
+    try:
+        import huggingface_hub as hub
+    except ImportError:
+        raise ConfigError(f"{repo}: no local directory of that name, and Hub model ids need huggingface_hub "
+                          f"({INSTALL_HINT})") from None
+    config_path = Path(_download(hub, repo, CONFIG, revision, required=True))
+    folder, commit = config_path.parent, config_path.parent.name  # the cache's snapshots/<commit>/config.json
+    layout = _layout(read_json(config_path, error=CheckpointError), repo)
+    get = lambda file, required=False: _download(hub, repo, file, commit, required=required)  # noqa: E731
+    if layout == "txl":
+        manifest = get(MANIFEST)  # when there is one, it names the files (each then required)
+        if manifest is not None:
+            for file in read_json(manifest, error=CheckpointError).get("files", {}):
+                get(file, required=True)
+        else:
+            get(WEIGHTS, required=True)
+            get(VOCAB)
+    else:
+        if not any(get(file) for file in _HF_WEIGHTS):
+            raise CheckpointError(f"the Hub repository {repo}@{commit[:12]} has no {' or '.join(_HF_WEIGHTS)}"
+                                  f"{_offline_hint(hub)}")
+        for files in _HF_VOCABS:
+            if all([get(file) for file in files]):
+                break
+    return HubSnapshot(repo, commit, folder, layout)
+
+
+def _layout(config: dict[str, Any], repo: str) -> str:
+    if config.get("model_type") == "transfo-xl" or "vocab_size" in config:
+        return "hf"
+    if "n_token" in config:
+        return "txl"
+    raise CheckpointError(f"the Hub repository {repo} is not a Transformer-XL model (config.json has model_type "
+                          f"{config.get('model_type')!r}, not transfo-xl, and no n_token)")
+
+
+def _download(hub: Any, repo: str, file: str, revision: str | None, *, required: bool) -> str | None:
+    """``hf_hub_download`` of one file; a file the repository (or, offline, the cache) lacks is None unless
+    ``required``; every failure is one line."""
+    from huggingface_hub import errors
+
+    where = f"{repo}@{revision}" if revision else repo
+    try:
+        with _quiet(hub):
+            return hub.hf_hub_download(repo, file, revision=revision)
+    except errors.LocalEntryNotFoundError:
+        if not required:
+            return None
+        why = (f"and the Hub cache ({hub.constants.HF_HUB_CACHE}) holds no {file} of {where}{_offline_hint(hub)}")
+    except errors.EntryNotFoundError:
+        if not required:
+            return None
+        why = f"and the Hub repository {where} has no {file}"
+    except errors.RevisionNotFoundError:
+        why = f"and the Hub repository {repo} has no revision {revision!r}"
+    except errors.RepositoryNotFoundError:
+        why = (f"and the Hugging Face Hub has no model {repo} (or it is private or gated: log in or set HF_TOKEN)")
+    except (errors.HfHubHTTPError, OSError, ValueError) as exc:
+        why = f"and the Hugging Face Hub gave: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    raise CheckpointError(f"{where}: no local directory of that name, {why}")
+
+
+@contextlib.contextmanager
+def _quiet(hub: Any) -> Iterator[None]:
+    """huggingface_hub's own log lines (a warning per retry) held back: a failure is said once, in one line."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _offline_hint(hub: Any) -> str:
+    if hub.constants.HF_HUB_OFFLINE:
+        return " (HF_HUB_OFFLINE is set: download it once online, or copy the cache)"
+    return " (the Hub could not be reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache only)"
+
+
+def converted_dir(repo_id: str, commit: str, cache_dir: str | Path | None = None) -> Path:
+    """Where the txl conversion of ``repo_id`` at ``commit`` is kept: ``<txl cache>/hub/models--ORG--NAME/COMMIT``."""
+    return resolve_cache_dir(cache_dir) / "hub" / ("models--" + repo_id.replace("/", "--")) / commit
+
+
+def hub_model_dir(name: str, revision: str | None = None, *, cache_dir: str | Path | None = None,
+                  note: Callable[[str], None] | None = None) -> Path:
+    """A txl model directory holding the Hub model ``name`` (``ORG/NAME[@REV]``): the snapshot itself for txl's
+    layout, else its conversion, made on first use (``note`` is told, e.g. a line on stderr) and kept keyed by
+    the commit."""
+    snap = fetch(name, revision)
+    if snap.layout == "txl":
+        return snap.path
+    out = converted_dir(snap.repo_id, snap.commit, cache_dir)
+    if (out / MANIFEST).is_file():  # written last: the conversion is complete
+        return out
+    from transformer_xl.interop.hf import from_hf
+    from transformer_xl.interop.hf_vocab import find_hf_vocab, load_hf_vocab
+
+    model = from_hf(snap.path, verify=False)  # the Hub checked each file's SHA-256 when it downloaded it
+    found = find_hf_vocab(snap.path)
+    vocab = load_hf_vocab(found) if found is not None else None
+    if vocab is not None and len(vocab) != model.config.n_token:
+        raise CheckpointError(f"the vocabulary of {snap.repo_id} ({found.name}) has {len(vocab)} symbols but its "
+                              f"model predicts {model.config.n_token}")
+    if note is not None:
+        note(f"converting {snap.repo_id}@{snap.commit[:12]} (Hugging Face TransfoXL) once, into {out}")
+    model.save_pretrained(out, vocab=vocab)
+    return out

@@ -1,0 +1,146 @@
+"""Hugging Face Hub ids (transformer_xl.interop.hub), against a Hub cache laid out as huggingface_hub lays it out,
+offline: txl's own layout loads as it is, Hugging Face's TransfoXL layout (pytorch_model.bin, vocab.pkl) is converted
+once and kept by commit, and a missing id or a missing huggingface_hub is one line."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import pytest
+
+from tests.helpers import HF_SYMS, assert_same_outputs, hf_repo, hf_tokenizer_dict, hub_repo, tiny_model, txl_repo
+from transformer_xl import CheckpointError, ConfigError, TransformerXLLM
+from transformer_xl.interop import hub
+from transformer_xl.interop.hf import build_hf, hf_available
+
+needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers with TransfoXL not installed")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("transfo-xl/transfo-xl-wt103", ("transfo-xl/transfo-xl-wt103", None)),
+    ("org/name@v1.0", ("org/name", "v1.0")),
+    ("org/name@" + "a" * 40, ("org/name", "a" * 40)),
+    ("org/name@refs/pr/1", ("org/name", "refs/pr/1")),
+    ("name", None), ("/abs/path", None), ("a/b/c", None), ("../x", None), ("org/..", None), ("./x", None),
+    ("org/name@", None), ("-org/name", None),
+])
+def test_parse_hub_id(name: str, expected, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert hub.parse_hub_id(name) == expected
+
+
+def test_a_local_directory_of_the_same_name_wins(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    assert hub.parse_hub_id("runs/demo") is None and hub.parse_hub_id("runs/other") == ("runs/other", None)
+
+
+def test_revision_given_twice_must_agree() -> None:
+    assert hub.split_revision("org/a@v1", None) == ("org/a", "v1")
+    assert hub.split_revision("org/a", "v2") == ("org/a", "v2")
+    with pytest.raises(ConfigError, match="names revision 'v1' but revision='v2'"):
+        hub.split_revision("org/a@v1", "v2")
+
+
+def test_txl_layout_loads_from_the_hub_cache_as_it_is(tmp_path, hub_cache) -> None:
+    model, commit = txl_repo(tmp_path, hub_cache)
+    snap = hub.fetch("org/tiny")
+    assert (snap.repo_id, snap.commit, snap.layout) == ("org/tiny", commit, "txl")
+    assert snap.path == hub_cache / "models--org--tiny" / "snapshots" / commit
+    for name in ("org/tiny", f"org/tiny@{commit}"):
+        assert_same_outputs(TransformerXLLM.from_pretrained(name), model)
+    assert_same_outputs(TransformerXLLM.from_pretrained("org/tiny", revision="main"), model)
+    assert hub.hub_model_dir("org/tiny") == snap.path  # nothing converted, nothing copied
+    assert not (tmp_path / "txl-cache").exists()
+
+
+def test_txl_layout_manifest_is_checked(tmp_path, hub_cache) -> None:
+    _, commit = txl_repo(tmp_path, hub_cache)
+    blob = (hub_cache / "models--org--tiny" / "snapshots" / commit / "vocab.json").resolve()
+    blob.write_text(blob.read_text().replace("game", "gamE"))
+    with pytest.raises(CheckpointError, match="does not match its SHA-256"):
+        TransformerXLLM.from_pretrained("org/tiny")
+
+
+@needs_transformers
+def test_hf_layout_is_converted_once_and_kept_by_commit(tmp_path, hub_cache, monkeypatch) -> None:
+    model, commit = hf_repo(tmp_path, hub_cache)
+    notes: list[str] = []
+    out = hub.hub_model_dir("transfo-xl/tiny-wt103", note=notes.append)
+    assert out == tmp_path / "txl-cache" / "hub" / "models--transfo-xl--tiny-wt103" / commit
+    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors",
+                                                     "vocab.json"]
+    assert len(notes) == 1 and "converting transfo-xl/tiny-wt103@" in notes[0]
+    assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
+    assert (out / "vocab.json").read_text().count("Valkyria") == 1
+
+    import transformer_xl.interop.hf as hf_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(hf_module, "from_hf", refuse)
+    again = TransformerXLLM.from_pretrained("transfo-xl/tiny-wt103")  # the kept conversion, no second one
+    assert_same_outputs(again, model)
+    assert not again.training
+
+
+@needs_transformers
+def test_hf_layout_pickles_run_no_code(tmp_path, hub_cache) -> None:
+    """A vocab.pkl that would run a command is refused, in one line, and the command does not run."""
+    from tests.helpers import HostilePickle
+
+    model = tiny_model(5, n_token=len(HF_SYMS))
+    build_hf(model).save_pretrained(tmp_path / "evil", safe_serialization=False)
+    marker = tmp_path / "ran"
+    (tmp_path / "evil" / "vocab.pkl").write_bytes(pickle.dumps({**hf_tokenizer_dict(), "x": HostilePickle(marker)}))
+    hub_repo(hub_cache, "bad/evil", tmp_path / "evil")
+    with pytest.raises(CheckpointError, match=r"(posix|os)\.system") as err:
+        TransformerXLLM.from_pretrained("bad/evil")
+    assert "\n" not in str(err.value) and not marker.exists()
+
+
+def test_missing_id_or_revision_offline_is_one_line(tmp_path, hub_cache) -> None:
+    txl_repo(tmp_path, hub_cache)
+    with pytest.raises(CheckpointError) as err:
+        TransformerXLLM.from_pretrained("nobody/nothing")
+    msg = str(err.value)
+    assert msg.startswith("nobody/nothing: no local directory of that name") and "HF_HUB_OFFLINE" in msg
+    assert str(hub_cache) in msg and "\n" not in msg
+    with pytest.raises(CheckpointError, match=r"holds no config\.json of org/tiny@v9"):
+        TransformerXLLM.from_pretrained("org/tiny@v9")
+
+
+def test_revision_for_a_local_directory_is_refused(tmp_path) -> None:
+    tiny_model().save_pretrained(tmp_path / "m")
+    with pytest.raises(ConfigError, match="applies to Hub ids"):
+        TransformerXLLM.from_pretrained(tmp_path / "m", revision="main")
+
+
+def test_a_repository_that_is_not_transformer_xl_is_refused(tmp_path, hub_cache) -> None:
+    (tmp_path / "gpt").mkdir()
+    (tmp_path / "gpt" / "config.json").write_text('{"model_type": "gpt2", "n_embd": 8}')
+    hub_repo(hub_cache, "openai/gpt", tmp_path / "gpt")
+    with pytest.raises(CheckpointError, match="is not a Transformer-XL model"):
+        hub.fetch("openai/gpt")
+
+
+def test_missing_weights_are_one_line(tmp_path, hub_cache) -> None:
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text('{"model_type": "transfo-xl", "vocab_size": 10}')
+    hub_repo(hub_cache, "org/half", tmp_path / "half")
+    with pytest.raises(CheckpointError, match=r"org/half@\w{12} has no model.safetensors or pytorch_model.bin"):
+        hub.fetch("org/half")
+
+
+def test_without_huggingface_hub_an_id_is_one_line(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # `import huggingface_hub` now raises ImportError
+    with pytest.raises(ConfigError) as err:
+        TransformerXLLM.from_pretrained("transfo-xl/transfo-xl-wt103")
+    assert str(err.value) == ("transfo-xl/transfo-xl-wt103: no local directory of that name, and Hub model ids "
+                              "need huggingface_hub (pip install 'transformer-xl[hub]')")
+
+
+def test_converted_dir_is_keyed_by_repo_and_commit(tmp_path) -> None:
+    assert hub.converted_dir("a/b", "c" * 40, tmp_path) == tmp_path / "hub" / "models--a--b" / ("c" * 40)
