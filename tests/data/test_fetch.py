@@ -150,7 +150,7 @@ def _wt2_zip(path: Path) -> Path:
 
     with zipfile.ZipFile(path, "w") as zf:
         for split in ("train", "valid", "test"):
-            body = lzma.open(corpora.ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read()
+            body = lzma.decompress((corpora.ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read_bytes())
             zf.writestr(f"wikitext-2/wiki.{split}.tokens", body)
     return path
 

@@ -34,7 +34,7 @@ SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 
 def original(split: str) -> bytes:
     """The embedded ``wiki.SPLIT.tokens`` (the official file's bytes)."""
-    return lzma.open(ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read()
+    return lzma.decompress((ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read_bytes())
 
 
 def hub_rows(text: bytes) -> list[str]:
