@@ -245,3 +245,23 @@ def test_convert_hf_export_of_a_character_vocabulary_writes_no_tokenizer(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no tokenizer files were written: the vocabulary is char-level" in err
     assert not (tmp_path / "hf" / "vocab.txt").exists()
+
+
+def test_convert_vocab_may_name_a_dataset(tmp_path, capsys, monkeypatch) -> None:
+    """``--vocab ptb``: the vocabulary of ptb's prepared cache (60 symbols, as the model); none prepared: one line."""
+    from tests.data.test_named_vocab import ptb_dir
+    from transformer_xl.data import load_corpus
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    _saved_model(tmp_path, untie_r=False)  # n_token 60, no vocabulary beside it
+    argv = ["convert", str(tmp_path / "model"), "--to", "hf", "--vocab", "ptb", "--out", str(tmp_path / "hf")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--vocab ptb: no prepared vocabulary of ptb yet; run `txl data prepare ptb`" in err
+    assert not (tmp_path / "hf").exists()
+    vocab = load_corpus("ptb", ptb_dir(tmp_path / "data")).vocab
+    assert len(vocab) == 60
+    assert main(argv) == 0
+    assert _hf_tokenizer(tmp_path / "hf", monkeypatch).encode("w3 w57 nope") == [vocab.sym2idx["w3"],
+                                                                                vocab.sym2idx["w57"], vocab.unk_idx]

@@ -11,11 +11,11 @@ from transformer_xl.data.named_vocab import dataset_vocab, is_dataset_name, reso
 from transformer_xl.errors import DataError
 
 
-def ptb_dir(root: Path, words: int = 59) -> Path:
-    """A data dir whose ``ptb/`` holds three small files: ``words`` distinct words (+ ``<eos>``: the vocabulary)."""
+def ptb_dir(root: Path, words: int = 58) -> Path:
+    """A data dir whose ``ptb/`` holds three small files: ``words`` distinct words, ``<unk>`` and ``<eos>``."""
     folder = root / "ptb"
     folder.mkdir(parents=True)
-    text = " ".join(f"w{i}" for i in range(words))
+    text = " ".join(f"w{i}" for i in range(words)) + " <unk>"
     for split in ("train", "valid", "test"):
         (folder / f"ptb.{split}.txt").write_text(f" {text} \n w1 w2 \n")
     return root
