@@ -167,3 +167,24 @@ def test_txl_data_fetch_offline_from_the_hub_cache(tmp_path: Path) -> None:
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode != 0 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1 and "is not in the Hugging Face cache; place " in run.stderr
+
+
+def test_an_unreachable_hub_is_one_line_without_its_retry_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stubbed hf_hub_download that retries (logging as huggingface_hub does) and gives up, as with no network."""
+    import logging
+
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def unreachable(*args: object, **kwargs: object) -> str:
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+        raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(DataError, match=r"^the Hub cannot be reached and Salesforce/wikitext@b08601e is not in the "
+                       r"Hugging Face cache; place wikitext-2-v1/train-00000-of-00001.parquet, "):
+        fetch_from_hub(HUB, tmp_path)
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]

@@ -254,9 +254,9 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
             try:
                 _from_url(res, url, folder, force=force, progress=progress)
             except DataError as exc:
-                failures.append(f"{url}: {_short(exc)}")
+                failures.append(f"{url}: {_short(exc, url)}")
                 if after:
-                    log.warning("txl data: %s failed (%s); trying %s", url, _short(exc), after)
+                    log.warning("txl data: %s failed (%s); trying %s", url, _short(exc, url), after)
                 continue
             record_sources(folder, _record(res, url, folder))
             break
@@ -281,11 +281,16 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
     raise DataError(f"{spec.name}: every source failed ({'; '.join(failures)}){tail}")
 
 
-def _short(exc: DataError) -> str:
-    """A failure's reason without the advice to download by hand (said once, at the end)."""
+def _short(exc: DataError, url: str) -> str:
+    """A failure's reason without the URL (said before it) or the advice to download by hand (said once, at the
+    end): ``HTTP 403``, ``[Errno -2] Name or service not known``, ``...: sha256 ... does not match ...``."""
     text = str(exc)
     for cut in ("; download ", "; the partial download"):
         text = text.split(cut)[0]
+    prefix = f"cannot download {url}"
+    if text.startswith(prefix):
+        text = text[len(prefix):].lstrip(": ")
+        text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
     return text
 
 

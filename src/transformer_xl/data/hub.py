@@ -9,8 +9,11 @@ the line and token counts and the published checksum of the original file are ve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +53,25 @@ def placement_hint(hub: HubSource, folder: Path) -> str:
     return f"place {shards} under {snapshot_dir(hub)}/, or {originals} in {folder}/"
 
 
+@contextlib.contextmanager
+def _quiet_retries() -> Iterator[None]:
+    """huggingface_hub logs every retry of an unreachable Hub as a warning: the one line of the outcome says it."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _download(hub: HubSource, filename: str, folder: Path) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        return Path(hf_hub_download(hub.repo_id, filename, repo_type="dataset", revision=hub.revision))
+        with _quiet_retries():
+            return Path(hf_hub_download(hub.repo_id, filename, repo_type="dataset", revision=hub.revision))
     except LocalEntryNotFoundError:  # offline (or the Hub unreachable) and not in the cache
         why = "offline (HF_HUB_OFFLINE)" if hub_offline() else "the Hub cannot be reached"
         raise DataError(f"{why} and {hub.repo_id}@{hub.revision[:7]} is not in the Hugging Face cache; "
