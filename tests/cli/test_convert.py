@@ -260,3 +260,23 @@ def test_convert_from_hf_hub_id(tmp_path, hub_cache, capsys) -> None:
     assert main(["convert", "--from", "hf", "org/tiny", "--out", str(tmp_path / "o2")]) == 2
     assert "is a txl model already" in one_line_error(capsys)
     assert main(["convert", "--to", "hf", "org/tiny", "--out", str(tmp_path / "o3")]) == 0
+
+
+def test_convert_vocab_may_name_a_dataset(tmp_path, capsys, monkeypatch) -> None:
+    """``--vocab ptb``: the vocabulary of ptb's prepared cache (60 symbols, as the model); none prepared: one line."""
+    from tests.data.test_named_vocab import ptb_dir
+    from transformer_xl.data import load_corpus
+
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    _saved_model(tmp_path, untie_r=False)  # n_token 60, no vocabulary beside it
+    argv = ["convert", str(tmp_path / "model"), "--to", "hf", "--vocab", "ptb", "--out", str(tmp_path / "hf")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--vocab ptb: no prepared vocabulary of ptb yet; run `txl data prepare ptb`" in err
+    assert not (tmp_path / "hf").exists()
+    vocab = load_corpus("ptb", ptb_dir(tmp_path / "data")).vocab
+    assert len(vocab) == 60
+    assert main(argv) == 0
+    assert _hf_tokenizer(tmp_path / "hf", monkeypatch).encode("w3 w57 nope") == [vocab.sym2idx["w3"],
+                                                                                vocab.sym2idx["w57"], vocab.unk_idx]

@@ -6,6 +6,8 @@ import dataclasses
 import hashlib
 import http.server
 import io
+import json
+import re
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -139,3 +141,68 @@ def test_fetch_dataset_from_mirror_verifies_members(
     assert not list((tmp_path / "data2" / "ptb").iterdir())  # neither members nor the bad archive
 
 
+
+
+def _wt2_zip(path: Path) -> Path:
+    """A ``wikitext-2-v1.zip`` laid out as the official one, from the embedded WikiText-2 (real member checksums)."""
+    import lzma
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        for split in ("train", "valid", "test"):
+            body = lzma.decompress((corpora.ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read_bytes())
+            zf.writestr(f"wikitext-2/wiki.{split}.tokens", body)
+    return path
+
+
+def _with_urls(monkeypatch: pytest.MonkeyPatch, name: str, urls: list[str], sha256: str | None) -> None:
+    spec = corpora.DATASETS[name]
+    res = dataclasses.replace(spec.resources[0], url=urls[0], mirrors=tuple(urls[1:]), sha256=sha256)
+    monkeypatch.setitem(corpora.DATASETS, name, dataclasses.replace(spec, resources=(res,)))
+
+
+def test_dead_and_wrong_sources_are_passed_in_order_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "www").mkdir()
+    good = _wt2_zip(tmp_path / "www" / "wikitext-2-v1.zip")
+    wrong = tmp_path / "www" / "other.zip"
+    wrong.write_bytes(good.read_bytes()[:-10] + b"0123456789")
+    dead, wrong_url, good_url = (tmp_path / "gone.zip").as_uri(), wrong.as_uri(), good.as_uri()
+    _with_urls(monkeypatch, "wt2", [dead, wrong_url, good_url], hashlib.sha256(good.read_bytes()).hexdigest())
+    files = fetch("wt2", tmp_path / "data", progress=False)
+    assert [f.name for f in files] == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"txl data: {dead} failed ([Errno 2] No such file or directory: ") and \
+        lines[0].endswith(f"); trying {wrong_url}")
+    assert re.fullmatch(rf"txl data: {re.escape(wrong_url)} failed \(.*sha256 [0-9a-f]+ does not match the expected "
+                        rf"[0-9a-f]+\); trying {re.escape(good_url)}", lines[1])
+    sources = json.loads((tmp_path / "data" / "wikitext-2" / "sources.json").read_text())
+    assert {v["source"] for v in sources.values()} == {good_url}
+    c = load_corpus("wt2", tmp_path / "data", cache_dir=tmp_path / "c")
+    assert c.manifest["fetched_from"]["wiki.train.tokens"]["source"] == good_url
+    assert c.manifest["fetched_from"]["wiki.train.tokens"]["sha256"] == corpora._WT2_SHA["train"]
+    assert c.info()["tokens"] == {"train": 2_088_628, "valid": 217_646, "test": 245_569}
+
+
+def test_every_source_dead_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # no network: the Hub source reads the cache only
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    urls = [(tmp_path / "a.zip").as_uri(), (tmp_path / "b.zip").as_uri()]
+    _with_urls(monkeypatch, "wt2", urls, None)
+    with pytest.raises(DataError) as err:
+        fetch("wt2", tmp_path / "data", progress=False)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"wt2: every source failed ({urls[0]}: [Errno 2] No such file or directory: ")
+    assert f"; {urls[1]}: [Errno 2] No such file" in message and "; hf://datasets/Salesforce/wikitext@" in message
+    assert message.endswith(f"in {tmp_path / 'data' / 'wikitext-2'}/)") and message.count("; place ") == 1
+    assert [r.getMessage().split(" failed")[0] for r in caplog.records] == [f"txl data: {u}" for u in urls]
+    # a dataset without a Hub source: its one URL dead is one line too
+    _with_urls(monkeypatch, "ptb", [(tmp_path / "p.tgz").as_uri()], None)
+    with pytest.raises(DataError, match=r"^ptb: file://\S+/p.tgz: \[Errno 2\] .*; download file://\S+ by hand "
+                       r"and place it in \S+/ptb/$"):
+        fetch("ptb", tmp_path / "data", progress=False)

@@ -283,3 +283,23 @@ def test_open_init_takes_a_hub_id(tmp_path, hub_cache) -> None:
     assert init.model_dir == hub_cache / "models--org--tiny" / "snapshots" / commit
     assert init.vocab_path.name == "vocab.json"
     assert init.sha256 == sha256_file(tmp_path / "txl-src" / "model.safetensors")
+
+
+def test_init_vocab_may_name_a_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--init-vocab ptb``: the vocabulary of ptb's prepared cache; a dataset with none says what to run."""
+    from tests.data.test_named_vocab import ptb_dir
+    from transformer_xl.cli import main
+
+    data = ptb_dir(tmp_path / "data")
+    corpus = load_corpus("ptb", data)
+    tiny_model(0, n_token=len(corpus.vocab), tgt_len=6, mem_len=6).save_pretrained(tmp_path / "m")  # no vocab beside
+    trainer = Trainer(run_config(tmp_path / "run", "ptb", data_dir=str(data), init_from=str(tmp_path / "m"),
+                                 init_vocab="ptb"))
+    assert trainer.corpus.vocab.sha256() == corpus.vocab.sha256()
+    trainer.close()
+    assert open_init(tmp_path / "m", "ptb").record()["vocab"] == str(corpus.cache_dir / "vocab.json")
+    capsys.readouterr()
+    assert main(["train", "--dataset", "ptb", "--data-dir", str(data), "--init-from", str(tmp_path / "m"),
+                 "--init-vocab", "wt103", "--out-dir", str(tmp_path / "r"), "--batch-size", "4"]) == 2
+    err = one_line_error(capsys, "txl train: error: ")
+    assert "--init-vocab wt103: no prepared vocabulary of wt103 yet; run `txl data prepare wt103` first" in err

@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="official MemTransformerLM constructor kwargs as JSON (with --from official)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
-                   "vocab.pkl/vocab.bin, read without running code, or a txl vocab JSON); --from hf looks for "
+                   "vocab.pkl/vocab.bin, read without running code, a txl vocab JSON, or a dataset name such as wt103: "
+                   "the vocabulary of its prepared cache, see `txl data prepare`); --from hf looks for "
                    "PATH/vocab.pkl, vocab.bin or vocab.txt (a --to hf export) by itself. With --to hf: the "
                    "vocabulary to write as TransfoXLTokenizer files (vocab.txt, tokenizer_config.json, "
                    "special_tokens_map.json; default: the model's own vocab.json)")
@@ -99,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
 def _import_vocab(args: argparse.Namespace):
     """The vocabulary to write next to an imported model: --vocab, or an HF directory's vocab.pkl/bin."""
     from transformer_xl.data import Vocab
+    from transformer_xl.data.named_vocab import resolve_vocab
     from transformer_xl.interop.hf_vocab import find_hf_vocab, load_hf_vocab
 
-    path = Path(args.vocab) if args.vocab else None
+    path = resolve_vocab(args.vocab)
     if path is None and args.src == "hf" and Path(args.path).is_dir():
         path = find_hf_vocab(args.path)
     if path is None:
@@ -115,12 +117,13 @@ def _export_tokenizer(args: argparse.Namespace, model_dir: Path, n_token: int) -
     """The TransfoXLTokenizer files of the model's vocabulary (--vocab, else the one beside the model), or none,
     said on stderr in one line, when there is no vocabulary or the tokenizer cannot represent it."""
     from transformer_xl.data import Vocab
+    from transformer_xl.data.named_vocab import resolve_vocab
     from transformer_xl.errors import CheckpointError
     from transformer_xl.interop.hf_vocab import hf_tokenizer_files, hf_tokenizer_refusal, load_hf_vocab
     from transformer_xl.store.layout import find_vocab
 
     try:
-        path = find_vocab(model_dir, args.vocab)
+        path = find_vocab(model_dir, resolve_vocab(args.vocab))
     except CheckpointError:
         print(f"txl convert: no vocabulary beside {model_dir}, so no tokenizer files were written (pass --vocab "
               "PATH for them)", file=sys.stderr)

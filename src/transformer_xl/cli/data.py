@@ -29,9 +29,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         q.add_argument("name", help="dataset name, or a text file / directory (prepare, info)")
         q.add_argument("--data-dir", default=None, help="raw data folder (default: $TXL_DATA_DIR, then user cache)")
 
-    f = dsub.add_parser("fetch", help="download and verify a dataset's files")
+    f = dsub.add_parser(
+        "fetch", help="download and verify a dataset's files",
+        description="Sources are tried in order: the original URL, the author's mirror (WikiText: "
+        "wikitext.smerity.com), then the Hugging Face Hub dataset where one exists (WikiText: Salesforce/wikitext "
+        "Parquet at a pinned revision, rebuilt to the exact original files; needs `pip install "
+        "'transformer-xl[hub]'`; HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply). A dead source is said in one line "
+        "naming the next. Files are verified whatever the source (SHA-256, or line/token counts and the checksum of "
+        "the rebuilt text); the source used is kept in DATA/SUBDIR/sources.json and in the manifest of caches "
+        "prepared from them. With HF_HUB_OFFLINE=1 network URLs are skipped and only the Hub cache is read.")
     common(f)
-    f.add_argument("--mirror", default=None, help="base URL replacing the canonical URLs' folder")
+    f.add_argument("--mirror", default=None, help="base URL replacing the canonical URLs' folder (then the only "
+                   "source tried)")
     f.add_argument("--force", action="store_true", help="download again even if present")
     for name, helptext in (("prepare", "tokenize once into the cache and print its sizes"),
                            ("info", "list the caches already prepared (level, tokenizer, sizes, vocabulary, when "

@@ -12,6 +12,7 @@ import numpy as np
 from transformer_xl.data import builders
 from transformer_xl.data.builders import Built, Source
 from transformer_xl.data.cache import config_key, list_caches, load_arrays, read_manifest, stale_reason, write_cache
+from transformer_xl.data.fetch import read_sources
 from transformer_xl.data.paths import resolve_cache_dir, resolve_data_dir
 from transformer_xl.data.rawtext import with_compressed_variants
 from transformer_xl.data.registry import ASSETS_DIR, DatasetSpec, find_resource, get_spec
@@ -256,6 +257,7 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
     if opts["errors"] not in ("strict", "replace"):
         raise DataError(f"errors must be 'strict' or 'replace', not {opts['errors']!r}")
     paths = options.pop("paths", None)
+    fetched: dict[str, Any] = {}
     user = paths is not None or name == "text" or (name.lower() not in _aliases() and Path(name).exists())
     if user:
         plist = [Path(p).expanduser().resolve() for p in (paths or [name])]
@@ -296,6 +298,7 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
         for p in extra_paths:
             if not p.is_file():
                 raise _missing(spec, str(p.relative_to(ddir)), ddir)
+        fetched = fetched_from(spec, [s.path for s in flat] + extra_paths, ddir)
         build = lambda: _build_spec(spec, sources, ddir, opts)  # noqa: E731
         if vocab is not None:
             build = lambda: builders.build_with_vocab(  # noqa: E731
@@ -326,12 +329,26 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
             dataset=label,
             config=config,
             sources=src_paths,
-            extra={"char_level": char_level, **({"unknown": built.unknown} if built.unknown is not None else {})},
+            extra={"char_level": char_level, **({"unknown": built.unknown} if built.unknown is not None else {}),
+                   **({"fetched_from": fetched} if fetched else {})},
         )
     vocab = Vocab.load(cache_dir / VOCAB)
     splits = load_arrays(cache_dir, manifest["splits"], len(vocab))
     extras = load_arrays(cache_dir, manifest.get("extras", {}))
     return Corpus(label, vocab, splits, char_level, cache_dir, manifest, extras)
+
+
+def fetched_from(spec: DatasetSpec, paths: list[Path], data_dir: Path) -> dict[str, Any]:
+    """Where each source file of a known dataset came from: the record ``txl data fetch`` kept (URL or Hub dataset,
+    SHA-256), or the copy embedded in the package; files placed by hand have no entry."""
+    records = read_sources(data_dir / spec.subdir)
+    out: dict[str, Any] = {}
+    for path in paths:
+        if path.parent == data_dir / spec.subdir and path.name in records:
+            out[path.name] = records[path.name]
+        elif ASSETS_DIR in path.parents:
+            out[path.name] = {"source": f"embedded in the package ({spec.embedded})"}
+    return out
 
 
 def check_level(vocab: Vocab, level: str, dataset: str) -> None:

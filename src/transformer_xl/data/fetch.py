@@ -1,4 +1,4 @@
-"""Downloads with resume, a progress bar and SHA-256 verification; archive member extraction.
+"""Downloads with resume, a progress bar and SHA-256 verification; archive member extraction; sources in order.
 
 A download goes to ``NAME.part`` and is renamed to ``NAME`` only once complete and verified; a
 checksum or size mismatch deletes the partial file. An interrupted download keeps ``NAME.part``,
@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import logging
 import os
 import tarfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
+from transformer_xl.data.hub import fetch_from_hub, hub_offline, placement_hint
 from transformer_xl.data.paths import resolve_data_dir
 from transformer_xl.data.registry import DatasetSpec, Member, Resource, get_spec
 from transformer_xl.errors import DataError
-from transformer_xl.store.files import sha256_file
+from transformer_xl.store.files import sha256_file, write_json
 
 BLOCK = 1 << 16
+#: The record, in a dataset folder, of where each fetched file came from (URL or Hub dataset) and its SHA-256.
+SOURCES = "sources.json"
+log = logging.getLogger(__name__)
 
 
 def _progress(total: int | None, initial: int, desc: str, enabled: bool):
@@ -182,6 +190,110 @@ def _resource_done(res: Resource, folder: Path) -> bool:
     return (folder / res.filename).exists() and not res.extract_all
 
 
+def _from_url(res: Resource, url: str, folder: Path, *, force: bool, progress: bool) -> None:
+    """Download ``res`` from ``url`` (or verify the archive already there) and extract its verified members."""
+    archive = folder / res.filename
+    if force or not archive.exists():
+        download(url, archive, sha256=res.sha256, size=res.size, progress=progress)
+    else:
+        verify_file(archive, sha256=res.sha256, size=res.size)
+    try:
+        for member in res.members:
+            _extract_member(archive, member, folder)
+    except DataError:
+        archive.unlink(missing_ok=True)  # never leave an archive that failed verification as if good
+        raise
+    if res.extract_all:
+        _extract_all(archive, folder)
+    if res.members and all(m.dest for m in res.members):
+        archive.unlink()  # everything needed was extracted and verified
+
+
+def _record(res: Resource, url: str, folder: Path) -> dict[str, dict[str, Any]]:
+    """What :data:`SOURCES` records for the files ``res`` gave: where they came from and their SHA-256."""
+    names = [m.dest for m in res.members if m.dest] or ([] if res.extract_all else [res.filename])
+    return {n: {"source": url, "archive": res.filename, "sha256": sha256_file(folder / n)} for n in names
+            if (folder / n).is_file()}
+
+
+def record_sources(folder: Path, records: dict[str, dict[str, Any]]) -> None:
+    """Add ``records`` (file name -> source, SHA-256, ...) to the dataset folder's :data:`SOURCES`."""
+    if records:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        new = {k: {**v, "fetched": stamp} for k, v in records.items()}
+        write_json(folder / SOURCES, {**read_sources(folder), **new})
+
+
+def read_sources(folder: Path) -> dict[str, dict[str, Any]]:
+    """The dataset folder's :data:`SOURCES` (file name -> where it was fetched from), or ``{}``."""
+    path = folder / SOURCES
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}  # a provenance note only: an unreadable one is rewritten by the next fetch
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def _offline_skip(url: str) -> bool:
+    return hub_offline() and not url.startswith("file:")
+
+
+def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: bool, progress: bool) -> None:
+    """Each resource not yet done from its URLs in order, then (for what is still missing) the Hub dataset. A dead
+    source is said in one line naming the next one tried; when every source failed, one :class:`DataError` line."""
+    failures: list[str] = []
+    missing = False
+    for res in spec.resources:
+        if not force and _resource_done(res, folder):
+            continue
+        urls = [f"{mirror.rstrip('/')}/{res.filename}"] if mirror else [u for u in res.urls if not _offline_skip(u)]
+        nexts = [*urls[1:], spec.hub.describe() if spec.hub and not mirror else None]
+        for url, after in zip(urls, nexts):
+            try:
+                _from_url(res, url, folder, force=force, progress=progress)
+            except DataError as exc:
+                failures.append(f"{url}: {_short(exc, url)}")
+                if after:
+                    log.warning("txl data: %s failed (%s); trying %s", url, _short(exc, url), after)
+                continue
+            record_sources(folder, _record(res, url, folder))
+            break
+        else:
+            missing = True
+    if not missing:
+        return
+    if spec.hub is not None and not mirror:
+        try:
+            record_sources(folder, fetch_from_hub(spec.hub, folder, force=force))
+            return
+        except DataError as exc:
+            failures.append(f"{spec.hub.describe()}: {exc}")
+            hint = placement_hint(spec.hub, folder)
+    else:
+        hint = f"download {spec.resources[0].url} by hand and place it in {folder}/"
+    if not failures:
+        failures.append("offline (HF_HUB_OFFLINE is set) and no local source")
+    tail = "" if hint in failures[-1] else f"; {hint}"
+    if len(failures) == 1:  # one source (or offline: the Hub cache only)
+        raise DataError(f"{spec.name}: {failures[0]}{tail}")
+    raise DataError(f"{spec.name}: every source failed ({'; '.join(failures)}){tail}")
+
+
+def _short(exc: DataError, url: str) -> str:
+    """A failure's reason without the URL (said before it) or the advice to download by hand (said once, at the
+    end): ``HTTP 403``, ``[Errno -2] Name or service not known``, ``...: sha256 ... does not match ...``."""
+    text = str(exc)
+    for cut in ("; download ", "; the partial download"):
+        text = text.split(cut)[0]
+    prefix = f"cannot download {url}"
+    if text.startswith(prefix):
+        text = text[len(prefix):].lstrip(": ")
+        text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    return text
+
+
 def fetch(
     name: str,
     data_dir: str | Path | None = None,
@@ -192,32 +304,20 @@ def fetch(
 ) -> list[Path]:
     """Download and verify the files of dataset ``name`` into ``<data_dir>/<subdir>``.
 
-    ``mirror`` replaces the directory part of every canonical URL (e.g. a ``file://`` folder or a
-    local server). Files already present are kept unless ``force``. Returns the dataset folder's files.
+    Sources are tried in order: each download's URLs (the original, then the author's mirrors), then the Hugging
+    Face Hub dataset where the registry lists one (the original files rebuilt from Parquet, see
+    :mod:`transformer_xl.data.hub`). Whatever the source, the files are verified (SHA-256, sizes, or the line and
+    token counts and checksum of the rebuilt text), and the source used is recorded in the folder's
+    :data:`SOURCES` (copied into the manifest of every cache prepared from them). With ``HF_HUB_OFFLINE`` set,
+    network URLs are skipped. ``mirror`` replaces the directory part of every canonical URL (e.g. a ``file://``
+    folder or a local server) and is then the only source. Files already present are kept unless ``force``.
+    Returns the dataset folder's files.
     """
     spec: DatasetSpec = get_spec(name)
     folder = resolve_data_dir(data_dir) / spec.subdir
     folder.mkdir(parents=True, exist_ok=True)
-    for res in spec.resources:
-        if not force and _resource_done(res, folder):
-            continue
-        url = f"{mirror.rstrip('/')}/{res.filename}" if mirror else res.url
-        archive = folder / res.filename
-        if force or not archive.exists():
-            download(url, archive, sha256=res.sha256, size=res.size, progress=progress)
-        else:
-            verify_file(archive, sha256=res.sha256, size=res.size)
-        try:
-            for member in res.members:
-                _extract_member(archive, member, folder)
-        except DataError:
-            archive.unlink(missing_ok=True)  # never leave an archive that failed verification as if good
-            raise
-        if res.extract_all:
-            _extract_all(archive, folder)
-        if res.members and all(m.dest for m in res.members):
-            archive.unlink()  # everything needed was extracted and verified
-    return sorted(p for p in folder.iterdir() if p.is_file())
+    _try_sources(spec, folder, mirror=mirror, force=force, progress=progress)
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name != SOURCES)
 
 
-__all__ = ["download", "fetch", "verify_file"]
+__all__ = ["SOURCES", "download", "fetch", "read_sources", "record_sources", "verify_file"]

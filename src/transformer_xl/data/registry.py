@@ -27,7 +27,9 @@ class Member:
 
 @dataclass(frozen=True)
 class Resource:
-    """One download: canonical URL, file name in the dataset folder, and what is known to verify it."""
+    """One download: canonical URL, file name in the dataset folder, and what is known to verify it.
+
+    ``mirrors``: other URLs serving the same bytes, tried in order after ``url`` (the same checks apply)."""
 
     url: str
     filename: str
@@ -35,6 +37,41 @@ class Resource:
     size: int | None = None
     members: tuple[Member, ...] = ()
     extract_all: bool = False  # unpack the whole archive (One Billion Word)
+    mirrors: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every URL of this file, in the order they are tried."""
+        return (self.url, *self.mirrors)
+
+
+@dataclass(frozen=True)
+class HubSplit:
+    """One original file rebuilt from a Hub dataset's Parquet shards (one row per line of the original; a
+    whitespace-only line is an empty row), with what is published about the original to verify the result."""
+
+    dest: str  # the original file name in the dataset folder (wiki.train.tokens)
+    files: tuple[str, ...]  # Parquet shards in the repository, in order
+    lines: int
+    tokens: int  # whitespace words + one <eos> per line
+    sha256: str | None = None  # of the original file, where published
+    sha1: str | None = None  # where only a SHA-1 is published
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face Hub dataset holding the same text: repository, pinned revision, the splits it rebuilds."""
+
+    repo_id: str
+    revision: str  # a commit: the files are pinned, and an offline cache needs no refs lookup
+    config: str
+    splits: tuple[HubSplit, ...]
+    column: str = "text"
+    blank_line: str = " \n"  # what an empty row stood for in the original file
+
+    def describe(self) -> str:
+        """``hf://datasets/REPO@REV/CONFIG``: the source as recorded in manifests."""
+        return f"hf://datasets/{self.repo_id}@{self.revision}/{self.config}"
 
 
 @dataclass(frozen=True)
@@ -54,6 +91,7 @@ class DatasetSpec:
     license: str = ""
     notes: str = ""
     extra_files: dict[str, str] = field(default_factory=dict)
+    hub: HubSource | None = None  # tried after every URL of ``resources`` failed
 
     @property
     def char_level(self) -> bool:
@@ -71,7 +109,27 @@ _PTB_SHA = {
     "valid": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
     "test": "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
 }
-_WT2_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-v1.zip"
+# WikiText: the original S3 bucket (403 since 2024), then the author's (Stephen Merity's) own mirror of the same zip
+# files, then the Hugging Face Hub dataset Salesforce/wikitext (Parquet) at a pinned commit.
+_WT_S3 = "https://s3.amazonaws.com/research.metamind.io/wikitext"
+_WT_MIRROR = "https://wikitext.smerity.com"
+_WT_HUB_REPO, _WT_HUB_REV = "Salesforce/wikitext", "b08601e04326c79dfdd32d625aee71d232d685c3"
+# SHA-256 of the zip archives as recorded by independent loaders (Julia DataDeps registrations and Python
+# loaders agree); the mirror's ETag for WikiText-103 equals torchtext's MD5 of the S3 file (the same bytes).
+_WT2_ZIP_SHA = "92675f1d63015c1c8b51f1656a52d5bdbc33aafa60cc47a218a66e7ee817488c"
+_WT103_ZIP_SHA = "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
+# WikiText-103 members: only SHA-1 values are published (Apache MXNet / GluonNLP's WikiText103); counts: Merity et
+# al. 2016 (tokens) and torchtext / the Hub dataset card (lines).
+_WT103_SHA1 = {
+    "train": "b7497e2dfe77e72cfef5e3dbc61b7b53712ac211",
+    "valid": "c326ac59dc587676d58c422eb8a03e119582f92b",
+    "test": "8a5befc548865cec54ed4273cf87dbbad60d1e47",
+}
+_WT_LINES = {"wikitext-2": {"train": 36_718, "valid": 3_760, "test": 4_358},
+             "wikitext-103": {"train": 1_801_350, "valid": 3_760, "test": 4_358}}
+_WT_TOKENS = {"wikitext-2": {"train": 2_088_628, "valid": 217_646, "test": 245_569},
+              "wikitext-103": {"train": 103_227_021, "valid": 217_646, "test": 245_569}}
+_WT2_URL = f"{_WT_S3}/wikitext-2-v1.zip"
 _WT2_SHA = {
     "train": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
     "valid": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
@@ -100,8 +158,26 @@ _PTB_RES = Resource(
 _WT2_RES = Resource(
     _WT2_URL,
     "wikitext-2-v1.zip",
+    sha256=_WT2_ZIP_SHA,
     members=tuple(Member(f"wikitext-2/wiki.{s}.tokens", f"wiki.{s}.tokens", _WT2_SHA[s]) for s in _WT2_SHA),
+    mirrors=(f"{_WT_MIRROR}/wikitext-2-v1.zip",),
 )
+
+
+def _wt_hub(name: str, shards: int) -> HubSource:
+    """The Parquet layout of ``Salesforce/wikitext``: CONFIG/{train,validation,test}-0000i-of-0000n.parquet."""
+    config = f"{name}-v1"
+    splits = []
+    for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        n = shards if split == "train" else 1
+        files = tuple(f"{config}/{hub_split}-{i:05d}-of-{n:05d}.parquet" for i in range(n))
+        known = _WT2_SHA if name == "wikitext-2" else {}
+        splits.append(HubSplit(f"wiki.{split}.tokens", files, _WT_LINES[name][split], _WT_TOKENS[name][split],
+                               sha256=known.get(split), sha1=_WT103_SHA1[split] if name == "wikitext-103" else None))
+    return HubSource(_WT_HUB_REPO, _WT_HUB_REV, config, tuple(splits))
+
+
+_WT2_HUB = _wt_hub("wikitext-2", 1)
 _PTB_FILES = _split_files("ptb/ptb.{split}.txt", "penn/{split}.txt")
 _WT2_FILES = _split_files("wikitext-2/wiki.{split}.tokens", "wikitext-2/{split}.txt")
 _WT_LICENSE = "CC BY-SA 3.0 (Merity et al. 2016, text from Wikipedia)"
@@ -131,6 +207,7 @@ DATASETS: dict[str, DatasetSpec] = {
             (_WT2_RES,),
             embedded="wikitext-2",
             aliases=("wikitext-2", "wikitext2"),
+            hub=_WT2_HUB,
             license=_WT_LICENSE,
             notes="33,278 vocabulary, <eos> per line; falls back to the copy embedded in the package",
         ),
@@ -143,6 +220,7 @@ DATASETS: dict[str, DatasetSpec] = {
             (_WT2_RES,),
             embedded="wikitext-2",
             aliases=("wikitext-2-char",),
+            hub=_WT2_HUB,
             license=_WT_LICENSE,
             notes="characters of each stripped line of WikiText-2 (spaces are symbols) + <eos> per line",
         ),
@@ -165,14 +243,17 @@ DATASETS: dict[str, DatasetSpec] = {
             _split_files("wikitext-103/wiki.{split}.tokens", "wikitext-103/{split}.txt"),
             (
                 Resource(
-                    "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip",
+                    f"{_WT_S3}/wikitext-103-v1.zip",
                     "wikitext-103-v1.zip",
-                    size=190_229_076,  # no published checksum known; size from the HF dataset card
+                    sha256=_WT103_ZIP_SHA,
+                    size=190_229_076,  # the download size of the HF dataset card
                     members=tuple(
                         Member(f"wikitext-103/wiki.{s}.tokens", f"wiki.{s}.tokens") for s in ("train", "valid", "test")
                     ),
+                    mirrors=(f"{_WT_MIRROR}/wikitext-103-v1.zip",),
                 ),
             ),
+            hub=_wt_hub("wikitext-103", 2),
             count_splits=("train",),
             aliases=("wikitext-103", "wikitext103"),
             license=_WT_LICENSE,

@@ -12,7 +12,8 @@ NaN/inf). The run gets a new optimizer and schedule from step 0; what it takes f
   it and the model's value; for attn_type 1 and 3, whose learned position tables have ``tgt_len + ext_len +
   mem_len`` rows, that sum may not change either. The run's config keeps the merged model fields in
   ``model_overrides``, so a resume needs the model's directory no more;
-* **the vocabulary** (:func:`transformer_xl.store.layout.find_vocab` beside the model, or ``init_vocab``): the dataset's
+* **the vocabulary** (:func:`transformer_xl.store.layout.find_vocab` beside the model, or ``init_vocab``: a file or a
+  dataset name such as ``wt103``, the vocabulary of that dataset's prepared cache): the dataset's
   text is encoded with it (:func:`transformer_xl.data.load_corpus` with ``vocab=``), the tokens it lacks become
   ``<unk>``
   and their count is printed; text of another level (characters for a word vocabulary) is refused.
@@ -104,15 +105,19 @@ def _shown(value: Any) -> str:
 
 def open_init(path: str | Path, vocab: str | Path | None = None, *, verify: bool = True) -> InitSource:
     """The model behind ``path`` (verified) and its vocabulary (``vocab``, else the one beside the model); one-line
-    errors for what is missing, damaged or inconsistent."""
+    errors for what is missing, damaged or inconsistent. ``vocab`` may name a dataset (``wt103``: the vocabulary of
+    its prepared cache, :func:`transformer_xl.data.named_vocab.resolve_vocab`)."""
+    from transformer_xl.data.named_vocab import resolve_vocab
     from transformer_xl.inference.loading import load_model
 
+    vocab = resolve_vocab(vocab, flag="--init-vocab")  # a name without a prepared cache is refused before loading
     model, model_dir = load_model(path, verify=verify)
     try:
         vocab_path = find_vocab(model_dir, vocab)
     except CheckpointError:
         raise ConfigError(f"--init-from {path}: no vocabulary beside the model ({model_dir}/vocab.json); pass "
-                          "--init-vocab PATH, the txl vocabulary JSON it was trained with") from None
+                          "--init-vocab PATH (the txl vocabulary JSON it was trained with) or a dataset name "
+                          "(wt103)") from None
     if not vocab_path.is_file():
         raise ConfigError(f"--init-vocab {vocab_path}: no such file")
     words = Vocab.load(vocab_path)

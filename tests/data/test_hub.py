@@ -1,0 +1,190 @@
+"""WikiText from the Hub dataset's Parquet: a fixture built from the embedded WikiText-2 in huggingface_hub's own cache
+layout (``datasets--Salesforce--wikitext/{blobs,refs/main,snapshots/REV/...}``), read offline."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import lzma
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import subprocess_env
+from transformer_xl.data import fetch, load_corpus
+from transformer_xl.data import registry as corpora
+from transformer_xl.data.fetch import SOURCES
+from transformer_xl.data.hub import fetch_from_hub, placement_hint
+from transformer_xl.data.registry import ASSETS_DIR
+from transformer_xl.errors import DataError
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+hf_constants = pytest.importorskip("huggingface_hub.constants")
+
+HUB = corpora.DATASETS["wt2"].hub
+SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+
+
+def original(split: str) -> bytes:
+    """The embedded ``wiki.SPLIT.tokens`` (the official file's bytes)."""
+    return lzma.decompress((ASSETS_DIR / "wikitext-2" / f"wiki.{split}.tokens.xz").read_bytes())
+
+
+def hub_rows(text: bytes) -> list[str]:
+    """The rows the Hub dataset holds for an original file: each line with its line end, read as text, and an empty
+    row for a whitespace-only line."""
+    return [line if line.strip() else "" for line in io.StringIO(text.decode("utf-8"), newline=None)]
+
+
+def build_hub_cache(root: Path, edit: dict[str, tuple[int, str]] | None = None) -> Path:
+    """A Hugging Face cache holding ``Salesforce/wikitext``'s wikitext-2-v1 Parquet shards at the pinned revision,
+    laid out as huggingface_hub lays it out: content in ``blobs/``, ``snapshots/REV/PATH`` links to them,
+    ``refs/main`` naming REV. ``edit``: split -> (row, new text) changed before writing."""
+    repo = root / f"datasets--{HUB.repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(HUB.revision)
+    (repo / "blobs").mkdir()
+    for split, hub_split in SPLITS.items():
+        rows = hub_rows(original(split))
+        if edit and split in edit:
+            rows[edit[split][0]] = edit[split][1]
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"text": rows}), buf, row_group_size=4096)  # several batches per shard
+        blob = repo / "blobs" / hashlib.sha256(buf.getvalue()).hexdigest()
+        blob.write_bytes(buf.getvalue())
+        link = repo / "snapshots" / HUB.revision / HUB.config / f"{hub_split}-00000-of-00001.parquet"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return root
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HF_HUB_OFFLINE with HF_HUB_CACHE at a fresh fixture cache (as huggingface_hub reads them at import)."""
+    cache = build_hub_cache(tmp_path / "hf")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_registry_lists_the_wikitext_sources_in_order() -> None:
+    for name, archive in (("wt2", "wikitext-2-v1.zip"), ("wt103", "wikitext-103-v1.zip")):
+        spec = corpora.get_spec(name)
+        res = spec.resources[0]
+        assert res.urls == (f"https://s3.amazonaws.com/research.metamind.io/wikitext/{archive}",
+                            f"https://wikitext.smerity.com/{archive}")
+        assert res.sha256 and spec.hub.repo_id == "Salesforce/wikitext" and len(spec.hub.revision) == 40
+        assert [s.dest for s in spec.hub.splits] == [f"wiki.{s}.tokens" for s in SPLITS]
+    wt103 = corpora.get_spec("wt103").hub
+    assert wt103.splits[0].files == ("wikitext-103-v1/train-00000-of-00002.parquet",
+                                     "wikitext-103-v1/train-00001-of-00002.parquet")
+    assert all(s.sha1 and s.tokens and s.lines for s in wt103.splits)
+    assert [s.sha256 for s in HUB.splits] == [m.sha256 for m in corpora.get_spec("wt2").resources[0].members]
+
+
+def test_parquet_gives_exactly_the_original_files_and_token_stream(offline_hub: Path, tmp_path: Path) -> None:
+    records = fetch_from_hub(HUB, tmp_path / "data" / "wikitext-2")
+    for split in SPLITS:
+        assert (tmp_path / "data" / "wikitext-2" / f"wiki.{split}.tokens").read_bytes() == original(split)
+        assert records[f"wiki.{split}.tokens"]["source"] == HUB.describe()
+    assert records["wiki.train.tokens"]["lines"] == 36_718 and records["wiki.train.tokens"]["tokens"] == 2_088_628
+    from_hub = load_corpus("wt2", tmp_path / "data", cache_dir=tmp_path / "c1")
+    embedded = load_corpus("wt2", tmp_path / "empty", cache_dir=tmp_path / "c2")
+    assert from_hub.vocab.idx2sym == embedded.vocab.idx2sym
+    for split in SPLITS:
+        assert np.array_equal(from_hub.splits[split], embedded.splits[split])
+
+
+def test_fetch_falls_back_to_the_hub_and_records_it_in_the_cache_manifest(
+    offline_hub: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Offline, the network URLs are skipped without a word and the Hub cache serves; the source is recorded."""
+    files = fetch("wt2", tmp_path / "data", progress=False)
+    assert [f.name for f in files] == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+    assert not caplog.records
+    record = json.loads((tmp_path / "data" / "wikitext-2" / SOURCES).read_text())
+    assert record["wiki.valid.tokens"]["source"] == f"hf://datasets/Salesforce/wikitext@{HUB.revision}/wikitext-2-v1"
+    manifest = load_corpus("wt2-char", tmp_path / "data", cache_dir=tmp_path / "c").manifest
+    assert manifest["fetched_from"]["wiki.test.tokens"]["sha256"] == HUB.splits[2].sha256
+
+
+def test_a_rebuilt_text_unlike_the_original_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = build_hub_cache(tmp_path / "hf", edit={"valid": (5, "an edited line\n")})
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    with pytest.raises(DataError, match=r"wiki.valid.tokens does not match the original \(tokens 217\d+, expected "
+                       r"217646, sha256 [0-9a-f]{64}, expected f0737ed"):
+        fetch_from_hub(HUB, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["wiki.train.tokens"]  # neither valid nor .part
+    counts = dataclasses.replace(HUB.splits[0], sha256=None, tokens=1)  # counts are checked with no checksum too
+    with pytest.raises(DataError, match="tokens 2088628, expected 1"):
+        fetch_from_hub(dataclasses.replace(HUB, splits=(counts,)), tmp_path / "out2")
+
+
+def test_offline_with_nothing_cached_names_the_files_and_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf"))
+    with pytest.raises(DataError) as err:
+        fetch("wt103", tmp_path / "data", progress=False)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("wt103: hf://datasets/Salesforce/wikitext@")
+    snapshot = f"{tmp_path}/empty-hf/datasets--Salesforce--wikitext/snapshots/{HUB.revision}/"
+    assert f"offline (HF_HUB_OFFLINE) and Salesforce/wikitext@{HUB.revision[:7]} is not in the Hugging Face cache; " \
+           f"place wikitext-103-v1/train-00000-of-00002.parquet, wikitext-103-v1/train-00001-of-00002.parquet, " \
+           f"wikitext-103-v1/validation-00000-of-00001.parquet, wikitext-103-v1/test-00000-of-00001.parquet under " \
+           f"{snapshot}, or wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens in {tmp_path}/data/wikitext-103/" \
+           in message
+    assert message.endswith(placement_hint(corpora.get_spec("wt103").hub, tmp_path / "data" / "wikitext-103"))
+
+
+def test_without_pyarrow_one_line_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(DataError, match=r"needs huggingface_hub and pyarrow \(pyarrow.parquet is missing\): "
+                       r"pip install 'transformer-xl\[hub\]'"):
+        fetch_from_hub(HUB, tmp_path)
+
+
+@pytest.mark.integration
+def test_txl_data_fetch_offline_from_the_hub_cache(tmp_path: Path) -> None:
+    """The real environment route: ``HF_HUB_OFFLINE=1`` and ``HF_HUB_CACHE`` read by huggingface_hub at import."""
+    cache = build_hub_cache(tmp_path / "hf")
+    env = subprocess_env(tmp_path, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache))
+    cmd = [sys.executable, "-m", "transformer_xl", "data", "fetch", "wt2", "--data-dir", str(tmp_path / "data")]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.stdout.split() == [str(tmp_path / "data" / "wikitext-2" / f"wiki.{s}.tokens") for s in
+                                  ("test", "train", "valid")]
+    assert (tmp_path / "data" / "wikitext-2" / "wiki.train.tokens").read_bytes() == original("train")
+    cmd[5] = "wt103"
+    env["HF_HUB_CACHE"] = str(tmp_path / "nothing")
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode != 0 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "is not in the Hugging Face cache; place " in run.stderr
+
+
+def test_an_unreachable_hub_is_one_line_without_its_retry_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stubbed hf_hub_download that retries (logging as huggingface_hub does) and gives up, as with no network."""
+    import logging
+
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def unreachable(*args: object, **kwargs: object) -> str:
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+        raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(DataError, match=r"^the Hub cannot be reached and Salesforce/wikitext@b08601e is not in the "
+                       r"Hugging Face cache; place wikitext-2-v1/train-00000-of-00001.parquet, "):
+        fetch_from_hub(HUB, tmp_path)
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
