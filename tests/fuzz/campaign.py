@@ -215,16 +215,19 @@ def _words(n: int) -> str:
 
 
 def _make_npy_cache(root: Path) -> None:
+    """The cache key holds the source's path: every copy of the seed names the seed's own text file, so that the
+    load finds (and reads) the mutated cache instead of building a fresh one beside it."""
     from transformer_xl.data import load_corpus
 
     (root / "corpus.txt").write_text(_words(60))
+    (root / "source").write_text(str(root / "corpus.txt"))
     load_corpus(str(root / "corpus.txt"), cache_dir=root / "cache")
 
 
 def _load_npy_cache(root: Path) -> Any:
     from transformer_xl.data import load_corpus
 
-    corpus = load_corpus(str(root / "corpus.txt"), cache_dir=root / "cache", on_stale="error")
+    corpus = load_corpus((root / "source").read_text(), cache_dir=root / "cache", on_stale="error")
     return {k: int(v.max()) for k, v in corpus.splits.items() if len(v)}
 
 
@@ -467,12 +470,19 @@ def main(argv: list[str] | None = None) -> int:
     names = args.readers or list(READERS)
     print(f"fuzz seed {args.seed}, {args.examples} cases per reader, {CASE_SECONDS} s per case, "
           f"address space <= {MEMORY_BYTES >> 30} GiB", flush=True)
+    failed = []
     for name in names:
         start = time.perf_counter()
-        counts = run_reader(READERS[name], args.examples, args.seed)
+        try:
+            counts = run_reader(READERS[name], args.examples, args.seed)
+        except Exception:  # the falsifying example and its traceback, then the other readers
+            traceback.print_exc()
+            failed.append(name)
+            print(f"{name}: FAILED after {READERS[name].counts['cases']} cases", flush=True)
+            continue
         print(f"{name}: {counts['cases']} cases, {counts['ok']} loaded, {counts['refused']} refused in one line "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
