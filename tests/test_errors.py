@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 import transformer_xl
-from transformer_xl.errors import CheckpointError, ConfigError, DataError, TXLError, check_int, did_you_mean
+from transformer_xl.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    TXLError,
+    check_int,
+    did_you_mean,
+    one_line,
+)
 
 
 def test_hierarchy() -> None:
@@ -13,7 +21,7 @@ def test_hierarchy() -> None:
         assert issubclass(cls, TXLError) and issubclass(cls, Exception)
     assert issubclass(ConfigError, ValueError)  # argument/config code that catches ValueError still works
     assert not issubclass(TXLError, ValueError)
-    assert len({ConfigError, CheckpointError, DataError}) == 3
+    assert not issubclass(ConfigError, DataError | CheckpointError) and not issubclass(DataError, ConfigError)
     assert not issubclass(DataError, CheckpointError) and not issubclass(CheckpointError, DataError)
     with pytest.raises(TXLError):
         raise DataError("x")
@@ -59,3 +67,9 @@ def test_check_int_refuses_with_a_one_line_config_error(value: object, minimum: 
     with pytest.raises(ConfigError) as exc:
         check_int("batch_size", value, minimum)
     assert str(exc.value) == message
+
+
+def test_one_line_quotes_the_first_line_of_an_error() -> None:
+    assert one_line(ValueError("\n  bad header\nmore detail\n")) == "bad header"
+    assert one_line(IndexError()) == "IndexError"
+    assert one_line(KeyError("x" * 500), limit=20) == "'" + "x" * 16 + "..."

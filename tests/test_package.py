@@ -18,8 +18,16 @@ def test_public_api_is_reexported() -> None:
     from transformer_xl.model import TransformerXLLM
 
     assert transformer_xl.TransformerXLLM is TransformerXLLM
-    for name in transformer_xl.__all__:
-        assert getattr(transformer_xl, name) is not None
+    import importlib
+
+    assert len(transformer_xl.__all__) == len(set(transformer_xl.__all__)) > 10
+    for name in transformer_xl.__all__:  # each name is the object its defining module holds under that name
+        obj = getattr(transformer_xl, name)
+        if name == "__version__":
+            assert isinstance(obj, str) and obj[0].isdigit()
+            continue
+        home = importlib.import_module(obj.__module__)
+        assert getattr(home, obj.__name__) is obj and obj.__name__ == name, name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         transformer_xl.nope  # noqa: B018
 

@@ -21,6 +21,13 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """The first non-empty line of ``str(exc)`` (at most ``limit`` characters), or the exception's type name: for
+    quoting a library's error inside a one-line :class:`TXLError`."""
+    line = next((part.strip() for part in str(exc).splitlines() if part.strip()), type(exc).__name__)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 class TXLError(Exception):
     """Base class of every error caused by user input (files, configs, arguments)."""
 

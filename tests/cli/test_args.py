@@ -47,7 +47,8 @@ def test_argparse_types_refuse_impossible_numbers() -> None:
         seed_int,
     )
 
-    assert positive_int("3") == 3 and nonneg_int("0") == 0 and clamp_int("-1") == -1 and seed_int("4294967295")
+    assert positive_int("3") == 3 and nonneg_int("0") == 0 and clamp_int("-1") == -1
+    assert seed_int("4294967295") == 2**32 - 1 and seed_int("0") == 0
     assert finite_float("-2.5") == -2.5 and nonneg_float("0") == 0.0 and positive_float("1e-3") == 1e-3
     for parse, bad in [(positive_int, "0"), (positive_int, "1.5"), (nonneg_int, "-1"), (clamp_int, "-2"),
                        (seed_int, "-1"), (seed_int, str(2**32)), (seed_int, "1e20"), (finite_float, "nan"),

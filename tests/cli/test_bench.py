@@ -27,7 +27,7 @@ def tiny_case(monkeypatch):
     monkeypatch.setattr(report, "hf_available", lambda: False)
 
 
-def test_bench_writes_json_and_markdown_with_the_command(tiny_case, tmp_path, monkeypatch, capsys) -> None:
+def test_smoke_bench_writes_json_and_markdown_with_the_command(tiny_case, tmp_path, monkeypatch, capsys) -> None:
     out_json, out_md = tmp_path / "out" / "bench.json", tmp_path / "bench.md"
     out_md.write_text("earlier results\n", encoding="utf-8")
     argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "4,8", "--no-hf", "--no-memory", "--steps", "1",

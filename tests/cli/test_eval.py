@@ -45,15 +45,19 @@ def test_cli_eval_json_and_sweep(text_corpus, tmp_path, capsys) -> None:
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["tokens"] == len(corpus.splits["test"]) - 1 and doc["unscored"] == 1
     assert {"loss", "ppl", "seconds", "tokens_per_s", "mem_len"} <= set(doc)
-    pytest.importorskip("matplotlib")
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--sliding-window", "8", "--max-tokens", "50"]) == 0
+    assert "50 tokens (1 not scored)" in capsys.readouterr().out  # max-tokens 50: tokens 1..50
+
+
+def test_cli_eval_memory_sweep(text_corpus, tmp_path) -> None:
+    pytest.importorskip("matplotlib")  # the sweep plots its curve
+    path, model_dir, _ = text_corpus
     assert main(["eval", str(model_dir), "--dataset", str(path), "--mem-len", "0,4,16", "--same-length",
                  "--out", str(tmp_path / "sweep")]) == 0
     rows = json.loads((tmp_path / "sweep" / "memory-sweep.json").read_text())
     assert [r["mem_len"] for r in rows] == [0, 4, 16]
     assert (tmp_path / "sweep" / "memory-sweep.png").stat().st_size > 0
     assert "mem_len" in (tmp_path / "sweep" / "memory-sweep.md").read_text()
-    assert main(["eval", str(model_dir), "--dataset", str(path), "--sliding-window", "8", "--max-tokens", "50"]) == 0
-    assert "50 tokens (1 not scored)" in capsys.readouterr().out  # max-tokens 50: tokens 1..50
 
 
 @pytest.mark.parametrize("argv, message", [

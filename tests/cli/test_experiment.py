@@ -11,11 +11,15 @@ from tests.helpers import MODEL_ARG_KINDS, assert_model_note, eval_model, model_
 from transformer_xl.cli import main
 
 
+def _word_file(path, lines: int):
+    rng = np.random.default_rng(0)
+    path.write_text("\n".join(" ".join(rng.choice([f"w{i}" for i in range(20)], 10)) for _ in range(lines)) + "\n")
+    return path
+
+
 def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
-    rng = np.random.default_rng(0)
-    path = tmp_path / "corpus.txt"
-    path.write_text("\n".join(" ".join(rng.choice([f"w{i}" for i in range(20)], 10)) for _ in range(400)) + "\n")
+    path = _word_file(tmp_path / "corpus.txt", 400)
     out = tmp_path / "abl"
     argv = ["experiment", "ablation", "--dataset", str(path), "--variants", "rec-ours-full,norec-ours-half",
             "--tgt-len", "8", "--steps", "2", "--batch-size", "4", "--seeds", "0,3", "--attn-max", "16",
@@ -30,18 +34,23 @@ def test_cli_experiments(tmp_path, monkeypatch, capsys) -> None:
     doc = json.loads((out / "ablations.json").read_text())
     assert [a["seeds"] for a in doc["aggregate"]] == [[0, 3], [0, 3]] and len(doc["rows"]) == 4
     assert doc["attn_search"] == {"step": 2, "max_len": 16, "rel_tol": 1e-3} and doc["command"]["seeds"] == [0, 3]
-    pytest.importorskip("matplotlib")
+    capsys.readouterr()
+    for variants, message in (("rec-nope-full", "bad variant"), ("table7", "One Billion Word, which was not run")):
+        assert main(["experiment", "ablation", "--dataset", str(path), "--variants", variants, "--out",
+                     str(out)]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_cli_eval_speed_under_both_names(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")  # eval-speed plots its table
+    monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
+    path = _word_file(tmp_path / "corpus.txt", 400)
     for command in (["experiment", "eval-speed"], ["bench", "eval-speed"]):  # the same command, two names
         speed = tmp_path / "-".join(command)
         assert main([*command, "--dataset", str(path), "--model-preset", "tiny", "--attn-lens", "8",
                      "--tgt-len", "4", "--xl-batch", "2", "--xl-segments", "2", "--rows", "4", "--repeats", "1",
                      "--out", str(speed)]) == 0
         assert json.loads((speed / "eval-speed.json").read_text())[0]["attn_len"] == 8
-    capsys.readouterr()
-    for variants, message in (("rec-nope-full", "bad variant"), ("table7", "One Billion Word, which was not run")):
-        assert main(["experiment", "ablation", "--dataset", str(path), "--variants", variants, "--out",
-                     str(out)]) == 2
-        assert message in capsys.readouterr().err
 
 
 def test_cli_recl(tmp_path, monkeypatch, capsys) -> None:
@@ -127,6 +136,7 @@ def test_impossible_numbers_are_one_line(tmp_path, monkeypatch, capsys, argv: li
 @pytest.mark.parametrize("command, kind", [(["recl"], k) for k in MODEL_ARG_KINDS] + [(["experiment", "recl"], "run")])
 def test_recl_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_path, monkeypatch, capsys, command,
                                                         kind) -> None:
+    pytest.importorskip("matplotlib")  # txl recl plots its curve
     run, corpus = trained_run
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "cache"))
     path = model_arg(run, kind, tmp_path)

@@ -129,13 +129,28 @@ def test_python_m_txl_errors_in_a_subprocess(tmp_path) -> None:
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "NotADirectoryError" in proc.stderr
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="a read-only folder binds no root process")
+def _without_permission_override() -> None:
+    """In the child, before exec: drop CAP_DAC_OVERRIDE (1) and CAP_DAC_READ_SEARCH (2) from the capability
+    bounding set, so that a root process obeys file modes as any user does (PR_CAPBSET_DROP is 24)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+@pytest.mark.skipif(os.name != "posix" or sys.platform != "linux", reason="file modes and capabilities of Linux")
 def test_read_only_out_dir_in_a_subprocess(tmp_path) -> None:
+    """A folder without write permission, for any user: root runs the command without the capability that
+    overrides file modes (every machine here runs as root, where a mode alone binds nothing)."""
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
     cmd = [sys.executable, "-m", "transformer_xl", "train", "--preset", "tiny", "--out-dir", str(ro / "run")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300)
+    drop = _without_permission_override if os.geteuid() == 0 else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(tmp_path), timeout=300,
+                          preexec_fn=drop)
     assert proc.returncode == 1 and proc.stderr == f"txl train: error: permission denied ({ro / 'run'})\n"
 
 

@@ -136,6 +136,12 @@ def test_sha256_is_stable_and_content_sensitive() -> None:
         '{"format": "txl-vocab"}',  # no symbols
         '{"format": "txl-vocab", "symbols": 5}',
         '{"format": "txl-vocab", "symbols": ["a", "a"]}',
+        # found by the fuzz campaign (tests/fuzz): non-strings reached the codec as symbols
+        '{"format": "txl-vocab", "symbols": ["a", null]}',
+        '{"format": "txl-vocab", "symbols": ["a", 3]}',
+        '{"format": "txl-vocab", "symbols": ["a"], "special": [null]}',
+        '{"format": "txl-vocab", "symbols": ["a"], "special": "a"}',
+        '{"format": "txl-vocab", "symbols": ["a"], "unk": ["a"]}',
     ],
 )
 def test_malformed_json_gives_data_error(text: str, tmp_path: Path) -> None:

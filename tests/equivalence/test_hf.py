@@ -98,12 +98,16 @@ def test_matches_hf_transfo_xl(case: str) -> None:
     hf_grads = {k: p.grad for k, p in hf.named_parameters() if p.grad is not None}
     mapped = to_hf_state_dict_grads(ours)
     max_grad = 0.0
+    compared = 0
     for name, g in mapped.items():
         if name not in hf_grads:  # tied copies appear once in named_parameters
             continue
         max_grad = max(max_grad, (g - hf_grads[name]).abs().max().item())
         torch.testing.assert_close(g, hf_grads[name], atol=1e-5, rtol=1e-4, msg=f"grad of {name}")
-    print(f"[hf-oracle] {case}: max |grad diff| = {max_grad:.2e}")
+        compared += 1
+    # Every HF parameter was compared (a broken name mapping would compare none), and every one had a gradient.
+    assert compared == len(hf_grads) == len(dict(hf.named_parameters())), (compared, sorted(hf_grads))
+    print(f"[hf-oracle] {case}: {compared} gradients compared, max |grad diff| = {max_grad:.2e}")
 
 
 def to_hf_state_dict_grads(model: TransformerXLLM) -> dict[str, torch.Tensor]:

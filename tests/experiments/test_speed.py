@@ -21,7 +21,7 @@ BASE = tiny_config(n_token=40, tgt_len=8, mem_len=8, init_std=0.02)
 DATA = np.random.default_rng(0).integers(0, 40, 4000)
 
 
-def test_eval_speed_rows(capsys) -> None:
+def test_smoke_eval_speed_rows(capsys) -> None:
     lines: list[str] = []
     rows = eval_speed(BASE, DATA, [8, 16], tgt_len=4, xl_batch=2, rows=4, xl_segments=3, vanilla_forwards=2,
                       repeats=3, progress=lines.append, bar="lines")
@@ -138,7 +138,7 @@ def test_cuda_absent_is_one_line(capsys) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--xl-segments", "--vanilla-forwards", "--repeats", "--rows"])
-def test_cli_counts_are_positive(capsys, flag: str) -> None:
+def test_smoke_cli_counts_are_positive(capsys, flag: str) -> None:
     assert main(["experiment", "eval-speed", flag, "0"]) == 2
     assert f"argument {flag}: expected a positive integer" in one_line_error(capsys)
 

@@ -80,19 +80,23 @@ def test_continue_from_returned_memories_equals_one_run() -> None:
     assert torch.allclose(torch.cat([first.log_probs, second.log_probs], 1), whole.log_probs, atol=1e-5)
 
 
-def test_stream_yields_what_generate_returns_and_restores_the_model() -> None:
+def test_stream_from_memories_matches_replay_and_restores_the_model() -> None:
+    """stream continuing from memories of a context == the from-scratch replay of context + prompt (an oracle
+    that shares neither the memories nor the incremental loop), token by token with the same seeded draws."""
     model = _model()
     model.train()
-    ids = _prompt()
-    mems = [m.clone() for m in generate(model, ids, max_new_tokens=3).mems]
+    context, prompt = _prompt(p=10), _prompt(p=3, seed=4)  # the context fills two segments of tgt_len 5
+    mems = [m.clone() for m in generate(model, context, max_new_tokens=1).mems]  # memories of the context only
     saved = [m.clone() for m in mems]
-    steps = list(stream(model, ids[:, -1:], max_new_tokens=6, mems=mems, do_sample=True, seed=3))
-    out = generate(model, ids[:, -1:], max_new_tokens=6, mems=mems, do_sample=True, seed=3)
-    assert torch.equal(torch.stack([s.tokens for s in steps], 1), out.new_tokens)
+    steps = list(stream(model, prompt, max_new_tokens=6, mems=mems, do_sample=True, temperature=1.5, seed=3))
+    ref_ids, ref_lp = reference_generate(model, torch.cat([context, prompt], 1), 6, mode="replay", do_sample=True,
+                                         temperature=1.5, seed=3)
+    assert torch.equal(torch.stack([s.tokens for s in steps], 1), ref_ids) and len(set(ref_ids[0].tolist())) > 2
+    assert (torch.stack([s.log_probs for s in steps], 1) - ref_lp).abs().max() <= 1e-5
     assert [s.index for s in steps] == list(range(6))
     assert all(torch.equal(a, b) for a, b in zip(mems, saved))  # input memories untouched
     assert model.training and model.config.mem_len == 6 and model.config.ext_len == 0
-    assert out.mems[0].shape == (2, 6, 32)
+    assert steps[-1].mems[0].shape == (2, 6, 32)
 
 
 def test_sampling_is_seeded_and_filters_reduce_to_greedy() -> None:

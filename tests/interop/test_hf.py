@@ -201,3 +201,16 @@ def test_build_hf_gives_the_same_nll(untie_r: bool) -> None:
     with torch.no_grad():
         hf.crit.cluster_weight.add_(1.0)
     assert torch.equal(model.crit.cluster_weight, before)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_norm_epsilon": None}, "layer_norm_epsilon None is not supported"),
+    ({"layer_norm_epsilon": "1e-5"}, "layer_norm_epsilon '1e-5' is not supported"),
+    ({"cutoffs": 7}, "cutoffs must be a list of integers, got 7"),
+    ({"tgt_len": "x"}, "tgt_len"),
+])
+def test_config_values_of_the_wrong_type_are_config_errors(change, message) -> None:
+    """Found by the fuzz campaign: these raised TypeError/ValueError from inside config_from_hf."""
+    hf = {**hf_config_dict(tiny_model()), **change}
+    with pytest.raises(ConfigError, match=message):
+        config_from_hf(hf)

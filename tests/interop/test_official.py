@@ -38,9 +38,10 @@ def test_official_checkpoint_files(tmp_path) -> None:
 
 
 def test_official_kwargs_with_none_lengths() -> None:
-    kwargs, state = to_official(_model())
-    kwargs.update(ext_len=None, adapt_inp=True)
+    kwargs, state = to_official(_model(ext_len=2, mem_len=6))
+    kwargs.update(ext_len=None, mem_len=None, adapt_inp=True)
     model = from_official(kwargs, state)
-    assert model.config.ext_len == 0
+    assert model.config.ext_len == 0 and model.config.mem_len == 0  # None is 0, not the value kwargs first had
+    assert model(torch.zeros(1, 3, dtype=torch.long)).mems == []
 
 

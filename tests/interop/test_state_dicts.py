@@ -98,3 +98,14 @@ def test_own_tensors_gives_every_tied_name_its_own_copy(tmp_path) -> None:
     assert plain.keys() == state.keys()
     for name, t in state.items():
         assert torch.equal(plain[name], t), name
+
+
+def test_a_damaged_torch_file_is_one_checkpoint_error(tmp_path) -> None:
+    """Found by the fuzz campaign: one flipped byte of a torch.save file made torch.load raise IndexError."""
+    torch.save({"w": torch.ones(2)}, tmp_path / "state.pt")
+    blob = bytearray((tmp_path / "state.pt").read_bytes())
+    blob[0] ^= 1  # no longer a zip archive: torch.load reads it as a legacy pickle stream
+    (tmp_path / "bad.pt").write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError) as exc:
+        read_state_dict(tmp_path / "bad.pt")
+    assert "\n" not in str(exc.value) and str(tmp_path / "bad.pt") in str(exc.value)

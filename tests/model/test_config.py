@@ -158,8 +158,17 @@ def test_parameter_count_of_a_huge_config_is_instant() -> None:
 
 def test_off_values_and_list_forms_keep_their_meaning() -> None:
     base = dict(n_token=100, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32)
+    x = torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0))
+
+    def nll(**kw) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = TransformerXLLM(TXLConfig(**base, init_std=0.5, **kw)).eval()
+        assert not hasattr(model, "sampler") and hasattr(model, "crit")  # sample_softmax off: the full softmax
+        return model(x, x).nll
+
+    unclamped = nll(clamp_len=1000)
     for off in (-1, 0):  # the official clamp_len <= 0 and sample_softmax <= 0 mean "off"
-        cfg = TXLConfig(**base, clamp_len=off, sample_softmax=off)
-        assert cfg.lengths().clamp_len == off
+        torch.testing.assert_close(nll(clamp_len=off, sample_softmax=off), unclamped, rtol=0, atol=0)
+    assert (nll(clamp_len=1) - unclamped).abs().max() > 1e-4  # a clamp that acts changes the scores
     cfg = TXLConfig(**base, cutoffs=[20, 50], tie_projs=[0, 1, True])
     assert cfg.cutoffs == (20, 50) and cfg.tie_projs == (False, True, True)

@@ -7,7 +7,7 @@ import torch
 
 from transformer_xl import InferenceCache, Recurrence, TransformerXLLM, TXLConfig
 from transformer_xl.errors import ConfigError
-from transformer_xl.inference.generate import generate
+from transformer_xl.inference.generate import generate, reference_generate
 from transformer_xl.model.int8 import is_quantized
 
 V = 60
@@ -47,8 +47,15 @@ def test_int8_generation_matches_its_own_plain_path_and_mostly_float() -> None:
     quant = _model(cutoffs=[20, 40]).quantize("int8")
     prompt = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(2))
     a = generate(quant, prompt, max_new_tokens=30, mem_len=12)
+    # The plain path: every step replayed from empty memories without the inference cache, int8 weights too.
+    plain_ids, plain_lp = reference_generate(quant, prompt, 30, mode="replay", mem_len=12)
+    assert torch.equal(a.new_tokens, plain_ids)
+    # int8 activations are scaled per call: the cache projects only new positions, the plain path all of them
+    torch.testing.assert_close(a.log_probs, plain_lp, atol=0.05, rtol=0)
     b = generate(model, prompt, max_new_tokens=30, mem_len=12)
-    assert (a.new_tokens == b.new_tokens).float().mean() > 0.8
+    float_ids, float_lp = reference_generate(model, prompt, 30, mode="replay", mem_len=12)
+    assert not torch.allclose(plain_lp, float_lp, atol=1e-6)  # the plain path really ran the int8 weights
+    assert (a.new_tokens == b.new_tokens).float().mean() > 0.8 and torch.equal(b.new_tokens, float_ids)
 
 
 def test_a_cache_made_before_quantizing_is_not_reused() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -235,9 +234,8 @@ def test_a_resumed_finetuning_run_continues_from_its_checkpoint(tmp_path: Path) 
     train(run_config(tmp_path / "whole", str(data), max_step=8, **kw))
     train(run_config(tmp_path / "parts", str(data), max_step=4, **kw))
     m.rename(tmp_path / "gone")
-    start = time.monotonic()
     summary = train(run_config(tmp_path / "parts", str(data), max_step=8, **kw), resume=tmp_path / "parts")
-    assert summary["step"] == 8 and time.monotonic() - start < 60
+    assert summary["step"] == 8
 
     def losses(run: str) -> list[float]:
         return [r["train_loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if r["kind"] == "train"]

@@ -137,6 +137,12 @@ class Vocab:
             obj = json.loads(text)
             if obj.get("format") != VOCAB_FORMAT:
                 raise ValueError("not a txl vocabulary")
+            symbols, special = obj["symbols"], obj.get("special", [])
+            for what, names in (("symbols", symbols), ("special", special)):
+                if not isinstance(names, list) or not all(isinstance(s, str) for s in names):
+                    raise ValueError(f"{what} must be a list of strings")
+            if not all(obj.get(k) is None or isinstance(obj[k], str) for k in ("eos", "unk")):
+                raise ValueError("eos and unk must be strings or null")
             return cls(obj["symbols"], special=obj.get("special", ()), eos=obj.get("eos"), unk=obj.get("unk"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DataError(f"invalid vocabulary JSON ({exc})") from None

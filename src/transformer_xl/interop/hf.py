@@ -59,16 +59,19 @@ def config_from_hf(hf: dict[str, Any]) -> TXLConfig:
     if hf.get("attn_type", 0) != 0:
         raise ConfigError("Hugging Face TransfoXL implements attn_type 0 only")
     eps = hf.get("layer_norm_epsilon", 1e-5)
-    if abs(eps - 1e-5) > 1e-12:
-        raise ConfigError(f"layer_norm_epsilon {eps} is not supported (txl uses the official 1e-5)")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or abs(eps - 1e-5) > 1e-12:
+        raise ConfigError(f"layer_norm_epsilon {eps!r} is not supported (txl uses the official 1e-5)")
     fields = set(TXLConfig.__dataclass_fields__)
     kw: dict[str, Any] = {k: v for k, v in hf.items() if k in fields and k not in _HF_IGNORED}
     kw["n_token"] = hf.get("vocab_size", hf.get("n_token"))
     kw["tie_weight"] = hf.get("tie_word_embeddings", hf.get("tie_weight", True))
     if "tie_projs" not in hf:
-        share = hf.get("proj_share_all_but_first", True)
-        kw["tie_projs"] = [False] + [bool(share)] * len(hf.get("cutoffs", []))
-    kw.setdefault("tgt_len", max(1, int(hf.get("tgt_len") or 128)))
+        share, cutoffs = hf.get("proj_share_all_but_first", True), hf.get("cutoffs", [])
+        if not isinstance(cutoffs, list):
+            raise ConfigError(f"cutoffs must be a list of integers, got {cutoffs!r}")
+        kw["tie_projs"] = [False] + [bool(share)] * len(cutoffs)
+    if kw.get("tgt_len") is None:  # HF configs need not carry it; TXLConfig checks a value that is there
+        kw["tgt_len"] = 128
     return TXLConfig.from_dict(kw)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_xl.errors import CheckpointError
+from transformer_xl.errors import CheckpointError, one_line
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.store.tensors import check_finite, load_tensors
 
@@ -66,6 +66,9 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
             "txl does not unpickle code). In an environment that has the official code run "
             "`torch.save(torch.load(PATH).state_dict(), 'state.pt')` and convert that file"
         ) from exc
+    except Exception as exc:  # a damaged archive or pickle stream fails anywhere inside torch.load (fuzzing)
+        raise CheckpointError(f"{path} is damaged: torch.load failed ({type(exc).__name__}: "
+                              f"{one_line(exc)})") from exc
     if isinstance(obj, dict):
         for key in ("state_dict", "model_state_dict", "model"):
             if key in obj and isinstance(obj[key], dict):

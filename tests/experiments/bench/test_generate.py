@@ -22,7 +22,7 @@ def tiny_shape(monkeypatch: pytest.MonkeyPatch) -> str:
     return "tiny"
 
 
-def test_a_case_times_every_decoder_and_the_limit(tiny_shape: str) -> None:
+def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str) -> None:
     opts = G.GenerateBenchOptions(shapes=[tiny_shape], mem_lens=[12], batches=[2], new_tokens=5, hf_tokens=3,
                                   repeats=2)
     lines: list[str] = []

@@ -19,7 +19,7 @@ def test_markdown_rows_carry_the_command() -> None:
     assert "**2.00**" in rows[0] and "**0.70**" in rows[2]
 
 
-def test_run_with_recompute_runner(monkeypatch) -> None:
+def test_smoke_run_with_recompute_runner(monkeypatch) -> None:
     """A whole (tiny) benchmark run: txl, txl with recompute and, if installed, HF, one table."""
     from transformer_xl.experiments import bench
 
