@@ -81,7 +81,8 @@ def _int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     return q.t(), scale.float()
 
 
-def _linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
+def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
+    """``weight [out, in]`` and ``bias`` as a step reads them (:data:`Linear`): float, or int8 with row scales."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
@@ -103,16 +104,16 @@ def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
     for i, layer in enumerate(model.layers):
         att, ff = layer.dec_attn, layer.pos_ff
         layers.append({
-            "qkv": _linear(att.qkv_net.weight, None, int8),
+            "qkv": pack_linear(att.qkv_net.weight, None, int8),
             # W_kR^T per head: [H, E, D] (kept float: it is a fraction of the layer, and the position term is
             # sensitive to rounding)
             "r": att.r_net.weight.detach().view(h, e, -1),
             "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
             "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
-            "o": _linear(att.o_net.weight, None, int8),
+            "o": pack_linear(att.o_net.weight, None, int8),
             "ln1": _layer_norm(att.layer_norm),
-            "ff1": _linear(ff.CoreNet[0].weight, ff.CoreNet[0].bias, int8),
-            "ff2": _linear(ff.CoreNet[3].weight, ff.CoreNet[3].bias, int8),
+            "ff1": pack_linear(ff.CoreNet[0].weight, ff.CoreNet[0].bias, int8),
+            "ff2": pack_linear(ff.CoreNet[3].weight, ff.CoreNet[3].bias, int8),
             "ln2": _layer_norm(ff.layer_norm),
         })
     embs = tuple((layer.weight.detach(), emb.emb_projs[j].detach() if len(emb.emb_projs) else None)
@@ -132,18 +133,19 @@ def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
     if all(p is None for _, _, p in pieces):  # one matrix read once: [head words; cluster rows; tail words]
         weight = torch.cat([w for w, _, _ in pieces], 0)
         bias = torch.cat([b for _, b, _ in pieces], 0)
-        return ((None, _linear(weight, bias, int8)),)
-    return tuple((None if p is None else p.detach(), _linear(w, b, int8)) for w, b, p in pieces)
+        return ((None, pack_linear(weight, bias, int8)),)
+    return tuple((None if p is None else p.detach(), pack_linear(w, b, int8)) for w, b, p in pieces)
 
 
 def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
     cfg = model.config
     crit = model.crit
+    emb_bounds = tuple(model.word_emb.bounds) if cfg.div_val > 1 else ((0, cfg.n_token),)  # one table: div_val 1
     fused = len(heads) == 1 and crit.n_clusters > 0
     sizes = tuple(hi - lo + (crit.n_clusters if i == 0 else 0) for i, (lo, hi) in enumerate(crit.bounds))
     return StepSpec(n_layer=cfg.n_layer, n_head=cfg.n_head, d_head=cfg.d_head, pre_lnorm=cfg.pre_lnorm,
                     eps=model.layers[0].pos_ff.layer_norm.eps, scale=model.layers[0].dec_attn.scale,
-                    emb_scale=model.word_emb.emb_scale, emb_bounds=tuple(model.word_emb.bounds),
+                    emb_scale=model.word_emb.emb_scale, emb_bounds=emb_bounds,
                     head_sizes=sizes if fused else (), shortlist=crit.shortlist, n_clusters=crit.n_clusters,
                     same_length=same_length, mem_len=mem_len)
 
@@ -196,6 +198,21 @@ def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
     return torch.cat(parts, dim=1)
 
 
+def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
+    """``q . k`` per slot: ``q [B, H, E]``, ``k [B, H, C, E]`` -> ``[B, H, C]``; a batched matrix-vector product
+    on a float32 ring, a fused multiply-and-sum that widens a narrower ring as it reads it."""
+    if k.dtype == q.dtype:
+        return torch.matmul(k, q[..., None])[..., 0]
+    return (q[:, :, None, :] * k).sum(-1)
+
+
+def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
+    """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
+    if v.dtype == prob.dtype:
+        return torch.matmul(prob[:, :, None, :], v)[:, :, 0]
+    return (prob[..., None] * v).sum(2)
+
+
 def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
          cur: Tensor, r_dist: Tensor) -> tuple[Tensor, Tensor]:
     """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
@@ -219,11 +236,11 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
         q, k, v = linear(x, w["qkv"]).view(bsz, 3, n_head, d_head).unbind(1)  # [B, H, E] each
         ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
         vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
-        ac = ((q + w["u"])[:, :, None, :] * ks[i]).sum(-1)  # terms (a)+(c): [B, H, C]
+        ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
         rq = torch.matmul((q + w["v"]).transpose(0, 1), w["r"]).transpose(0, 1)  # W_kR^T (q + v): [B, H, D]
         bd = torch.matmul(rq, r_slot.t())  # terms (b)+(d): [B, H, C]
         prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]
-        a = (prob[..., None] * vs[i]).sum(2)  # [B, H, E]
+        a = _mix_values(prob, vs[i])  # [B, H, E]
         out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]
         h = h + out if spec.pre_lnorm else F.layer_norm(h + out, h.shape[-1:], *w["ln1"], spec.eps)
         x = F.layer_norm(h, h.shape[-1:], *w["ln2"], spec.eps) if spec.pre_lnorm else h
