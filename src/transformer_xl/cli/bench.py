@@ -61,6 +61,11 @@ def add_generate(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds, median kept (default: 3)")
     g.add_argument("--no-hf", action="store_true", help="time txl only")
     g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights (always skipped off the CPU)")
+    g.add_argument("--no-captured", action="store_true",
+                   help="skip the captured (compiled) step, fp32 and int8 (transformer_xl.inference.captured)")
+    g.add_argument("--kv-dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                   help="the key/value ring of the captured int8 step (default: bfloat16)")
+    g.add_argument("--no-prefill", action="store_true", help="skip timing the prompt's forward (prefill)")
     g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     g.add_argument("--json", help="write the full report here")
     g.add_argument("--markdown", help="append the Markdown table to this file")
@@ -88,7 +93,8 @@ def run_generate(args: argparse.Namespace) -> int:
                                 mem_lens=parse_int_list(args.mem_lens, "--mem-lens", minimum=1),
                                 batches=parse_int_list(args.batches, "--batches", minimum=1),
                                 new_tokens=args.new_tokens, hf_tokens=args.hf_tokens, repeats=args.repeats,
-                                hf=not args.no_hf, int8=not args.no_int8, device=args.device)
+                                hf=not args.no_hf, int8=not args.no_int8, device=args.device,
+                                captured=not args.no_captured, kv_dtype=args.kv_dtype, prefill=not args.no_prefill)
     report = run_generate_bench(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()
     _write(report, to_markdown(report, command), args)
