@@ -45,6 +45,9 @@ def _compiled(device: torch.device) -> object:
     """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``)."""
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     if mode not in _COMPILED:
+        # One graph per step constants and shapes (model shape, batch, mem_len, int8, ring dtype): a process that
+        # decodes several (the benchmark's grid) needs more than dynamo's default of 8 per function.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         _COMPILED[mode] = torch.compile(step, fullgraph=True, dynamic=False, mode=mode)
     return _COMPILED[mode]
 
