@@ -52,6 +52,14 @@ def _compiled(device: torch.device) -> object:
     return _COMPILED[mode]
 
 
+def _stamps(tensors: Sequence[Tensor]) -> list[int] | None:
+    """How often each tensor was modified in place (None: inference tensors keep no count)."""
+    try:
+        return [t._version for t in tensors]
+    except RuntimeError:
+        return None
+
+
 class CapturedDecoder:
     """The captured decode step of ``model`` for ``batch`` rows and a memory of ``mem_len`` (module docstring).
 
@@ -113,7 +121,8 @@ class CapturedDecoder:
     @torch.no_grad()
     def load(self, mems: Sequence[Tensor]) -> None:
         """Start from ``mems`` (``n_layer + 1`` tensors ``[B, M, D]``, ``M <= mem_len``): their keys/values
-        projected into the ring, their rows copied into new memory buffers."""
+        projected into the ring, their rows copied into new memory buffers. :meth:`step` does it when given other
+        memories than its own; calling it first keeps that work (one projection of the memory) out of a timed step."""
         cfg = self.model.config
         if len(mems) != cfg.n_layer + 1 or any(m.dim() != 3 or m.size(0) != self.batch for m in mems):
             raise ConfigError(f"mems must be {cfg.n_layer + 1} tensors [batch={self.batch}, M, {cfg.d_model}]")
@@ -136,6 +145,7 @@ class CapturedDecoder:
         self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
         self.cur.fill_(mlen)
         self._new_hist(torch.stack([m.to(self.r_dist.dtype) for m in mems]) if mlen else None, mlen)
+        self._mems, self._stamps = list(mems), _stamps(mems)  # a step over these mems continues from here
 
     def _new_hist(self, window: Tensor | None, mlen: int) -> None:
         """New append-only memory buffers holding ``window [L + 1, B, M, D]`` in front (old ones untouched)."""
@@ -168,9 +178,5 @@ class CapturedDecoder:
         self._hi += 1
         self._lo = max(self._lo, self._hi - self.mem_len)
         new = list(self._hist[:, :, self._lo:self._hi].unbind(0))
-        self._mems = new
-        try:
-            self._stamps = [m._version for m in new]
-        except RuntimeError:
-            self._stamps = None
+        self._mems, self._stamps = new, _stamps(new)
         return log_probs.clone() if self.device.type == "cuda" else log_probs, new

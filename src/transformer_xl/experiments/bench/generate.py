@@ -84,9 +84,12 @@ class GenerateBenchOptions:
 def _txl_decode(model: TransformerXLLM, prompt: torch.Tensor, n: int, mem_len: int,
                 captured: CapturedDecoder | bool = False) -> tuple[list[torch.Tensor], float]:
     """Greedy tokens after ``prompt`` and the seconds of the decode steps (the first token, which comes from the
-    prompt's forward, is not timed)."""
+    prompt's forward, is not timed, nor loading the prompt's memory into a captured decoder's ring)."""
     steps = stream(model, prompt, max_new_tokens=n + 1, mem_len=mem_len, captured=captured)
-    toks = [next(steps).tokens]
+    first = next(steps)
+    toks = [first.tokens]
+    if not isinstance(captured, bool):  # the prompt's memory into the ring: once per text, not a step
+        captured.load(first.mems)
     sync(prompt.device.type)
     start = time.perf_counter()
     toks += [s.tokens for s in steps]
