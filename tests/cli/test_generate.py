@@ -148,3 +148,21 @@ def test_cli_generate_quantize_int8(tmp_path, capsys) -> None:
                  "--quantize", "int8", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["samples"][0]["token_ids"]) == 8 and all(lp <= 0 for lp in doc["samples"][0]["log_probs"])
+
+
+def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypatch) -> None:
+    """``--captured`` (run eagerly here: its compiled graph is tested in tests/inference/test_captured.py), alone
+    and with ``--quantize int8`` (the captured step's own int8 weights)."""
+    from transformer_xl.inference import captured, decode
+
+    monkeypatch.setattr(captured, "_compiled", lambda device: decode.step)
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    runs = {}
+    for extra in ([], ["--captured"], ["--captured", "--quantize", "int8"]):
+        assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "8", "--greedy",
+                     "--num-samples", "2", "--json", *extra]) == 0
+        runs[" ".join(extra)] = json.loads(capsys.readouterr().out)["samples"]
+    plain, cap = runs[""], runs["--captured"]
+    assert [s["token_ids"] for s in cap] == [s["token_ids"] for s in plain]
+    assert max(abs(a - b) for s, t in zip(cap, plain) for a, b in zip(s["log_probs"], t["log_probs"])) <= 1e-5
+    assert all(len(s["token_ids"]) == 8 for s in runs["--captured --quantize int8"])
