@@ -138,6 +138,7 @@ def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
 
 
 def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
+    """The constants of ``model``'s step with the packed softmax ``heads`` (fused: one matrix, else per cluster)."""
     cfg = model.config
     crit = model.crit
     emb_bounds = tuple(model.word_emb.bounds) if cfg.div_val > 1 else ((0, cfg.n_token),)  # one table: div_val 1
