@@ -36,7 +36,10 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
 
 def streams(data: np.ndarray | torch.Tensor, batch: int) -> torch.Tensor:
     """``[batch, n]``: the split cut into ``batch`` contiguous streams (the tail that does not fit is dropped)."""
-    ids = torch.from_numpy(np.array(data, dtype=np.int64))  # a copy: the split may be read-only
+    if isinstance(data, torch.Tensor):
+        ids = data.long().flatten()
+    else:
+        ids = torch.from_numpy(np.array(data, dtype=np.int64))  # a copy: the split may be read-only
     n = ids.numel() // batch
     return ids[:batch * n].view(batch, n)
 
