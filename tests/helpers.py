@@ -32,6 +32,17 @@ def tiny_model(seed: int = 0, *, train: bool = False, **overrides: Any) -> Trans
     return TransformerXLLM(tiny_config(**overrides)).train(train)
 
 
+def generation_model(seed: int = 0, *, train: bool = False, n_token: int = 40, **overrides: Any) -> TransformerXLLM:
+    """A tiny model for generation tests: non-zero biases and LayerNorms too (peaked, tie-free distributions)."""
+    kw = dict(n_token=n_token, d_model=32, d_head=16, d_inner=64, tgt_len=5, mem_len=6, init_std=0.15,
+              proj_init_std=0.15)
+    model = tiny_model(seed, train=train, **{**kw, **overrides})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
 WORDS = (
     "the", "cat", "dog", "sat", "ran", "on", "under", "a", "mat", "log", "big", "small", "red", "blue", "one",
     "two", "three", "and", "then", "it", "was", "very", "quite", "not", "so", "here", "there", "up", "down",

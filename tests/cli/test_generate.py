@@ -177,3 +177,21 @@ def test_generate_from_the_hub_cache_named_by_the_environment(tmp_path) -> None:
     bad = subprocess.run([*run, "org/missing"], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert bad.stderr.startswith("txl generate: error: org/missing: no local directory of that name")
+
+
+def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypatch) -> None:
+    """``--captured`` (run eagerly here: its compiled graph is tested in tests/inference/test_captured.py), alone
+    and with ``--quantize int8`` (the captured step's own int8 weights)."""
+    from transformer_xl.inference import captured, decode
+
+    monkeypatch.setattr(captured, "_compiled", lambda device: decode.step)
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    runs = {}
+    for extra in ([], ["--captured"], ["--captured", "--quantize", "int8"]):
+        assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "8", "--greedy",
+                     "--num-samples", "2", "--json", *extra]) == 0
+        runs[" ".join(extra)] = json.loads(capsys.readouterr().out)["samples"]
+    plain, cap = runs[""], runs["--captured"]
+    assert [s["token_ids"] for s in cap] == [s["token_ids"] for s in plain]
+    assert max(abs(a - b) for s, t in zip(cap, plain) for a, b in zip(s["log_probs"], t["log_probs"])) <= 1e-5
+    assert all(len(s["token_ids"]) == 8 for s in runs["--captured --quantize int8"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import tiny_model
+from tests.helpers import generation_model
 from transformer_xl import ConfigError, TransformerXLLM
 from transformer_xl.inference.generate import choose_next, generate, reference_generate, stream
 
@@ -13,12 +13,7 @@ V = 40
 
 
 def _model(seed: int = 0, **overrides) -> TransformerXLLM:
-    kw = dict(n_token=V, d_model=32, d_head=16, d_inner=64, tgt_len=5, mem_len=6, init_std=0.15, proj_init_std=0.15)
-    model = tiny_model(seed, train=True, **{**kw, **overrides})
-    with torch.no_grad():  # non-zero biases/LayerNorm too: peaked, tie-free distributions
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return generation_model(seed, train=True, n_token=V, **overrides)
 
 
 def _prompt(b: int = 2, p: int = 12, seed: int = 1) -> torch.Tensor:

@@ -67,6 +67,19 @@ def add_generate(kinds: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds, median kept (default: 3)")
     g.add_argument("--no-hf", action="store_true", help="time txl only")
     g.add_argument("--no-int8", action="store_true", help="skip txl with int8 weights (always skipped off the CPU)")
+    g.add_argument("--no-captured", action="store_true",
+                   help="skip the captured (compiled) step, fp32 and int8 (transformer_xl.inference.captured)")
+    g.add_argument("--kv-dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                   help="the key/value ring of the captured int8 step (default: bfloat16)")
+    g.add_argument("--no-prefill", action="store_true", help="skip timing the prompt's forward (prefill)")
+    g.add_argument("--quality", metavar="MODEL_DIR",
+                   help="instead of speed: the perplexity cost of the captured step's bf16 key/value ring and int8 "
+                   "weights for a trained model over a whole split, read one token per step "
+                   "(transformer_xl.experiments.bench.decode_quality)")
+    g.add_argument("--quality-dataset", default="wt2", help="dataset of --quality (default: wt2)")
+    g.add_argument("--quality-split", default="valid", choices=["valid", "test"], help="split (default: valid)")
+    g.add_argument("--quality-batch", type=positive_int, default=16, help="streams read at once (default: 16)")
+    g.add_argument("--quality-mem-len", type=positive_int, help="memory length (default: the model's mem_len)")
     add_device(g)
     add_report_outputs(g)
     g.set_defaults(func=run_generate)
@@ -86,14 +99,40 @@ def _write(report: dict, table: str, args: argparse.Namespace) -> None:
             f.write(table + "\n")
 
 
+def run_quality(args: argparse.Namespace) -> int:
+    from transformer_xl.data import load_corpus
+    from transformer_xl.experiments.bench.decode_quality import quality, quality_markdown
+    from transformer_xl.inference.loading import check_dataset, load_model, run_text_options
+
+    model, directory = load_model(args.quality)
+    corpus = load_corpus(args.quality_dataset, **run_text_options(directory))
+    check_dataset(model, directory, corpus, args.quality_dataset)
+    report = quality(model, corpus.splits[args.quality_split], batch=args.quality_batch,
+                     mem_len=args.quality_mem_len or model.config.mem_len, log=lambda line: print(line, flush=True))
+    report["command"] = command = _command()
+    title = f"`{command}` ({directory} on {args.quality_dataset} {args.quality_split}, {torch_threads()} threads)"
+    _write(report, quality_markdown(report, title), args)
+    return 0
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from transformer_xl.experiments.bench.generate import GenerateBenchOptions, run_generate_bench, to_markdown
+
+    if args.quality:
+        return run_quality(args)
 
     opts = GenerateBenchOptions(shapes=[s for s in args.shapes.split(",") if s],
                                 mem_lens=parse_int_list(args.mem_lens, "--mem-lens", minimum=1),
                                 batches=parse_int_list(args.batches, "--batches", minimum=1),
                                 new_tokens=args.new_tokens, hf_tokens=args.hf_tokens, repeats=args.repeats,
-                                hf=not args.no_hf, int8=not args.no_int8, device=args.device)
+                                hf=not args.no_hf, int8=not args.no_int8, device=args.device,
+                                captured=not args.no_captured, kv_dtype=args.kv_dtype, prefill=not args.no_prefill)
     report = run_generate_bench(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()
     _write(report, to_markdown(report, command), args)

@@ -65,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is produced (one sample)")
     p.add_argument("--json", action="store_true",
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
+    p.add_argument("--captured", action="store_true",
+                   help="decode with the captured (compiled) one-token step: the same tokens, faster per token after "
+                   "a one-off compilation; with --quantize int8 its int8 weights (docs/generation.md)")
     add_device(p)
     add_no_verify(p)
     add_quantize(p)
@@ -82,6 +85,15 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise DataError(f"cannot read prompt file {args.prompt_file}: {exc}") from None
 
 
+def _captured(model: Any, args: argparse.Namespace, int8: bool) -> Any:
+    """``captured=`` of the generation: False, True, or a decoder with int8 weights."""
+    if not args.captured or not int8:
+        return bool(args.captured)
+    from transformer_xl.inference.captured import CapturedDecoder
+
+    return CapturedDecoder(model, batch=args.num_samples, mem_len=args.mem_len, clamp_len=args.clamp_len, int8=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from transformer_xl.data.codec import PromptWarning, TextCodec
     from transformer_xl.inference.loading import load_model, load_vocab
@@ -96,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is not None and args.level is not None:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
     prompt = _read_prompt(args)
-    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify, quantize=args.quantize,
-                                  note=stderr_note("txl generate"))
+    int8 = args.captured and args.quantize == "int8"  # the captured step packs its own int8 weights
+    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
+                                  quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
     vocab = load_vocab(directory, args.vocab)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
@@ -122,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                          stop_tokens=args.stop_token, results=results, max_new_tokens=args.max_new_tokens,
                          do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
                          top_p=args.top_p, seed=args.seed, mem_len=args.mem_len,
-                         clamp_len=args.clamp_len)
+                         clamp_len=args.clamp_len, captured=_captured(model, args, int8))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptWarning)
         if args.stream:

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
+from transformer_xl.inference.captured import CapturedDecoder
 from transformer_xl.inference.sampling import check_sampling, choose_next
 from transformer_xl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
 
@@ -104,6 +105,7 @@ def stream(
     pad_token_id: int | None = None,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    captured: bool | CapturedDecoder = False,
 ) -> Iterator[GenerationStep]:
     """Yield one :class:`GenerationStep` per new token (incremental decoding, see the module docstring).
 
@@ -118,6 +120,10 @@ def stream(
         stop_token_ids: a row stops after emitting one of these; later steps give it ``pad_token_id``
             (default: the first stop token). Generation ends when every row stopped.
         seed / generator: randomness of sampling (a ``torch.Generator`` on the model's device or the CPU).
+        captured: decode every token after the prompt with the captured step
+            (:class:`~transformer_xl.inference.captured.CapturedDecoder`, compiled once per model shape): ``True``
+            builds one for these lengths and this batch, or give your own (int8 weights, a bf16 key/value ring).
+            Same tokens and log-probabilities as the plain step (to float rounding).
     """
     check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     ids = _as_ids(model, input_ids)
@@ -131,9 +137,24 @@ def stream(
         raise ConfigError(f"stop_token_ids must lie in [0, {cfg.n_token})")
     if generator is None and seed is not None and do_sample:
         generator = torch.Generator(device=ids.device).manual_seed(seed)
+    decoder = _decoder(model, captured, batch=ids.size(0), lengths=lengths)
     return _stream(model, ids, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
                    top_k=top_k, top_p=top_p, rec=Recurrence(model, lengths, mems=list(mems or [])), chunk=chunk,
-                   stop=stop, pad=pad_token_id, generator=generator)
+                   stop=stop, pad=pad_token_id, generator=generator, decoder=decoder)
+
+
+def _decoder(model: TransformerXLLM, captured: bool | CapturedDecoder, *, batch: int,
+             lengths: Lengths) -> CapturedDecoder | None:
+    """The captured decoder of a generation (None: the plain step), checked against its lengths and batch."""
+    if captured is False:
+        return None
+    if captured is True:
+        return CapturedDecoder(model, batch=batch, mem_len=lengths.mem_len, clamp_len=lengths.clamp_len,
+                               same_length=lengths.same_length)
+    if captured.model is not model or captured.batch != batch or captured.mem_len != lengths.mem_len:
+        raise ConfigError(f"the captured decoder was made for another model, batch ({captured.batch}) or mem_len "
+                          f"({captured.mem_len}) than this generation's (batch {batch}, mem_len {lengths.mem_len})")
+    return captured
 
 
 def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[Tensor]) -> Tensor:
@@ -149,7 +170,7 @@ def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[
 
 def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
             top_k: int, top_p: float, rec: Recurrence, chunk: int, stop: Tensor, pad: int | None,
-            generator: torch.Generator | None) -> Iterator[GenerationStep]:
+            generator: torch.Generator | None, decoder: CapturedDecoder | None = None) -> Iterator[GenerationStep]:
     log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
     for i in range(max_new_tokens):
@@ -163,7 +184,10 @@ def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_samp
         yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=rec.mems)
         if i + 1 == max_new_tokens or bool(finished.all()):
             break
-        log_probs = _next_log_probs(model, rec, [tok[:, None]])  # one new position over the memories
+        if decoder is None:
+            log_probs = _next_log_probs(model, rec, [tok[:, None]])  # one new position over the memories
+        else:
+            log_probs, rec.mems = decoder.step(tok, rec.mems)  # the same, as one captured graph
 
 
 def generate(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],

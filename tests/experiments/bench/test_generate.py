@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -22,7 +23,9 @@ def tiny_shape(monkeypatch: pytest.MonkeyPatch) -> str:
     return "tiny"
 
 
-def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str) -> None:
+def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the captured step run eagerly here (its compiled graph is tested in tests/inference/test_captured.py)
+    monkeypatch.setattr(G, "CapturedDecoder", functools.partial(G.CapturedDecoder, compile=False))
     opts = G.GenerateBenchOptions(shapes=[tiny_shape], mem_lens=[12], batches=[2], new_tokens=5, hf_tokens=3,
                                   repeats=2)
     lines: list[str] = []
@@ -36,8 +39,25 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str) -> None
     if hf_available():  # the same greedy tokens as Hugging Face from the same weights and an empty memory
         assert row["hf_same_tokens"] == "8/8" and row["txl_over_hf"] > 0
     assert len(lines) == 2 * len(row["rounds"])
+    # the captured steps: the plain step's greedy tokens (fp32), their shares of the same limit, the prefill
+    assert row["tok_per_s"]["captured"] > 0 and row["tok_per_s"]["captured-int8"] > 0
+    assert row["captured_same_tokens"] == "12/12" and row["kv_dtype"] == "bfloat16"
+    assert row["fraction_captured"]["weights+cache"] == pytest.approx(
+        row["tok_per_s"]["captured"] / row["limit_tok_per_s"]["weights+cache"])
+    pre = row["prefill"]
+    assert pre["tok_per_s"] > 0 and 0 < pre["share_of_compute"] == pytest.approx(pre["flop_per_s"] / pre[
+        "peak_flop_per_s"])
     table = G.to_markdown(report, "txl bench generate --shapes tiny")
     assert "`txl bench generate --shapes tiny`" in table and "| tiny | 12 | 2 |" in table
+    assert "Captured step and prefill" in table and "(bfloat16)" in table
+
+
+def test_prefill_flops_count_the_blocks_once_per_position() -> None:
+    cfg = TXLConfig(**TINY)
+    one = G.prefill_flops(cfg, batch=1, prompt_len=5)  # one segment, no memory
+    assert 2 * one < G.prefill_flops(cfg, batch=3, prompt_len=5) < 3 * one  # W_kR R is per segment, not per row
+    # a second segment attends over the first: more than twice the first
+    assert G.prefill_flops(cfg, batch=1, prompt_len=10) > 2 * one
 
 
 def test_step_weights_are_every_matrix_a_step_reads() -> None:
@@ -53,7 +73,8 @@ def test_step_weights_are_every_matrix_a_step_reads() -> None:
 def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, capsys, monkeypatch) -> None:
     out, md = tmp_path / "g.json", tmp_path / "g.md"
     argv = ["bench", "generate", "--shapes", tiny_shape, "--mem-lens", "6", "--batches", "1", "--new-tokens", "3",
-            "--hf-tokens", "2", "--repeats", "1", "--no-hf", "--json", str(out), "--markdown", str(md)]
+            "--hf-tokens", "2", "--repeats", "1", "--no-hf", "--no-captured", "--no-prefill", "--json", str(out),
+            "--markdown", str(md)]
     monkeypatch.setattr("sys.argv", ["txl", *argv])
     assert main(argv) == 0
     doc = json.loads(out.read_text())

@@ -38,7 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.experiments.bench.measure import sync
+from transformer_xl.experiments.bench.measure import matmul_peak, model_flops, sync
+from transformer_xl.inference.captured import KV_DTYPES, CapturedDecoder
+from transformer_xl.inference.decode import supported
 from transformer_xl.inference.generate import stream
 from transformer_xl.inference.loading import check_device
 from transformer_xl.interop.hf import build_hf, hf_available, hf_compat
@@ -71,16 +73,23 @@ class GenerateBenchOptions:
     repeats: int = 3  # alternating rounds
     hf: bool = True
     int8: bool = True  # CPU only
+    captured: bool = True  # the captured step (fp32, and int8 with int8)
+    kv_dtype: str = "bfloat16"  # the key/value ring of the captured int8 step ("float32" or "bfloat16")
+    prefill: bool = True  # time the prompt's forward too
     device: str = "cpu"
     seed: int = 0
 
 
 # ---------------------------------------------------------------------------------------------- decoders
-def _txl_decode(model: TransformerXLLM, prompt: torch.Tensor, n: int, mem_len: int) -> tuple[list[torch.Tensor], float]:
+def _txl_decode(model: TransformerXLLM, prompt: torch.Tensor, n: int, mem_len: int,
+                captured: CapturedDecoder | bool = False) -> tuple[list[torch.Tensor], float]:
     """Greedy tokens after ``prompt`` and the seconds of the decode steps (the first token, which comes from the
-    prompt's forward, is not timed)."""
-    steps = stream(model, prompt, max_new_tokens=n + 1, mem_len=mem_len)
-    toks = [next(steps).tokens]
+    prompt's forward, is not timed, nor loading the prompt's memory into a captured decoder's ring)."""
+    steps = stream(model, prompt, max_new_tokens=n + 1, mem_len=mem_len, captured=captured)
+    first = next(steps)
+    toks = [first.tokens]
+    if not isinstance(captured, bool):  # the prompt's memory into the ring: once per text, not a step
+        captured.load(first.mems)
     sync(prompt.device.type)
     start = time.perf_counter()
     toks += [s.tokens for s in steps]
@@ -173,6 +182,16 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
         decoders["hf"] = lambda n: hf_greedy(hf, prompt, n, cfg.tgt_len)
         counts["hf"] = opts.hf_tokens
     model.to(opts.device)
+    compile_s: dict[str, float] = {}
+    if opts.captured and supported(model) is None:
+        for name, kw in (("captured", {}), ("captured-int8", {"int8": True, "kv_dtype": opts.kv_dtype})):
+            if kw and not (opts.int8 and opts.device == "cpu"):
+                continue
+            dec = CapturedDecoder(model, batch=batch, mem_len=mem_len, **kw)
+            _txl_decode(model, prompt[:, :cfg.tgt_len], 1, mem_len, dec)  # compiles (once per model shape)
+            compile_s[name] = dec.compile_s or 0.0
+            decoders[name] = lambda n, dec=dec: _txl_decode(model, prompt, n, mem_len, dec)
+            counts[name] = opts.new_tokens
     if opts.int8 and opts.device == "cpu":
         q_model = TransformerXLLM(cfg)
         q_model.load_state_dict(model.state_dict())
@@ -192,7 +211,9 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
                          d_head=cfg.d_head, mem_len=mem_len)
     row: dict[str, Any] = {"shape": shape, "mem_len": mem_len, "batch": batch, "params": model.num_parameters(),
                            "limit": limit, "tok_per_s": {k: statistics.median(v) for k, v in rates.items()},
-                           "rounds": rates}
+                           "rounds": rates, "compile_s": compile_s, "kv_dtype": opts.kv_dtype}
+    if opts.prefill:
+        row["prefill"] = measure_prefill(model, prompt, mem_len, repeats=opts.repeats)
     txl = row["tok_per_s"]["txl"]
     row["limit_tok_per_s"] = {"weights": batch / limit["weights_s"], "weights+cache": batch / limit["weights_cache_s"]}
     row["fraction"] = {k: txl / v for k, v in row["limit_tok_per_s"].items()}
@@ -207,19 +228,86 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
         q_toks = torch.stack(tokens["txl-int8"], 1)
         row["int8_same_tokens"] = f"{int((q_toks == ref).sum())}/{ref.numel()}"
         row["fraction_int8"] = {k: row["tok_per_s"]["txl-int8"] / v for k, v in row["limit_tok_per_s"].items()}
+    for name in ("captured", "captured-int8"):
+        if name in rates:
+            row[f"fraction_{name}"] = {k: row["tok_per_s"][name] / v for k, v in row["limit_tok_per_s"].items()}
+            row[f"{name}_same_tokens"] = f"{int((torch.stack(tokens[name], 1) == ref).sum())}/{ref.numel()}"
+    if "captured-int8" in rates and "captured" in rates:
+        row["captured_int8_over_fp32"] = statistics.median(
+            a / b for a, b in zip(rates["captured-int8"], rates["captured"]))
     return row
+
+
+def prefill_flops(cfg: TXLConfig, *, batch: int, prompt_len: int) -> float:
+    """Matmul FLOPs of reading a prompt in segments of ``tgt_len`` over a growing memory (capped at the prompt):
+    :func:`~transformer_xl.experiments.bench.measure.model_flops` with every position's keys/values projected
+    once (``streaming``), less the output softmax it counts at every position (a prompt needs it at the last)."""
+    total, d_0 = 0.0, cfg.d_embed
+    v_0 = (cfg.cutoffs[0] if cfg.cutoffs else cfg.n_token) + len(cfg.cutoffs)
+    proj = 2 * cfg.d_model * d_0 if (cfg.div_val > 1 or cfg.d_embed != cfg.d_model) else 0
+    for start in range(0, prompt_len, cfg.tgt_len):
+        qlen = min(cfg.tgt_len, prompt_len - start)
+        total += model_flops(cfg, batch=batch, qlen=qlen, mlen=start, targets=None, streaming=True)
+        total -= batch * qlen * (proj + 2 * d_0 * v_0)
+    return total
+
+
+def measure_prefill(model: TransformerXLLM, prompt: torch.Tensor, mem_len: int, *, repeats: int) -> dict[str, float]:
+    """Tokens/s of the prompt's forward as generation runs it (segments of ``tgt_len``, the inference cache), the
+    fastest of ``repeats``, and its share of the compute limit: the FLOP/s of a large fp32 matmul in this run."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync(prompt.device.type)
+        start = time.perf_counter()
+        next(stream(model, prompt, max_new_tokens=1, mem_len=mem_len))
+        sync(prompt.device.type)
+        best = min(best, time.perf_counter() - start)
+    flops = prefill_flops(model.config, batch=prompt.size(0), prompt_len=prompt.size(1))
+    peak = matmul_peak(prompt.device.type, "fp32")
+    return {"tok_per_s": prompt.numel() / best, "flop_per_s": flops / best, "peak_flop_per_s": peak,
+            "share_of_compute": flops / best / peak}
 
 
 def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Every case of ``opts`` (shapes x memory lengths x batch sizes)."""
     check_device(opts.device)
+    if opts.kv_dtype not in KV_DTYPES:
+        raise ConfigError(f"unknown kv dtype {opts.kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
     for shape in opts.shapes:  # every name checked before any case runs
         shape_config(shape)
     rows = [run_case(s, m, b, opts, log) for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
-    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else platform.processor() or \
-        platform.machine()
+    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else cpu_name()
     return {"options": asdict(opts), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": machine, "hf": opts.hf and hf_available(), "rows": rows}
+            "machine": machine, "cpu_flags": cpu_flags(), "hf": opts.hf and hf_available(), "rows": rows}
+
+
+#: The CPU flags that decide which kernels run (vector width, bf16 and int8 dot products, AMX tiles).
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """Which of :data:`FLAGS` the CPU has."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in FLAGS if f in have]
+    return []
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
@@ -244,4 +332,36 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             f"{frac['weights']:.0%} / {frac['weights+cache']:.0%} | {num(tps.get('txl-int8'))} | "
             f"{num(r.get('int8_over_fp32'), '.2f')}{'×' if 'int8_over_fp32' in r else ''} | "
             f"{r.get('int8_same_tokens', '–')} |")
+    if any("captured" in r["tok_per_s"] or "prefill" in r for r in report["rows"]):
+        lines += ["", captured_markdown(report)]
+    return "\n".join(lines)
+
+
+def captured_markdown(report: dict[str, Any]) -> str:
+    """The captured step and the prefill of the same run: tokens/s, shares of the limits, compile seconds."""
+    flags = ", ".join(report.get("cpu_flags", [])) or "–"
+    head = ("| shape | mem_len | batch | streaming GB/s | plain tok/s | captured tok/s | captured ÷ plain "
+            "| captured share of limit (weights / +cache) | captured int8 tok/s (kv) | int8 ÷ fp32 (captured) "
+            "| same tokens (fp32 / int8) | compile s (fp32 / int8) | prefill tok/s | prefill share of compute |")
+    lines = [f"Captured step and prefill (CPU flags: {flags})", "", head, "|" + "---|" * 14]
+
+    def num(v: float | None, fmt: str = ".1f") -> str:
+        return "–" if v is None else format(v, fmt)
+
+    for r in report["rows"]:
+        tps, comp, lim = r["tok_per_s"], r.get("compile_s", {}), r["limit"]
+        frac, pre = r.get("fraction_captured"), r.get("prefill")
+        ratio = statistics.median(a / b for a, b in zip(r["rounds"]["captured"], r["rounds"]["txl"])) \
+            if "captured" in r["rounds"] else None
+        share = "–" if frac is None else f"{frac['weights']:.0%} / {frac['weights+cache']:.0%}"
+        pre_share = "–" if pre is None else f"{pre['share_of_compute']:.0%}"
+        lines.append(
+            f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {lim['weights_bytes'] / lim['weights_s'] / 1e9:.1f} | "
+            f"{num(tps['txl'])} | {num(tps.get('captured'))} | {num(ratio, '.2f')}{'×' if ratio else ''} | "
+            f"{share} | "
+            f"{num(tps.get('captured-int8'))} ({r.get('kv_dtype', '–')}) | "
+            f"{num(r.get('captured_int8_over_fp32'), '.2f')}{'×' if 'captured_int8_over_fp32' in r else ''} | "
+            f"{r.get('captured_same_tokens', '–')} / {r.get('captured-int8_same_tokens', '–')} | "
+            f"{num(comp.get('captured'))} / {num(comp.get('captured-int8'))} | "
+            f"{num(pre and pre['tok_per_s'])} | {pre_share} |")
     return "\n".join(lines)

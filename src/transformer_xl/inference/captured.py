@@ -1,0 +1,182 @@
+"""A captured one-token decode step: :class:`CapturedDecoder`, the state of one generation over fixed buffers.
+
+Generation's plain step (:mod:`transformer_xl.inference.generate`) runs the model's forward on a ``[B, 1]``
+segment: a few hundred small operations dispatched one by one from Python. The captured step is the same math
+(:func:`transformer_xl.inference.decode.step`) with static shapes over fixed-capacity buffers, compiled once into
+one graph (``torch.compile``: inductor's C++ kernels on the CPU; on CUDA the same graph replayed as a CUDA graph,
+``mode="reduce-overhead"`` with the buffers marked static), so a step costs little more than reading its bytes.
+
+The public contract stays the functional one: :meth:`CapturedDecoder.step` takes the memories of the text so far
+(``n_layer + 1`` tensors ``[B, M, D]``, as :class:`~transformer_xl.model.TransformerXLLM` returns them) and
+returns the next ones, which stay what they were when returned. Internally:
+
+* the keys/values live in a ring of ``mem_len + 1`` slots per layer (:mod:`transformer_xl.inference.decode`);
+* the memories returned are views of append-only buffers ``[L + 1, B, C_h, D]`` (each position written once;
+  when full, the live window moves to new buffers, as :class:`transformer_xl.model.InferenceCache` does);
+* a step whose ``mems`` are not the ones this decoder returned last (unmodified: same objects, same version
+  counters) first loads them: their keys/values are projected once into the ring. So branches from an older
+  state and several texts interleaved over one decoder give the plain path's values (``tests/inference``).
+
+The weights are packed when the decoder is made (:func:`transformer_xl.inference.decode.pack`): build a new
+decoder after changing them. The compiled graph is keyed by the step's constants and shapes, so a second
+decoder of the same model shape (another generation) reuses it without compiling again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from transformer_xl.errors import ConfigError, check_int
+from transformer_xl.inference.decode import check_supported, linear, pack, spec_of, step
+from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.positional import sinusoid
+
+#: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
+KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+_COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
+
+
+def _compiled(device: torch.device) -> object:
+    """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``)."""
+    mode = "reduce-overhead" if device.type == "cuda" else "default"
+    if mode not in _COMPILED:
+        # One graph per step constants and shapes (model shape, batch, mem_len, int8, ring dtype): a process that
+        # decodes several (the benchmark's grid) needs more than dynamo's default of 8 per function.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        _COMPILED[mode] = torch.compile(step, fullgraph=True, dynamic=False, mode=mode)
+    return _COMPILED[mode]
+
+
+def _stamps(tensors: Sequence[Tensor]) -> list[int] | None:
+    """How often each tensor was modified in place (None: inference tensors keep no count)."""
+    try:
+        return [t._version for t in tensors]
+    except RuntimeError:
+        return None
+
+
+class CapturedDecoder:
+    """The captured decode step of ``model`` for ``batch`` rows and a memory of ``mem_len`` (module docstring).
+
+    Args:
+        int8: int8 weights (per-row scales) in the step, from the float model's weights.
+        kv_dtype: ``"float32"`` or ``"bfloat16"``: the type of the keys/values kept in the ring.
+        compile: compile the step (``False``: the same function run eagerly, for tests and debugging).
+        clamp_len / same_length: as :class:`~transformer_xl.model.config.Lengths` (default: the model's).
+    """
+
+    def __init__(self, model: TransformerXLLM, *, batch: int, mem_len: int | None = None,
+                 clamp_len: int | None = None, same_length: bool | None = None, int8: bool = False,
+                 kv_dtype: str = "float32", compile: bool = True) -> None:
+        check_supported(model)
+        if kv_dtype not in KV_DTYPES:
+            raise ConfigError(f"unknown kv_dtype {kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
+        lengths = model.config.lengths(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length, ext_len=0)
+        self.mem_len = check_int("mem_len", lengths.mem_len, 1)
+        self.batch = check_int("batch", batch, 1)
+        self.model, self.int8, self.kv_dtype = model, int8, kv_dtype
+        p = next(model.parameters())
+        self.device, dtype = p.device, p.dtype
+        if int8 and self.device.type != "cpu":
+            raise ConfigError(f"int8 decoding is for the CPU; the model is on {self.device}")
+        with torch.no_grad():
+            self.weights = pack(model, int8=int8)
+        self.spec = spec_of(model, self.weights["head"], mem_len=self.mem_len, same_length=lengths.same_length)
+        cfg, slots = model.config, self.mem_len + 1
+        shape = (batch, cfg.n_head, slots, cfg.d_head)
+        self.ks = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
+        self.vs = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
+        self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)
+        self.cur = torch.zeros((), dtype=torch.long, device=self.device)
+        dist = torch.arange(slots, dtype=torch.float32, device=self.device)
+        if lengths.clamp_len > 0:
+            dist = dist.clamp(max=lengths.clamp_len)
+        inv_freq = model.pos_enc.inv_freq.to(self.device)
+        self.r_dist = sinusoid(dist, inv_freq).to(dtype)  # [C, D]: row d = distance min(d, clamp_len)
+        if self.device.type == "cuda":  # the buffers keep their addresses: CUDA graphs may write them
+            for t in [*self.ks, *self.vs, self.slot_pos, self.cur, self.r_dist]:
+                torch._dynamo.mark_static_address(t)
+        self._fn = _compiled(self.device) if compile else step
+        self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
+        self._lo = self._hi = 0
+        self._mems: list[Tensor] | None = None
+        self._stamps: list[int] | None = None
+        self.compile_s: float | None = None  # seconds of the first (compiling) step, when compiled
+
+    # ---------------------------------------------------------------------------------------------- state
+    def _continues(self, mems: Sequence[Tensor]) -> bool:
+        last = self._mems
+        if last is None or len(mems) != len(last) or not all(a is b for a, b in zip(mems, last)):
+            return False
+        try:
+            return [m._version for m in mems] == self._stamps
+        except RuntimeError:  # inference tensors keep no version counter: identity only
+            return self._stamps is None
+
+    @torch.no_grad()
+    def load(self, mems: Sequence[Tensor]) -> None:
+        """Start from ``mems`` (``n_layer + 1`` tensors ``[B, M, D]``, ``M <= mem_len``): their keys/values
+        projected into the ring, their rows copied into new memory buffers. :meth:`step` does it when given other
+        memories than its own; calling it first keeps that work (one projection of the memory) out of a timed step."""
+        cfg = self.model.config
+        if len(mems) != cfg.n_layer + 1 or any(m.dim() != 3 or m.size(0) != self.batch for m in mems):
+            raise ConfigError(f"mems must be {cfg.n_layer + 1} tensors [batch={self.batch}, M, {cfg.d_model}]")
+        mlen = mems[0].size(1)
+        if mlen > self.mem_len:
+            mems = [m[:, mlen - self.mem_len:] for m in mems]
+            mlen = self.mem_len
+        he = cfg.n_head * cfg.d_head
+        for i, w in enumerate(self.weights["layers"]):
+            if not mlen:
+                break
+            mem = mems[i]
+            x = torch.nn.functional.layer_norm(mem, mem.shape[-1:], *w["ln1"], self.spec.eps) \
+                if self.spec.pre_lnorm else mem
+            kv = linear(x.reshape(-1, x.size(-1)), w["qkv"])[:, he:]  # [B*M, 2*H*E]
+            kv = kv.view(self.batch, mlen, 2, cfg.n_head, cfg.d_head)
+            self.ks[i][:, :, :mlen].copy_(kv[:, :, 0].transpose(1, 2))
+            self.vs[i][:, :, :mlen].copy_(kv[:, :, 1].transpose(1, 2))
+        self.slot_pos.fill_(-1)
+        self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
+        self.cur.fill_(mlen)
+        self._new_hist(torch.stack([m.to(self.r_dist.dtype) for m in mems]) if mlen else None, mlen)
+        self._mems, self._stamps = list(mems), _stamps(mems)  # a step over these mems continues from here
+
+    def _new_hist(self, window: Tensor | None, mlen: int) -> None:
+        """New append-only memory buffers holding ``window [L + 1, B, M, D]`` in front (old ones untouched)."""
+        cfg = self.model.config
+        cap = self.mem_len + max(self.mem_len // 2, 64)
+        self._hist = torch.empty(cfg.n_layer + 1, self.batch, cap, cfg.d_model, dtype=self.r_dist.dtype,
+                                 device=self.device)
+        if window is not None:
+            self._hist[:, :, :mlen].copy_(window)
+        self._lo, self._hi = 0, mlen
+
+    # ---------------------------------------------------------------------------------------------- a step
+    @torch.no_grad()
+    def step(self, tokens: Tensor, mems: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        """Feed ``tokens [B]`` after the text whose memories are ``mems``: next-token log-probabilities
+        ``[B, V]`` and the next memories (views, never written again)."""
+        if tokens.shape != (self.batch,):
+            raise ConfigError(f"tokens must be [batch={self.batch}], got shape {tuple(tokens.shape)}")
+        if not self._continues(mems):
+            self.load(mems)
+        start = time.perf_counter() if self.compile_s is None and self._fn is not step else None
+        log_probs, rows = self._fn(self.spec, self.weights, tokens.to(self.device), self.ks, self.vs,
+                                   self.slot_pos, self.cur, self.r_dist)  # [B, V], [L + 1, B, D]
+        if start is not None:
+            self.compile_s = time.perf_counter() - start
+        assert self._hist is not None
+        if self._hi == self._hist.size(2):  # full: the live window moves to new buffers
+            self._new_hist(self._hist[:, :, self._lo:self._hi], self._hi - self._lo)
+        self._hist[:, :, self._hi].copy_(rows)
+        self._hi += 1
+        self._lo = max(self._lo, self._hi - self.mem_len)
+        new = list(self._hist[:, :, self._lo:self._hi].unbind(0))
+        self._mems, self._stamps = new, _stamps(new)
+        return log_probs.clone() if self.device.type == "cuda" else log_probs, new

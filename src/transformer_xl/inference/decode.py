@@ -1,0 +1,252 @@
+"""The one-token decode step as one static-shape function over packed weights and a ring of keys/values.
+
+What :class:`transformer_xl.inference.captured.CapturedDecoder` compiles (``torch.compile``; on CUDA with CUDA
+graphs). The math is that of a ``[B, 1]`` segment through :class:`~transformer_xl.model.TransformerXLLM`
+(paper Sec. 3.2-3.3, attn_type 0) with the relative-position encoding; only the data layout differs, so that
+one graph serves every step:
+
+* **keys/values in a ring.** Layer ``l`` keeps ``[B, H, C, E]`` keys and values with ``C = mem_len + 1`` slots
+  (the memory and the new token). Position ``t`` lives in slot ``t mod C``; the step writes its keys/values
+  there (overwriting position ``t - C``, the one that just left the memory) with a tensor index, and reads all
+  ``C`` slots with an additive mask for the empty ones (and, under ``same_length``, the farthest one).
+  ``slot_pos [C]`` holds the position in every slot (-1: empty), ``cur`` the position of the new token: tensors,
+  not Python ints, so no step recompiles.
+* **terms (b)+(d) without ``W_kR R`` per layer.** ``(q + v)^T W_kR R_d = (W_kR^T (q + v))^T R_d``: the query is
+  taken to ``d_model`` through ``W_kR`` (a ``[D, H*E]`` read) and dotted with the sinusoid rows of the slots'
+  distances, ``R_slot [C, D]``, gathered once per step from ``R_dist`` (row ``d`` = distance ``min(d, clamp_len)``)
+  and shared by every layer (it stays in the CPU's cache).
+* **attention as reductions.** ``q . k`` and ``p . v`` are written as a multiply and a sum over ``E`` and over
+  ``C``, which the compiler fuses into one pass over the ring that converts a narrower ring (bf16) on the fly.
+* **packed weights** (:func:`pack`): the weights are read as ``[out, in]`` matrices for batch-1 matrix-vector
+  products; the adaptive softmax's clusters without projections (the WT103 shape) are one matrix
+  ``[head words; cluster rows; tail words]``, read once per step; with ``int8=True`` every matrix of the blocks
+  and of the softmax is int8 with one scale per output row, its input quantized per row at every call
+  (``torch._int_mm``, int32 accumulation).
+
+Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots, ``L`` layers, ``V`` words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import TransformerXLLM
+
+#: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W^T [in, out] int8 view,
+#: scales [out], b)``.
+Linear = tuple[Tensor, Tensor | None, Tensor | None]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """The constants of a step (hashable: the compiled graph is specialized on them)."""
+
+    n_layer: int
+    n_head: int
+    d_head: int
+    pre_lnorm: bool
+    eps: float
+    scale: float  # 1 / sqrt(d_head)
+    emb_scale: float  # sqrt(d_model)
+    emb_bounds: tuple[tuple[int, int], ...]  # the input clusters (one: div_val 1)
+    head_sizes: tuple[int, ...]  # sizes of the output pieces of one fused softmax matrix (empty: per cluster)
+    shortlist: int  # words of the head cluster
+    n_clusters: int  # tail clusters
+    same_length: bool
+    mem_len: int
+
+
+def supported(model: TransformerXLLM) -> str | None:
+    """Why the captured step cannot run ``model`` (None: it can)."""
+    cfg = model.config
+    if cfg.attn_type != 0:
+        return f"attn_type {cfg.attn_type} (the captured step implements the paper's relative encoding, type 0)"
+    if cfg.sample_softmax > 0:
+        return "a sampled-softmax model (sample_softmax > 0)"
+    if model.quantized is not None:
+        return "a quantized model (build the captured decoder from the float model with int8=True)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- packing
+def _int8(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8 of ``weight [out, in]``: ``(W^T [in, out] int8 view, scales [out])``."""
+    scale = weight.abs().amax(1).clamp(min=1e-12) / 127.0  # [out]
+    q = torch.round(weight / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
+    return q.t(), scale.float()
+
+
+def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
+    """``weight [out, in]`` and ``bias`` as a step reads them (:data:`Linear`): float, or int8 with row scales."""
+    weight = weight.detach()
+    bias = None if bias is None else bias.detach()
+    if int8:
+        q_t, scale = _int8(weight)
+        return q_t, scale, bias
+    return weight.contiguous(), None, bias
+
+
+def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
+    return ln.weight.detach(), ln.bias.detach()
+
+
+def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
+    """The weights a step reads, laid out for it (module docstring); tensors only, in nested dicts/tuples."""
+    cfg = model.config
+    crit, emb, pos = model.crit, model.word_emb, model.pos_enc
+    h, e = cfg.n_head, cfg.d_head
+    layers = []
+    for i, layer in enumerate(model.layers):
+        att, ff = layer.dec_attn, layer.pos_ff
+        layers.append({
+            "qkv": pack_linear(att.qkv_net.weight, None, int8),
+            # W_kR^T per head: [H, E, D] (kept float: it is a fraction of the layer, and the position term is
+            # sensitive to rounding)
+            "r": att.r_net.weight.detach().view(h, e, -1),
+            "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
+            "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
+            "o": pack_linear(att.o_net.weight, None, int8),
+            "ln1": _layer_norm(att.layer_norm),
+            "ff1": pack_linear(ff.CoreNet[0].weight, ff.CoreNet[0].bias, int8),
+            "ff2": pack_linear(ff.CoreNet[3].weight, ff.CoreNet[3].bias, int8),
+            "ln2": _layer_norm(ff.layer_norm),
+        })
+    embs = tuple((layer.weight.detach(), emb.emb_projs[j].detach() if len(emb.emb_projs) else None)
+                 for j, layer in enumerate(emb.emb_layers))
+    return {"layers": tuple(layers), "emb": embs, "head": _pack_head(crit, int8)}
+
+
+def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
+    """One linear map per cluster (``(proj, linear)``), or one fused matrix when no cluster is projected."""
+    pieces = []
+    for i in range(len(crit.bounds)):
+        weight, bias, proj = crit._cluster_params(i)
+        if i == 0 and crit.n_clusters:
+            weight = torch.cat([weight, crit.cluster_weight], 0)
+            bias = torch.cat([bias, crit.cluster_bias], 0)
+        pieces.append((weight, bias, proj))
+    if all(p is None for _, _, p in pieces):  # one matrix read once: [head words; cluster rows; tail words]
+        weight = torch.cat([w for w, _, _ in pieces], 0)
+        bias = torch.cat([b for _, b, _ in pieces], 0)
+        return ((None, pack_linear(weight, bias, int8)),)
+    return tuple((None if p is None else p.detach(), pack_linear(w, b, int8)) for w, b, p in pieces)
+
+
+def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
+    """The constants of ``model``'s step with the packed softmax ``heads`` (fused: one matrix, else per cluster)."""
+    cfg = model.config
+    crit = model.crit
+    emb_bounds = tuple(model.word_emb.bounds) if cfg.div_val > 1 else ((0, cfg.n_token),)  # one table: div_val 1
+    fused = len(heads) == 1 and crit.n_clusters > 0
+    sizes = tuple(hi - lo + (crit.n_clusters if i == 0 else 0) for i, (lo, hi) in enumerate(crit.bounds))
+    return StepSpec(n_layer=cfg.n_layer, n_head=cfg.n_head, d_head=cfg.d_head, pre_lnorm=cfg.pre_lnorm,
+                    eps=model.layers[0].pos_ff.layer_norm.eps, scale=model.layers[0].dec_attn.scale,
+                    emb_scale=model.word_emb.emb_scale, emb_bounds=emb_bounds,
+                    head_sizes=sizes if fused else (), shortlist=crit.shortlist, n_clusters=crit.n_clusters,
+                    same_length=same_length, mem_len=mem_len)
+
+
+def check_supported(model: TransformerXLLM) -> None:
+    """A one-line :class:`ConfigError` unless the captured step can run ``model``."""
+    why = supported(model)
+    if why is not None:
+        raise ConfigError(f"the captured decode step does not support {why}; use the plain step")
+
+
+# ---------------------------------------------------------------------------------------------- the math
+def linear(x: Tensor, lin: Linear) -> Tensor:
+    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights with ``x`` quantized per row (symmetric)."""
+    weight, scale, bias = lin
+    if scale is None:
+        return F.linear(x, weight, bias)
+    x_scale = x.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127.0  # [N, 1]
+    xq = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
+    y = torch._int_mm(xq, weight).to(x.dtype) * (x_scale * scale)  # [N, out], int32 accumulation
+    return y if bias is None else y + bias
+
+
+def embed(spec: StepSpec, embs: tuple, tok: Tensor) -> Tensor:
+    """``sqrt(D) E[w] P``, ``[B, D]``; every input cluster computed with a clamped index and kept where it holds
+    the word (static shapes)."""
+    out = None
+    for (lo, hi), (table, proj) in zip(spec.emb_bounds, embs):
+        e = table[(tok - lo).clamp(0, hi - lo - 1)]  # [B, d_i]
+        if proj is not None:
+            e = F.linear(e, proj)  # [B, D]
+        if len(spec.emb_bounds) > 1:
+            e = torch.where(((tok >= lo) & (tok < hi))[:, None], e, 0.0)
+        out = e if out is None else out + e
+    assert out is not None
+    return out * spec.emb_scale
+
+
+def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
+    """The adaptive softmax's full log-distribution ``[B, V]`` (as ``ProjectedAdaptiveLogSoftmax.log_prob``)."""
+    if spec.head_sizes:
+        logits = list(linear(h, heads[0][1]).split(spec.head_sizes, dim=-1))
+    else:
+        logits = [linear(h if proj is None else h @ proj, lin) for proj, lin in heads]
+    head = F.log_softmax(logits[0], dim=-1)  # [B, shortlist + n_clusters]
+    if not spec.n_clusters:
+        return head
+    parts = [head[:, :spec.shortlist]]
+    parts += [head[:, -i, None] + F.log_softmax(logits[i], dim=-1) for i in range(1, spec.n_clusters + 1)]
+    return torch.cat(parts, dim=1)
+
+
+def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
+    """``q . k`` per slot: ``q [B, H, E]``, ``k [B, H, C, E]`` -> ``[B, H, C]``; a batched matrix-vector product
+    on a float32 ring, a fused multiply-and-sum that widens a narrower ring as it reads it."""
+    if k.dtype == q.dtype:
+        return torch.matmul(k, q[..., None])[..., 0]
+    return (q[:, :, None, :] * k).sum(-1)
+
+
+def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
+    """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
+    if v.dtype == prob.dtype:
+        return torch.matmul(prob[:, :, None, :], v)[:, :, 0]
+    return (prob[..., None] * v).sum(2)
+
+
+def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
+         cur: Tensor, r_dist: Tensor) -> tuple[Tensor, Tensor]:
+    """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
+    position ``[L + 1, B, D]`` (every layer's input and the output). Writes the keys/values into the rings
+    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place)."""
+    n_slot = slot_pos.size(0)
+    bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
+    slot = torch.remainder(cur, n_slot).view(1)  # [1]
+    slot_pos.index_copy_(0, slot, cur.view(1))
+    dist = cur - slot_pos  # [C] distance of every slot's position (garbage where empty)
+    visible = slot_pos >= 0
+    if spec.same_length:  # every query sees mem_len keys, itself included
+        visible = visible & (dist < spec.mem_len)
+    bias = torch.where(visible, 0.0, float("-inf"))  # [C]
+    r_slot = r_dist[dist.clamp(0, n_slot - 1)]  # [C, D] sinusoid rows of the slots' distances
+
+    h = embed(spec, weights["emb"], tok)  # [B, D]
+    hids = [h]
+    for i, w in enumerate(weights["layers"]):
+        x = F.layer_norm(h, h.shape[-1:], *w["ln1"], spec.eps) if spec.pre_lnorm else h
+        q, k, v = linear(x, w["qkv"]).view(bsz, 3, n_head, d_head).unbind(1)  # [B, H, E] each
+        ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
+        vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
+        ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
+        rq = torch.matmul((q + w["v"]).transpose(0, 1), w["r"]).transpose(0, 1)  # W_kR^T (q + v): [B, H, D]
+        bd = torch.matmul(rq, r_slot.t())  # terms (b)+(d): [B, H, C]
+        prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]
+        a = _mix_values(prob, vs[i])  # [B, H, E]
+        out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]
+        h = h + out if spec.pre_lnorm else F.layer_norm(h + out, h.shape[-1:], *w["ln1"], spec.eps)
+        x = F.layer_norm(h, h.shape[-1:], *w["ln2"], spec.eps) if spec.pre_lnorm else h
+        core = linear(torch.relu(linear(x, w["ff1"])), w["ff2"])  # [B, D]
+        h = h + core if spec.pre_lnorm else F.layer_norm(h + core, h.shape[-1:], *w["ln2"], spec.eps)
+        hids.append(h)
+    cur.add_(1)
+    return head_log_probs(spec, weights["head"], h), torch.stack(hids)

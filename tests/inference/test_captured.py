@@ -1,0 +1,151 @@
+"""The captured decode step against the plain one: tokens and log-probabilities (1e-5, fp32), the memories it
+returns, branches, interleaved streams, the ring's wrap-around, narrower types, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import generation_model
+from transformer_xl import ConfigError, TransformerXLLM
+from transformer_xl.inference.captured import CapturedDecoder
+from transformer_xl.inference.generate import generate, reference_generate, stream
+from transformer_xl.model import Recurrence
+
+V = 40
+
+
+def _model(seed: int = 0, **overrides) -> TransformerXLLM:
+    return generation_model(seed, train=False, n_token=V, **overrides)
+
+
+def _prompt(b: int = 2, p: int = 8, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, V, (b, p), generator=torch.Generator().manual_seed(seed))
+
+
+def _eager(model: TransformerXLLM, batch: int = 2, **kw) -> CapturedDecoder:
+    return CapturedDecoder(model, batch=batch, compile=False, **kw)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"cutoffs": [10, 25], "div_val": 2, "tie_projs": [False, True, True]},  # projected clusters, one per cluster
+    {"cutoffs": [10, 25]},  # the clusters fused into one matrix
+    {"pre_lnorm": True, "untie_r": True, "clamp_len": 3},
+    {"same_length": True},
+])
+@pytest.mark.parametrize("mem_len", [4, 30])  # the ring wraps around / never fills
+def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) -> None:
+    model = _model(**overrides)
+    ids, n = _prompt(), 14
+    for kw in ({"do_sample": True, "top_k": 3, "seed": 5}, {}):  # sampled: words of every cluster
+        plain = generate(model, ids, max_new_tokens=n, mem_len=mem_len, **kw)
+        cap = generate(model, ids, max_new_tokens=n, mem_len=mem_len, captured=_eager(model, mem_len=mem_len), **kw)
+        assert torch.equal(cap.new_tokens, plain.new_tokens)
+        assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+        assert all((a - b).abs().max() <= 1e-5 for a, b in zip(cap.mems, plain.mems))
+        assert [m.shape for m in cap.mems] == [m.shape for m in plain.mems]
+    if mem_len == 30 and not overrides:  # and the oracle that recomputes everything
+        ref_ids, ref_lp = reference_generate(model, ids, n, mode="full", mem_len=mem_len)
+        assert torch.equal(cap.new_tokens, ref_ids) and (cap.log_probs - ref_lp).abs().max() <= 1e-5
+
+
+def test_compiled_step_equals_the_plain_step() -> None:
+    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles."""
+    model = _model(cutoffs=[10, 25])
+    ids = _prompt()
+    dec = CapturedDecoder(model, batch=2, mem_len=4)
+    plain = generate(model, ids, max_new_tokens=12, mem_len=4)
+    cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+    assert dec.compile_s is not None and dec.compile_s > 0
+
+
+def _plain_step(model: TransformerXLLM, tok: torch.Tensor, mems: list[torch.Tensor], mem_len: int):
+    rec = Recurrence(model, model.config.lengths(mem_len=mem_len, ext_len=0), inference_cache=False, mems=mems)
+    with torch.no_grad():
+        return model.log_prob(rec(tok[:, None]).hidden[:, -1]), rec.mems
+
+
+def test_branches_and_returned_memories_stay_as_returned() -> None:
+    """Stepping from an older state (a branch) reloads it; memories once returned never change, through many
+    steps that move the live window to new buffers."""
+    model = _model()
+    dec = _eager(model, mem_len=4)
+    mems = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
+    tok_a, tok_b = torch.tensor([1, 2]), torch.tensor([3, 4])
+    lp_a, mems_a = dec.step(tok_a, mems)
+    kept = [m.clone() for m in mems_a]
+    lp_b, mems_b = dec.step(tok_b, mems)  # a branch from the same state
+    ref_a, ref_mems_a = _plain_step(model, tok_a, mems, 4)
+    ref_b, _ = _plain_step(model, tok_b, mems, 4)
+    assert (lp_a - ref_a).abs().max() <= 1e-5 and (lp_b - ref_b).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(mems_a, ref_mems_a))
+    cur = mems_b
+    for t in range(200):  # more steps than a buffer holds
+        _, cur = dec.step(torch.tensor([t % V, (3 * t) % V]), cur)
+    assert all(torch.equal(a, b) for a, b in zip(mems_a, kept))
+    lp_again, _ = dec.step(tok_b, mems_a)  # back to the first branch
+    assert (lp_again - _plain_step(model, tok_b, mems_a, 4)[0]).abs().max() <= 1e-5
+
+
+def test_interleaved_streams_over_one_decoder() -> None:
+    model = _model()
+    dec = _eager(model, mem_len=5)
+    a = stream(model, _prompt(seed=1), max_new_tokens=10, mem_len=5, captured=dec)
+    b = stream(model, _prompt(seed=2), max_new_tokens=10, mem_len=5, captured=dec)
+    got_a, got_b = [], []
+    for sa, sb in zip(a, b):
+        got_a.append(sa.tokens)
+        got_b.append(sb.tokens)
+    for got, seed in ((got_a, 1), (got_b, 2)):
+        ref = generate(model, _prompt(seed=seed), max_new_tokens=10, mem_len=5)
+        assert torch.equal(torch.stack(got, 1), ref.new_tokens)
+
+
+def test_narrower_types_stay_close() -> None:
+    """A bf16 key/value ring and int8 weights change the values a little (their perplexity cost on a trained
+    model is measured in docs/performance.md), never the shapes or the memories' layout."""
+    model = _model()
+    ids = _prompt()
+    plain = generate(model, ids, max_new_tokens=8, mem_len=4)
+    forced = torch.cat([ids, plain.new_tokens], 1)
+    for kw, tol in (({"kv_dtype": "bfloat16"}, 0.03), ({"int8": True}, 0.15)):
+        dec = _eager(model, mem_len=4, **kw)
+        mems = generate(model, ids, max_new_tokens=1, mem_len=4).mems
+        lps = []
+        for t in range(ids.size(1), forced.size(1) - 1):  # the plain path's tokens, fed to both
+            lp, mems = dec.step(forced[:, t], mems)
+            lps.append(lp.gather(1, forced[:, t + 1, None]))
+        got = torch.cat(lps, 1)
+        assert (got - plain.log_probs[:, 1:]).abs().max() <= tol, kw
+        assert (got - plain.log_probs[:, 1:]).abs().max() > 0, kw
+
+
+def test_bad_input_is_one_line() -> None:
+    model = _model()
+    with pytest.raises(ConfigError, match="attn_type 1"):
+        _eager(_model(attn_type=1))
+    with pytest.raises(ConfigError, match="kv_dtype"):
+        _eager(model, kv_dtype="int4")
+    dec = _eager(model, mem_len=4)
+    mems = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
+    with pytest.raises(ConfigError, match="tokens must be"):
+        dec.step(torch.tensor([1, 2, 3]), mems)
+    with pytest.raises(ConfigError, match="mems must be"):
+        dec.step(torch.tensor([1, 2]), mems[:-1])
+    with pytest.raises(ConfigError, match="another model, batch"):
+        generate(model, _prompt(b=1), max_new_tokens=2, mem_len=4, captured=dec)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_step_equals_the_plain_step() -> None:
+    """On CUDA the compiled step is replayed as a CUDA graph (reduce-overhead, the buffers static)."""
+    model = _model().cuda()
+    ids = _prompt().cuda()
+    plain = generate(model, ids, max_new_tokens=12, mem_len=4)
+    cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=True)
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
