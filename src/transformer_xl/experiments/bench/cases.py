@@ -64,4 +64,5 @@ class BenchOptions:
     memory: bool = True  # peak training memory (CPU: one child process per measurement)
     batch_size: int | None = None  # override the cases' batch size
     seed: int = 0
+    variants: bool = False  # also time txl eager/compiled x fp32/bf16 in the same run (runners txl-<mode>-<dtype>)
     recompute: bool = False  # also time/measure txl training with TransformerXLLM.recompute (runner "txl-recompute")
