@@ -218,7 +218,7 @@ def test_train_help_shows_choices_descriptions_and_defaults(capsys) -> None:
         main(["train", "--help"])
     out = capsys.readouterr().out
     for flag in ("--optim {adam,sgd,adagrad}", "--scheduler {cosine,inv_sqrt,constant,dev_perf}",
-                 "--precision {fp32,bf16,fp16}", "--device {auto,cpu,cuda,cuda:N}", "--level {word,char,byte}"):
+                 "--precision {fp32,bf16,fp16,auto}", "--device {auto,cpu,cuda,cuda:N}", "--level {word,char,byte}"):
         assert flag in out
     options = out.split("\noptions:\n", 1)[1].split("\ntraining presets:", 1)[0]
     # an option line either carries its help on the same line or the next, indented deeper

@@ -59,3 +59,16 @@ def test_sampled_softmax_model_trains_and_evaluates_with_full_softmax(tiny_model
     model.eval()
     out = model(x, x, return_log_probs=True)
     torch.testing.assert_close(out.nll, -out.log_probs.gather(-1, x[..., None]).squeeze(-1))
+
+
+def test_adaptive_input_runs_under_bf16_autocast() -> None:
+    """The clusters' bf16 products are written into the float32 embedding (they were refused: index_copy_ dtype)."""
+    from transformer_xl.model.adaptive import AdaptiveEmbedding
+
+    torch.manual_seed(0)
+    emb = AdaptiveEmbedding(100, 16, 16, [20, 60], div_val=2)
+    ids = torch.randint(0, 100, (2, 7))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = emb(ids)
+    assert out.shape == (2, 7, 16) and out.dtype == torch.float32
+    torch.testing.assert_close(out, emb(ids), rtol=2e-2, atol=2e-2)  # bf16 rounding of the projections only

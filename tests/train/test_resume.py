@@ -204,3 +204,16 @@ def test_a_corrupt_newest_checkpoint_names_the_older_one(tmp_path, corpus, tiny_
     with pytest.raises(CheckpointError, match=rf"SHA-256.*resume from an older checkpoint with --resume {older}$"):
         Trainer(_resume_cfg(run, max_step=5), corpus=corpus, resume=run)
     assert Trainer(_resume_cfg(run, max_step=5), corpus=corpus, resume=older).fit()["step"] == 5
+
+
+@pytest.mark.parametrize("precision", ["bf16", "auto"])
+def test_resume_is_exact_under_a_given_precision(tmp_path, corpus, tiny_run, precision) -> None:
+    """A bf16 (or auto-resolved) run resumed from its step-2 checkpoint logs the same losses as the run itself."""
+    import shutil
+
+    run = _trained(tiny_run, corpus, precision=precision, log_interval=1)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy / "checkpoints" / "step_00000004")
+    _resume(copy, corpus)
+    assert [r["train_loss"] for r in _records(copy, "train")] == [r["train_loss"] for r in _records(run, "train")]

@@ -211,3 +211,13 @@ def test_a_config_that_cannot_fit_is_refused_before_allocation(tmp_path, corpus,
     assert "\n" not in str(err.value) and not Path(cfg.out_dir).exists()  # a refused fresh run leaves no trace
     with Trainer(tiny_run(), corpus=corpus) as tr:  # the refused run released the directory's lock
         assert tr.step == 0
+
+
+def test_compile_unavailable_trains_eager_with_one_line(tmp_path, corpus, tiny_run, monkeypatch, capsys) -> None:
+    from transformer_xl.train import compiling
+
+    monkeypatch.setattr(compiling, "compile_unavailable", lambda device: "inductor needs a C++ compiler")
+    tr = Trainer(tiny_run(compile=True, max_step=1), corpus=corpus)
+    assert tr.forward_model is tr.model
+    assert "--compile unavailable (inductor needs a C++ compiler); training eager" in capsys.readouterr().err
+    tr.close()

@@ -27,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_device(p)
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast on both sides")
     p.add_argument("--compile", action="store_true", help="torch.compile txl's model (HF stays eager)")
+    p.add_argument("--variants", action="store_true",
+                   help="also time txl eager/compiled x fp32/bf16 in the same run (MFU against each precision's peak)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="override the cases' batch size")
     p.add_argument("--no-hf", action="store_true", help="time txl only")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
@@ -144,13 +146,13 @@ def run(args: argparse.Namespace) -> int:
 
     cases = [c for c in args.cases.split(",") if c]
     if args.profile:
-        print(profile_train_step(cases[0], args.profile, batch=args.batch_size))
+        print(profile_train_step(cases[0], args.profile, batch=args.batch_size, dtype=args.dtype))
         return 0
     opts = BenchOptions(cases=cases, eval_mem_lens=parse_int_list(args.eval_mem_lens, "--eval-mem-lens"),
                         steps=args.steps,
                         repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                         threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,
-                        recompute=args.recompute,
+                        recompute=args.recompute, variants=args.variants,
                         batch_size=args.batch_size)
     report = run_benchmark(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()

@@ -70,7 +70,8 @@ class AdaptiveEmbedding(nn.Module):
         for i, (lo, hi) in enumerate(self.bounds):
             idx = ((flat >= lo) & (flat < hi)).nonzero().squeeze(1)
             if idx.numel():
-                out.index_copy_(0, idx, F.linear(self.emb_layers[i](flat[idx] - lo), self.emb_projs[i]))
+                emb = F.linear(self.emb_layers[i](flat[idx] - lo), self.emb_projs[i])  # bf16 under autocast
+                out.index_copy_(0, idx, emb.to(out.dtype))
         return (out * self.emb_scale).view(*ids.shape, self.d_proj)
 
 

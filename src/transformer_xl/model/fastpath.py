@@ -18,7 +18,14 @@ fast path                   replaces (the plain formula)                        
                                                                                   (``TransformerXLLM.recompute``)
 :func:`mask_bias`           ``additive_mask(causal_mask(...))`` each forward      built once per set of lengths,
                                                                                   cache bounded in bytes
+:func:`compiled`            the eager forward                                     one ``torch.compile`` graph per
+                                                                                  segment shape (``--compile``)
 ==========================  ====================================================  ===============================
+
+Every fast path above traces into one graph (``torch.compile(model, fullgraph=True)`` succeeds for training with
+dropout, recompute and memories and for evaluation, every ``attn_type``: tested in ``tests/model/test_fastpath.py``),
+except the adaptive softmax and input with clusters (``cutoffs``), whose per-cluster ``nonzero`` is data-dependent:
+there the graph breaks around it. Under compilation inductor fuses the elementwise work around the matmuls.
 
 The inference cache of the memory's keys/values and of ``W_kR R`` is :mod:`transformer_xl.model.cache`.
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
@@ -26,6 +33,7 @@ Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_
 
 from __future__ import annotations
 
+import shutil
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -211,3 +219,28 @@ def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: 
     """``additive_mask(causal_mask(...))`` (``[Q, K]``, 0 / -inf) from a process-wide cache of at most
     64 MiB (callers must not modify it)."""
     return _MASKS.get(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------- compilation
+def compile_unavailable(device: str = "cpu") -> str | None:
+    """Why ``torch.compile`` cannot run here (one line), or None when it can: inductor generates C++ on the CPU,
+    so it needs a C++ compiler; on CUDA it needs Triton."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    if device.startswith("cuda"):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "inductor needs triton on CUDA and it is not installed"
+        return None
+    if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+        return "inductor needs a C++ compiler (c++, g++ or clang++) on the PATH and none was found"
+    return None
+
+
+def compiled(model: nn.Module, *, clusters: bool = False) -> Callable[..., Any]:
+    """``model`` compiled with static shapes: one graph per segment shape (the first segment, without memory, and
+    the steady state with a full one), no dynamic-shape graph, whose symbolic sizes cost speed. Without adaptive
+    clusters the forward compiles whole (``fullgraph=True``: a graph break is an error, not a silent fallback to
+    Python between fragments); with ``clusters`` the graph breaks at the per-cluster gathers."""
+    return torch.compile(model, fullgraph=not clusters, dynamic=False)

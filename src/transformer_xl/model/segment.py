@@ -14,8 +14,7 @@ autocast.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,6 +38,7 @@ class Segment:
     mask_bias: Tensor  # [Q, K]: 0 where query i may attend key j, -inf elsewhere
     make_table: Callable[[], Tensor | None] | None = None  # the [K, D] position table, made on first use
     cache: InferenceCache | None = None
+    _table: list[Tensor | None] = field(default_factory=list, repr=False)  # the table once made
 
     @property
     def klen(self) -> int:
@@ -52,10 +52,13 @@ class Segment:
     def device(self) -> torch.device:
         return self.mask_bias.device
 
-    @cached_property
+    @property
     def table(self) -> Tensor | None:
-        """``[K, D]`` sinusoid rows for distances ``K-1..0`` (attn_type 0 and 2), or None."""
-        return None if self.make_table is None else self.make_table()
+        """``[K, D]`` sinusoid rows for distances ``K-1..0`` (attn_type 0 and 2), or None; made once. (A list
+        rather than ``functools.cached_property``, whose lock ``torch.compile`` cannot trace.)"""
+        if not self._table:
+            self._table.append(None if self.make_table is None else self.make_table())
+        return self._table[0]
 
     def keys_values(self, layer: int, mem: Tensor | None, kv: Tensor, n_head: int,
                     project: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:

@@ -47,11 +47,13 @@ from transformer_xl.store.files import write_json
 from transformer_xl.store.layout import RunDir
 from transformer_xl.store.lock import RunLock
 from transformer_xl.train.batches import train_iterator
+from transformer_xl.train.compiling import CompileClock, compile_for_training
 from transformer_xl.train.config import TrainConfig
 from transformer_xl.train.distributed import Dist, resolve_device, wrap_ddp
 from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
+from transformer_xl.train.precision import resolve_precision
 from transformer_xl.train.resume import ResumePlan, plan_resume
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
@@ -87,6 +89,7 @@ class Trainer:
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
         cfg = self.cfg
         self.device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", "0")))
+        self.precision = resolve_precision(cfg.precision, self.device, announce=os.environ.get("RANK", "0") == "0")
         if cfg.precision == "fp16" and not self.device.startswith("cuda"):
             raise ConfigError("precision fp16 needs a CUDA device (GradScaler); use bf16 on the CPU")
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -115,7 +118,7 @@ class Trainer:
             self.plan.check(cfg, self.model_cfg.to_dict(), self.vocab_sha256)
         if not force:  # refuse what cannot fit before allocating it (one line with the estimate)
             check_fits(estimate_training_bytes(self.model_cfg, cfg.batch_size // world, cfg.batch_chunk, cfg.optim,
-                                               cfg.precision, recompute=cfg.recompute), self.device)
+                                               self.precision.name, recompute=cfg.recompute), self.device)
         self.model = TransformerXLLM(self.model_cfg).to(self.device)
         if init is not None:  # fine-tuning (transformer_xl.train.init_from): the pretrained weights
             init.load_into(self.model)
@@ -124,12 +127,13 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.dist.rank)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = Schedule(self.optimizer, cfg)
-        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision.name == "fp16" else None
         self.forward_model: Any = self.model
         if self.dist.enabled:
             self.forward_model = wrap_ddp(self.model, self.model_cfg, self.device)
         if cfg.compile:
-            self.forward_model = torch.compile(self.forward_model)
+            self.forward_model = compile_for_training(self.forward_model, clusters=bool(self.model_cfg.cutoffs),
+                                                      device=self.device, main=self.dist.main)
         self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
                                          world_size=self.dist.world_size, device=self.device)
 
@@ -165,10 +169,7 @@ class Trainer:
             yield from self.train_iter
 
     def _autocast(self) -> Any:
-        if self.cfg.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.split(":")[0], dtype=dtype)
+        return self.precision.autocast(self.device)
 
     # ------------------------------------------------------------------ one step
     def train_step(self, input_ids: Tensor, targets: Tensor) -> dict[str, Any]:
@@ -314,6 +315,7 @@ class Trainer:
         elapsed0 = self.elapsed
         save_every = cfg.save_interval or cfg.eval_interval
         last_eval = -1
+        clock = CompileClock(cfg.compile, lambda **kw: log.event(self.step, self.elapsed, "compile", **kw), main)
         try:
             with stop_on_signals(self._request_stop):
                 batches = self._batches()
@@ -325,7 +327,7 @@ class Trainer:
                         self.save_request = True
                     batch = next(batches)
                     lr = self.schedule.lr  # the rate this update runs with
-                    out = self.train_step(batch.input_ids, batch.targets)
+                    out = clock.step(self.train_step, batch.input_ids, batch.targets)
                     self.elapsed = elapsed0 + time.monotonic() - start
                     if not out["applied"]:
                         log.event(self.step, self.elapsed, "nonfinite", loss=out["loss"], grad_norm=out["grad_norm"])

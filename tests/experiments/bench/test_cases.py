@@ -11,3 +11,14 @@ def test_cases_are_the_issue_configs() -> None:
     assert (char.config.tgt_len, char.config.mem_len) == (128, 128)
     assert (word.config.n_token, word.config.cutoffs, word.config.div_val) == (33278, (2000, 10000), 4)
     assert {"enwik8-base", "wt103-base"} <= set(CASES)
+
+
+def test_char_mid_is_issue_26s_model_at_161_mflop_per_token() -> None:
+    from transformer_xl.experiments.bench import model_flops
+
+    mid = bench_case("char-mid")
+    cfg = mid.config
+    assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, mid.batch_size) == (6, 512, 8, 64, 2048, 4)
+    assert (cfg.tgt_len, cfg.mem_len) == (256, 256)
+    per_token = 3 * model_flops(cfg, batch=4, qlen=256, mlen=256, targets=None) / (4 * 256)
+    assert 155e6 < per_token < 167e6

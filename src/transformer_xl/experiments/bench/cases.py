@@ -26,10 +26,13 @@ def _cpu_char(**kw: Any) -> TXLConfig:
     return TXLConfig(**{**base, **kw})
 
 
-#: Case name -> (config factory, batch size). ``char``/``word`` are the issue's CPU configs; the
+#: Case name -> (config factory, batch size). ``char``/``word``/``char-mid`` are the issues' CPU configs; the
 #: ``*-base`` ones are the paper's base models with the official run scripts' batch sizes (for a GPU).
 CASES: dict[str, tuple[Callable[[], TXLConfig], int]] = {
     "char": (_cpu_char, 8),
+    # issue 26's mid-size character model (161 MFLOP per trained token)
+    "char-mid": (lambda: _cpu_char(n_layer=6, n_head=8, d_model=512, d_head=64, d_inner=2048, tgt_len=256,
+                                   mem_len=256), 4),
     "word": (lambda: _cpu_char(n_token=33278, cutoffs=[2000, 10000], div_val=4, tie_projs=[False, True, True]), 8),
     "enwik8-base": (enwik8_base, 22),
     "wt103-base": (wt103_base, 60),
@@ -64,4 +67,5 @@ class BenchOptions:
     memory: bool = True  # peak training memory (CPU: one child process per measurement)
     batch_size: int | None = None  # override the cases' batch size
     seed: int = 0
+    variants: bool = False  # also time txl eager/compiled x fp32/bf16 in the same run (runners txl-<mode>-<dtype>)
     recompute: bool = False  # also time/measure txl training with TransformerXLLM.recompute (runner "txl-recompute")

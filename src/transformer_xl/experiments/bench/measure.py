@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 import torch
 
 from transformer_xl.model import TXLConfig
+from transformer_xl.train.precision import matmul_rate
 
 
 def sync(device: str) -> None:
@@ -50,19 +50,15 @@ def model_flops(cfg: TXLConfig, *, batch: int, qlen: int, mlen: int, targets: to
 
 
 def matmul_peak(device: str, dtype: str, n: int = 1024, reps: int = 5) -> float:
-    """Best FLOP/s of an ``n x n x n`` matmul in this process (the MFU denominator)."""
+    """Best FLOP/s of an ``n x n x n`` matmul of ``dtype`` (``fp32`` or ``bf16``) in this process (the MFU
+    denominator; ``8192^3`` on CUDA)."""
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    n = 8192 if device.startswith("cuda") else n
-    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    best = float("inf")
-    for _ in range(reps + 1):
-        sync(device)
-        t = time.perf_counter()
-        for _ in range(3):
-            a @ b
-        sync(device)
-        best = min(best, (time.perf_counter() - t) / 3)
-    return 2 * n**3 / best
+    return matmul_rate(device, dt, n=8192 if device.startswith("cuda") else n, reps=reps)
+
+
+def matmul_peaks(device: str) -> dict[str, float]:
+    """The fp32 and bf16 peaks (:func:`matmul_peak`), measured one after the other in this process."""
+    return {dtype: matmul_peak(device, dtype) for dtype in ("fp32", "bf16")}
 
 
 def _rss_kib(field_name: str) -> int:

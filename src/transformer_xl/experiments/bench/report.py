@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import platform
 import statistics
 import time
@@ -12,17 +13,24 @@ from typing import Any
 import torch
 
 from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, bench_case
-from transformer_xl.experiments.bench.measure import matmul_peak, model_flops, peak_memory_cpu, peak_memory_cuda, sync
+from transformer_xl.experiments.bench.measure import matmul_peaks, model_flops, peak_memory_cpu, peak_memory_cuda, sync
 from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
 from transformer_xl.interop.hf import build_hf, hf_available
+from transformer_xl.train.precision import device_description
 
 
 def time_interleaved(runners: list[Runner], step: Callable[[Runner], None], *, steps: int, repeats: int,
-                      warmup: int, device: str) -> dict[str, list[float]]:
-    """Seconds per step of each runner, ``repeats`` rounds, alternating runners (and their order)."""
+                      warmup: int, device: str, warmup_s: dict[str, float] | None = None) -> dict[str, list[float]]:
+    """Seconds per step of each runner, ``repeats`` rounds, alternating runners (and their order); the wall
+    seconds of each runner's warm-up steps (compilation included) go into ``warmup_s``."""
     for r in runners:
+        sync(device)
+        t = time.perf_counter()
         for _ in range(warmup):
             step(r)
+        sync(device)
+        if warmup_s is not None:
+            warmup_s[r.name] = time.perf_counter() - t
     times: dict[str, list[float]] = {r.name: [] for r in runners}
     for rep in range(repeats):
         for r in runners if rep % 2 == 0 else runners[::-1]:
@@ -62,7 +70,21 @@ def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
     return out
 
 
-def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
+def _variants(case_name: str, opts: BenchOptions, bsz: int) -> list[Runner]:
+    """txl eager/compiled x fp32/bf16 runners other than the main one (``BenchOptions.variants``)."""
+    out = []
+    for compile_ in (False, True):
+        for dtype in ("fp32", "bf16"):
+            if (compile_, dtype) == (opts.compile, opts.dtype):
+                continue
+            r, _, _ = setup(case_name, "txl", device=opts.device, dtype=dtype, compile=compile_, batch=bsz,
+                            seed=opts.seed)
+            r.name = f"txl-{'compiled' if compile_ else 'eager'}-{dtype}"
+            out.append(r)
+    return out
+
+
+def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
              log: Callable[[str], None] = print) -> dict[str, Any]:
     """All measurements of one case (see the module docstring)."""
     case = bench_case(case_name)
@@ -87,13 +109,21 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
         rc, _, _ = setup(case_name, RECOMPUTE, device=opts.device, dtype=opts.dtype, compile=opts.compile,
                           batch=bsz, seed=opts.seed)
         train_runners.insert(1, rc)
+    variants = _variants(case_name, opts, bsz) if opts.variants else []
+    train_runners += variants
+    runners += variants
 
+    warm: dict[str, float] = {}
     times = time_interleaved(train_runners, lambda r: r.train_step(x, y), steps=opts.steps,
-                              repeats=opts.repeats, warmup=opts.warmup, device=opts.device)
+                              repeats=opts.repeats, warmup=opts.warmup, device=opts.device, warmup_s=warm)
     res["train"] = _summary(times, tokens)
     flops = 3 * model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=cfg.mem_len, targets=y)
     for r in train_runners:
-        res["train"][r.name]["mfu"] = flops * res["train"][r.name]["tok_per_s"] / tokens / peak_flops
+        row = res["train"][r.name]
+        row["mfu"] = flops * row["tok_per_s"] / tokens / peaks[r.dtype]
+        row["warmup_s"] = warm[r.name]  # compiled runners: the compilation of their graphs, plus warm-up steps
+    for r in variants:
+        res["train"][f"speedup_{r.name}"] = res["train"][r.name]["tok_per_s"] / res["train"]["txl"]["tok_per_s"]
     log(f"[{case_name}] train: " + _fmt(res["train"]))
 
     res["eval"] = {}
@@ -106,7 +136,7 @@ def run_case(case_name: str, opts: BenchOptions, peak_flops: float,
         ev = _summary(times, tokens)
         flops = model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y, streaming=True)
         for r in runners:
-            ev[r.name]["mfu"] = flops * ev[r.name]["tok_per_s"] / tokens / peak_flops
+            ev[r.name]["mfu"] = flops * ev[r.name]["tok_per_s"] / tokens / peaks[r.dtype]
         res["eval"][str(mem_len)] = ev
         log(f"[{case_name}] eval mem_len {mem_len}: " + _fmt(ev))
 
@@ -141,31 +171,48 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dic
     """Every case of ``opts``; returns a JSON-serializable dict (see :func:`to_markdown`)."""
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    peak = matmul_peak(opts.device, opts.dtype)
+    peaks = matmul_peaks(opts.device)
     env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-           "device": torch.cuda.get_device_name() if opts.device.startswith("cuda") else platform.processor()
-           or platform.machine(), "matmul_peak_gflops": peak / 1e9}
+           "device": device_description(opts.device), "load_average": _load_average(),
+           "matmul_peak_gflops": peaks[opts.dtype] / 1e9, "matmul_peaks_gflops": {k: v / 1e9 for k, v in peaks.items()}}
     if hf_available():
         import transformers
 
         env["transformers"] = transformers.__version__
-    log(f"matmul peak ({opts.dtype}): {peak / 1e9:,.1f} GFLOP/s, {env['threads']} threads, torch {torch.__version__}")
-    results = [run_case(name, opts, peak, log) for name in opts.cases]
+    log(f"{env['device']}; load average {env['load_average']}; matmul peaks fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 "
+        f"{peaks['bf16'] / 1e9:,.1f} GFLOP/s (bf16 {peaks['bf16'] / peaks['fp32']:.2f}x), {env['threads']} threads, "
+        f"torch {torch.__version__}")
+    results = [run_case(name, opts, peaks, log) for name in opts.cases]
     return {"options": dataclasses.asdict(opts), "env": env, "results": results}
+
+
+def _load_average() -> str:
+    """The 1/5/15-minute load averages (the machine is shared: recorded with every measurement)."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
     """A Markdown table of one report; every row carries the command that produced it."""
     opts, env = report["options"], report["env"]
+    peaks = env.get("matmul_peaks_gflops", {opts["dtype"]: env["matmul_peak_gflops"]})
     lines = [f"Device: {env['device']}, torch {env['torch']}, {env['threads']} threads, {opts['dtype']}"
-             f"{', torch.compile (txl)' if opts['compile'] else ''}; matmul peak "
-             f"{env['matmul_peak_gflops']:,.0f} GFLOP/s; transformers {env.get('transformers', '-')}.", "",
+             f"{', torch.compile (txl)' if opts['compile'] else ''}; matmul peaks "
+             + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items())
+             + f" GFLOP/s (MFU against the peak of each row's precision); load average "
+             f"{env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
         rows = [("train tok/s", res["train"], "txl")]
         if RECOMPUTE in res["train"]:
             rows.append(("train tok/s, recompute", res["train"], RECOMPUTE))
-        rows += [(f"eval tok/s, mem {m}", ev, "txl") for m, ev in res["eval"].items()]
+        variants = [k for k, v in res["train"].items()
+                    if k.startswith("txl-") and k != RECOMPUTE and isinstance(v, dict)]
+        rows += [(f"train tok/s, {v[4:]}", res["train"], v) for v in variants]
+        for m, ev in res["eval"].items():
+            rows += [(f"eval tok/s, mem {m}", ev, "txl")] + [(f"eval tok/s, mem {m}, {v[4:]}", ev, v) for v in variants]
         for label, s, name in rows:
             hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
             key = _ratio_key(name)
@@ -188,11 +235,11 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
 
 
 def profile_train_step(case_name: str, impl: str = "txl", *, steps: int = 3, row_limit: int = 15,
-                       batch: int | None = None) -> str:
+                       batch: int | None = None, dtype: str = "fp32") -> str:
     """``torch.profiler`` table (self CPU time) of ``steps`` training steps of one implementation."""
     from torch.profiler import ProfilerActivity, profile
 
-    runner, x, y = setup(case_name, impl, device="cpu", dtype="fp32", compile=False, batch=batch, seed=0)
+    runner, x, y = setup(case_name, impl, device="cpu", dtype=dtype, compile=False, batch=batch, seed=0)
     for _ in range(2):
         runner.train_step(x, y)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

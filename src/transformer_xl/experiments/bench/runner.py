@@ -11,6 +11,7 @@ from transformer_xl.experiments.bench.cases import RECOMPUTE, bench_case
 from transformer_xl.interop.hf import build_hf, hf_compat
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.adaptive import LogUniformSampler
+from transformer_xl.model.fastpath import compiled
 
 
 class Runner:
@@ -19,8 +20,12 @@ class Runner:
     def __init__(self, name: str, model: torch.nn.Module, *, device: str, dtype: str, compile: bool) -> None:
         self.name, self.model, self.device = name, model.to(device), device
         self.is_hf = name == "hf"
+        self.dtype, self.compiled = dtype, compile
         self.autocast = dtype == "bf16"
-        self.fn = torch.compile(model) if compile else model
+        clusters = bool(getattr(getattr(model, "config", None), "cutoffs", None))
+        self.fn = compiled(model, clusters=clusters) if compile else model  # training: one whole graph
+        # evaluation goes through the inference cache, whose Python-side state breaks the graph there
+        self.eval_fn = torch.compile(model, dynamic=False) if compile else model
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         self.mems: list[torch.Tensor] | None = None
         self.rec: Recurrence | None = None  # txl's evaluation: memories and inference cache
@@ -56,7 +61,7 @@ class Runner:
         else:
             mems = [torch.randn((batch, mem_len, cfg.d_model), generator=gen).to(self.device)
                     for _ in range(cfg.n_layer + 1)]
-            self.rec = Recurrence(self.fn, cfg.lengths(mem_len=mem_len), mems=mems)
+            self.rec = Recurrence(self.eval_fn, cfg.lengths(mem_len=mem_len), mems=mems)
 
     def eval_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One segment over full memories, which then move on by one segment (as in ``txl eval``)."""

@@ -1,0 +1,57 @@
+"""``--compile`` in training: the model compiled (:func:`transformer_xl.model.fastpath.compiled`) or, where
+``torch.compile`` cannot run, a one-line explanation and the eager model; and the compile time counted, each step
+that made new graphs on its own line of the log."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from transformer_xl.model.fastpath import compile_unavailable, compiled
+
+
+def compile_for_training(model: nn.Module, *, clusters: bool, device: str, main: bool) -> Any:
+    """``model`` compiled for training, or ``model`` itself with one line on stderr (rank 0) saying why not."""
+    why = compile_unavailable(device)
+    if why is None:
+        return compiled(model, clusters=clusters)
+    if main:
+        print(f"txl train: --compile unavailable ({why}); training eager", file=sys.stderr)
+    return model
+
+
+def graph_count() -> int:
+    """Graphs ``torch.compile`` has made in this process (dynamo's counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+class CompileClock:
+    """Wall seconds of the training steps that compiled new graphs (when ``enabled``), and how many graphs they
+    made; each such step is ``log(step_seconds=..., compile_seconds_total=..., graphs=...)`` (the run log's
+    ``compile`` event) and one line on stderr (``main``: rank 0)."""
+
+    def __init__(self, enabled: bool, log: Callable[..., None], main: bool) -> None:
+        self.enabled, self.log, self.main = enabled, log, main
+        self.seconds, self.graphs = 0.0, 0
+
+    def step(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        """``fn(*args)``, one training step, timed if it compiles."""
+        if not self.enabled:
+            return fn(*args)
+        before, t = graph_count(), time.monotonic()
+        out = fn(*args)
+        made, took = graph_count() - before, time.monotonic() - t
+        if made:
+            self.seconds += took
+            self.graphs += made
+            self.log(step_seconds=round(took, 2), compile_seconds_total=round(self.seconds, 2), graphs=self.graphs)
+            if self.main:
+                print(f"txl train: compiled {made} graph(s) in a {took:.1f} s step ({self.seconds:.1f} s of "
+                      "compiling steps so far)", file=sys.stderr)
+        return out

@@ -1,0 +1,121 @@
+"""Which arithmetic a run uses: ``--precision auto`` resolved from what the device offers, and the facts it
+rests on (the matmul rate of each precision measured in this process, the CPU's relevant flags).
+
+``auto`` picks bf16 where the device has native bf16 matrix products that pay, fp32 elsewhere:
+
+* CUDA: compute capability 8.0 or newer (A100, H100, ...: bf16 tensor cores);
+* CPU: a ``1024^3`` bf16 matmul measured at least :data:`CPU_BF16_MIN_SPEEDUP` times as fast as fp32 in this
+  process. AMX (Sapphire Rapids and later) measures 5-6x; AVX512-BF16 without AMX (AMD EPYC Zen 4 measured
+  for this rule) 2.4-2.7x, which end to end does not beat fp32 (the casts around every product and the
+  fp32 softmax and LayerNorm take it back; ``docs/performance.md``), so it stays fp32.
+
+The default of ``txl train`` stays fp32: its numbers equal the official code's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: bf16 ÷ fp32 matmul rate above which ``auto`` picks bf16 on a CPU (see the module docstring).
+CPU_BF16_MIN_SPEEDUP = 3.0
+#: /proc/cpuinfo flags that decide bf16 and fp32 matmul speed on x86.
+RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The arithmetic a run uses and why (``reason`` is one line for the log)."""
+
+    name: str  # "fp32", "bf16" or "fp16"
+    reason: str
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype, or None for fp32 (no autocast)."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name)
+
+    def autocast(self, device: str) -> Any:
+        """The context a forward runs in: ``torch.autocast`` to :attr:`autocast_dtype`, or nothing for fp32."""
+        dtype = self.autocast_dtype
+        return contextlib.nullcontext() if dtype is None else torch.autocast(device.split(":")[0], dtype=dtype)
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> list[str]:
+    """The :data:`RELEVANT_FLAGS` the CPU reports (empty where ``cpuinfo`` cannot be read)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [f for f in RELEVANT_FLAGS if f in flags]
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name as the kernel reports it, or ``"unknown CPU"``."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return "unknown CPU"
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                "unknown CPU")
+
+
+def device_description(device: str) -> str:
+    """The GPU's name, or the CPU's model with its :func:`cpu_flags` (what every measurement is printed with)."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{cpu_model()} ({', '.join(cpu_flags()) or 'no relevant flags'})"
+
+
+def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -> float:
+    """Best FLOP/s of an ``n x n x n`` matmul of ``dtype`` in this process (``reps`` rounds of 3 products)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    best = float("inf")
+    for _ in range(reps + 1):  # the first round warms up
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(3):
+            a @ b
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / 3)
+    return 2 * n**3 / best
+
+
+def resolve_precision(requested: str, device: str, *, announce: bool = False) -> Precision:
+    """``requested`` as is, or for ``auto`` bf16 where the device's bf16 matmuls pay and fp32 elsewhere (the rule
+    of the module docstring; on a CPU two short matmul measurements, about a second), said in one line on stderr
+    with ``announce``."""
+    chosen = _resolve(requested, device)
+    if announce and requested == "auto":
+        print(f"txl train: precision {chosen.name} ({chosen.reason})", file=sys.stderr)
+    return chosen
+
+
+def _resolve(requested: str, device: str) -> Precision:
+    if requested != "auto":
+        return Precision(requested, "requested")
+    if device.startswith("cuda"):
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        native = major >= 8
+        return Precision("bf16" if native else "fp32",
+                         f"auto: CUDA sm{major}{minor} {'has' if native else 'lacks'} bf16 tensor cores")
+    fp32 = matmul_rate(device, torch.float32, reps=2)
+    bf16 = matmul_rate(device, torch.bfloat16, reps=2)
+    return cpu_choice(bf16 / fp32)
+
+
+def cpu_choice(speedup: float) -> Precision:
+    """``auto``'s choice on a CPU whose bf16 matmuls measure ``speedup`` times the fp32 rate."""
+    pick = "bf16" if speedup >= CPU_BF16_MIN_SPEEDUP else "fp32"
+    return Precision(pick, f"auto: bf16 matmul measured {speedup:.1f}x fp32 on this CPU "
+                           f"({'>=' if pick == 'bf16' else '<'} {CPU_BF16_MIN_SPEEDUP:g}x)")

@@ -1,0 +1,57 @@
+"""--precision auto: the CPU rule, CUDA's capability rule, the flags and model read from /proc/cpuinfo, and the
+measured matmul rate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_xl.train import precision
+from transformer_xl.train.precision import CPU_BF16_MIN_SPEEDUP, Precision, cpu_choice, cpu_flags, cpu_model
+
+CPUINFO = ("processor\t: 0\nmodel name\t: AMD EPYC 9R14\n"
+           "flags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512vl\n")
+
+
+def test_explicit_precisions_are_kept() -> None:
+    for name in ("fp32", "bf16", "fp16"):
+        assert precision.resolve_precision(name, "cpu") == Precision(name, "requested")
+    assert Precision("bf16", "").autocast_dtype is torch.bfloat16
+    assert Precision("fp16", "").autocast_dtype is torch.float16
+    assert Precision("fp32", "").autocast_dtype is None
+
+
+def test_cpu_rule_is_the_measured_speedup() -> None:
+    assert cpu_choice(CPU_BF16_MIN_SPEEDUP).name == "bf16"
+    assert cpu_choice(5.5).name == "bf16"  # AMX
+    low = cpu_choice(2.5)  # AVX512-BF16 without AMX
+    assert low.name == "fp32" and "2.5x" in low.reason
+
+
+def test_auto_on_cpu_measures_both_rates(monkeypatch) -> None:
+    rates = {torch.float32: 100.0, torch.bfloat16: 600.0}
+    monkeypatch.setattr(precision, "matmul_rate", lambda device, dtype, **kw: rates[dtype])
+    assert precision.resolve_precision("auto", "cpu").name == "bf16"
+    rates[torch.bfloat16] = 250.0
+    assert precision.resolve_precision("auto", "cpu").name == "fp32"
+
+
+def test_auto_on_cuda_reads_the_capability(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert precision.resolve_precision("auto", "cuda").name == "bf16"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    chosen = precision.resolve_precision("auto", "cuda:0")
+    assert chosen.name == "fp32" and "sm75" in chosen.reason
+
+
+def test_cpuinfo_flags_and_model(tmp_path) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO, encoding="ascii")
+    assert cpu_flags(path) == ["avx2", "avx512f", "avx512_bf16"]
+    assert cpu_model(path) == "AMD EPYC 9R14"
+    assert cpu_flags(tmp_path / "missing") == [] and cpu_model(tmp_path / "missing") == "unknown CPU"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_rate_is_positive(dtype) -> None:
+    assert precision.matmul_rate("cpu", dtype, n=64, reps=1) > 0
