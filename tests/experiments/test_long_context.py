@@ -47,7 +47,7 @@ def test_per_distance_separates_what_a_copying_model_can_reach():
     assert copier["distances"][60]["loss"] > guess  # beyond it: worse than guessing (it bet on other letters)
     assert copier["other"]["loss"] > guess
     assert reach(copier, guess) == 30
-    for d, s in uniform["distances"].items():
+    for s in uniform["distances"].values():
         assert s["loss"] == pytest.approx(guess)
     assert reach(uniform, guess) == 0
     assert uniform["all"]["tokens"] == len(ids) - 1  # the first token is not scored

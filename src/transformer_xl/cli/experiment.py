@@ -190,6 +190,8 @@ def _add_long_context(ex: argparse._SubParsersAction) -> None:
     p.add_argument("--tgt-len", type=positive_int, default=32, help="training segment length (default: 32)")
     p.add_argument("--mem-len", type=positive_int, default=96, help="training memory (default: 96)")
     p.add_argument("--n-layer", type=positive_int, default=2, help="layers of the main models (default: 2)")
+    p.add_argument("--d-model", type=positive_int, default=64,
+                   help="model width; 4 heads of d_model // 4, d_inner 2 * d_model (default: 64)")
     p.add_argument("--depths", default="1,2,3", help="depth part: layers (default: 1,2,3)")
     p.add_argument("--depth-mems", default="32,96", help="depth part: training memories (default: 32,96)")
     p.add_argument("--eval-mems", default="0,32,64,192,384",
@@ -227,7 +229,8 @@ def run_long_context(args: argparse.Namespace) -> int:
     plan = [(L.part_variants(part, mem_len=args.mem_len, n_layer=args.n_layer, depths=depths,
                              depth_mems=depth_mems), part) for part in parts]
     text = generate(long_range_spec(args))
-    base = L.default_base(len(text.spec.symbols))
+    base = L.default_base(len(text.spec.symbols)).replace(d_model=args.d_model, d_head=max(1, args.d_model // 4),
+                                                          d_inner=2 * args.d_model)
     kw = dict(tgt_len=args.tgt_len, steps=args.steps, skip=args.skip, batch_size=args.batch_size, lr=args.lr,
               warmup=args.warmup, device=device, log=_log)
     rows: dict[tuple[int, str], dict[str, Any]] = {}
