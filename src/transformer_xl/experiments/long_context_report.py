@@ -76,10 +76,17 @@ def plot_distances(entries: Sequence[dict[str, Any]], labels: Sequence[str], pat
         ys = [e["distances"][d]["mean"] for d in ds]
         err = [e["distances"][d]["std"] or 0.0 for d in ds]
         ax.errorbar(ds, ys, yerr=err, fmt="o-", capsize=3, label=label)
-    ax.axhline(guess_bits, color="k", ls="--", lw=1, label="uniform guess")
-    ax.set_xlabel("distance D of the copied span (tokens)")
-    ax.set_ylabel("bpc of the copied tokens")
     ax.set_ylim(bottom=0)
+    return _save(plt, fig, ax, path, guess_bits=guess_bits, xlabel="distance D of the copied span (tokens)",
+                 ylabel="bpc of the copied tokens", title=title)
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: str | Path, *, guess_bits: float, xlabel: str, ylabel: str,
+          title: str) -> Path:
+    """The uniform-guess line, labels, grid and legend; the figure written to ``path``."""
+    ax.axhline(guess_bits, color="k", ls="--", lw=1, label="uniform guess")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -99,17 +106,9 @@ def plot_memory(series: dict[str, list[tuple[int, dict[str, Any]]]], path: str |
         ax.errorbar(xs, [s["mean"] for _, s in points], yerr=[s["std"] or 0.0 for _, s in points], fmt="o-",
                     capsize=3, label=label)
     ax.axvline(train_mem, color="grey", ls=":", lw=1, label=f"training mem_len {train_mem}")
-    ax.axhline(guess_bits, color="k", ls="--", lw=1, label="uniform guess")
     ax.set_xscale("symlog", linthresh=32)
-    ax.set_xlabel("evaluation mem_len")
-    ax.set_ylabel("bpc (all valid tokens)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, ax, path, guess_bits=guess_bits, xlabel="evaluation mem_len",
+                 ylabel="bpc (all valid tokens)", title=title)
 
 
 def memory_table(rows: Sequence[dict[str, Any]], variants: Sequence[str], mems: Sequence[int]) -> str:
