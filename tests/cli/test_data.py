@@ -92,3 +92,34 @@ def test_info_lists_the_caches_and_prepare_builds(tmp_path, monkeypatch, capsys)
     assert capsys.readouterr().out.count("cache ") == 1
     assert main(["data", "prepare", str(corpus), "--valid-fraction", "0.5"]) == 2
     assert "expected a fraction in (0, 0.5), got '0.5'" in capsys.readouterr().err
+
+
+def test_generate_long_range_writes_text_and_spans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from transformer_xl.cli import main
+    from transformer_xl.data.long_range import read_spans
+
+    argv = ["data", "generate", "long-range", str(tmp_path / "a"), "--distances", "12,30", "--span-lens", "4",
+            "--alphabet", "wxyz", "--tokens", "3000,800,800", "--seed", "3"]
+    assert main(argv) == 0
+    assert "copied spans" in capsys.readouterr().out
+    spec, spans = read_spans(tmp_path / "a")
+    assert spec.distances == (12, 30) and spec.alphabet == "wxyz" and spec.seed == 3
+    text = (tmp_path / "a" / "valid.txt").read_text()
+    assert len(text) == 801 and set(text[:-1]) <= set("wxyz")
+    for start, length, d in spans["valid"]:
+        assert text[start : start + length] == text[start - d : start - d + length]
+    assert main([*argv[:3], str(tmp_path / "b"), *argv[4:]]) == 0
+    assert (tmp_path / "b" / "train.txt").read_text() == (tmp_path / "a" / "train.txt").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tokens", "10,10"], "--tokens takes three sizes"),
+    (["--distances", "4", "--span-lens", "8"], "longer than a distance"),
+    (["--alphabet", "a"], "alphabet"),
+])
+def test_generate_refuses_bad_parameters_in_one_line(tmp_path, capsys, argv: list[str], message: str) -> None:
+    from transformer_xl.cli import main
+
+    assert main(["data", "generate", "long-range", str(tmp_path / "x"), *argv]) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and not (tmp_path / "x").exists()

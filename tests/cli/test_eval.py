@@ -181,3 +181,20 @@ def test_cli_eval_quantize_int8_scores_close_to_float(text_corpus, tmp_path, cap
     assert main(["eval", str(model_dir), "--dataset", str(path), "--quantize", "int8", "--device", "meta"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "int8 quantization is for CPU inference" in err
+
+
+def test_cli_eval_warns_in_one_line_when_the_memory_is_shorter_than_in_training(text_corpus, capsys) -> None:
+    from transformer_xl.cli.eval import shorter_memory_warning
+
+    path, model_dir, _ = text_corpus
+    trained = TransformerXLLM.from_pretrained(model_dir).config.mem_len
+    assert trained > 4
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--mem-len", f"0,4,{trained}",
+                 "--max-tokens", "60"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(err) == 1 and err[0].startswith("txl eval: warning: --mem-len 0,4 is shorter than the "
+                                                f"{trained} this model was trained with")
+    for argv in ([], ["--mem-len", str(trained)], ["--mem-len", str(2 * trained)]):
+        assert main(["eval", str(model_dir), "--dataset", str(path), "--max-tokens", "60", *argv]) == 0
+        assert "warning" not in capsys.readouterr().err
+    assert shorter_memory_warning(96, [32]).count("\n") == 0 and shorter_memory_warning(0, [0]) is None

@@ -144,3 +144,4 @@ def test_recl_takes_a_model_checkpoint_or_run_directory(trained_run, tmp_path, m
                  "--tgt-len", "4", "--out", str(tmp_path / "out")]) == 0
     assert_model_note(capsys.readouterr().err, f"txl {' '.join(command)}: model xl", run, kind)
     assert json.loads((tmp_path / "out" / "recl.json").read_text())["models"]["xl"]["path"] == str(path)
+

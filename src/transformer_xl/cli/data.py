@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transformer_xl.cli.args import add_split_flags, nonneg_int, positive_int
 from transformer_xl.data import fetch, known_datasets, load_corpus
 from transformer_xl.data.registry import get_spec
 from transformer_xl.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from transformer_xl.data.long_range import LongRangeSpec
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +69,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="user text: a Hugging Face tokenizers JSON (subword ids instead of --level)")
         add_split_flags(q)
         q.add_argument("--json", action="store_true", help="print JSON")
+    _add_generate(dsub)
     p.set_defaults(func=run)
+
+
+def _add_generate(dsub: argparse._SubParsersAction) -> None:
+    """``txl data generate long-range OUT``: the controlled long-range corpus (transformer_xl.data.long_range)."""
+    g = dsub.add_parser("generate", help="write a synthetic corpus: long-range (random letters in which spans are "
+                        "copies of the text a given distance back)",
+                        description="Writes OUT/train.txt, valid.txt, test.txt (one line each) and "
+                        "OUT/long-range.json (the parameters and, per split, every copied span: start, length, "
+                        "distance, as token positions of the character-level reading). Train on it with "
+                        "`txl train --dataset OUT --level char`. Seeded and deterministic "
+                        "(see transformer_xl.data.long_range).")
+    g.add_argument("kind", choices=["long-range"], help="the generator")
+    g.add_argument("out", help="output folder")
+    add_long_range_flags(g)
+
+
+def add_long_range_flags(g: argparse.ArgumentParser) -> None:
+    """The parameters of the long-range corpus (``txl data generate``, ``txl experiment long-context``)."""
+    from transformer_xl.data.long_range import LongRangeSpec
+
+    d = LongRangeSpec()
+    g.add_argument("--distances", default=",".join(map(str, d.distances)),
+                   help="distances of the copies (default: %(default)s)")
+    g.add_argument("--span-lens", default=",".join(map(str, d.span_lens)),
+                   help="lengths of the copied spans (default: %(default)s)")
+    g.add_argument("--alphabet", default=d.alphabet, help="characters of the copied spans (default: a-z)")
+    g.add_argument("--filler", default=None, help="characters of the text between copies (default: the alphabet)")
+    g.add_argument("--density", type=float, default=d.density,
+                   help="share of the tokens the layout aims to put in copies; spans whose source would overlap "
+                   "another span are dropped, so fewer are (default: %(default)s)")
+    g.add_argument("--tokens", default=",".join(str(d.tokens[s]) for s in ("train", "valid", "test")),
+                   help="train,valid,test sizes in tokens (default: %(default)s)")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the corpus (default: 0)")
 
 
 def _is_known(name: str) -> bool:
@@ -78,6 +116,8 @@ def _is_known(name: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``txl data ACTION``."""
+    if args.data_command == "generate":
+        return _generate(args)
     if args.data_command == "fetch":
         files = fetch(args.name, args.data_dir, mirror=args.mirror, force=args.force)
         for path in files:
@@ -137,4 +177,30 @@ def _list(args: argparse.Namespace, options: dict) -> int:
         tok = f" ({c['tokenizer']})" if c["tokenizer"] else ""
         print(f"{c['level']}{tok}: vocabulary {c['vocab_size']:,}, tokens {tokens}; built {c['created']}")
         print(f"  cache {c['cache_dir']}")
+    return 0
+
+
+def long_range_spec(args: argparse.Namespace) -> LongRangeSpec:
+    """The :class:`transformer_xl.data.long_range.LongRangeSpec` of the generator flags."""
+    from transformer_xl.cli.args import parse_int_list
+    from transformer_xl.data.long_range import parse_spec
+
+    sizes = parse_int_list(args.tokens, "--tokens", minimum=1)
+    if len(sizes) != 3:
+        raise ConfigError(f"--tokens takes three sizes (train,valid,test), got {args.tokens!r}")
+    return parse_spec(parse_int_list(args.distances, "--distances", minimum=1),
+                      parse_int_list(args.span_lens, "--span-lens", minimum=1), alphabet=args.alphabet,
+                      filler=args.filler, density=args.density, tokens=dict(zip(("train", "valid", "test"), sizes)),
+                      seed=args.seed)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from transformer_xl.data.long_range import generate
+
+    text = generate(long_range_spec(args))
+    out = text.write(args.out)
+    for split, spans in text.spans.items():
+        print(f"  {split:5s} {len(text.ids[split]):>9,} tokens, {len(spans):>6,} copied spans")
+    print(f"wrote {out}/train.txt, valid.txt, test.txt, long-range.json; train with "
+          f"`txl train --dataset {out} --level char`")
     return 0

@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     given = given_text_options(args)  # a refusal needs no model
     model, directory = load_model(args.model, device=args.device, verify=not args.no_verify, quantize=args.quantize,
                                   note=stderr_note("txl eval"))
+    note = shorter_memory_warning(model.config.mem_len, mem_lens)
+    if note:
+        stderr_note("txl eval")(note)
     text = given if given is not None else run_text_options(directory)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir, **text)
     check_dataset(model, directory, corpus, args.dataset)
@@ -135,6 +138,18 @@ def _write_sweep(rows: list[dict], out: Path, char_level: bool, title: str) -> N
     print(f"wrote {out}/memory-sweep.json, .md, .png")
 
 
+
+
+def shorter_memory_warning(trained: int, asked: list[int] | None) -> str | None:
+    """One line when ``asked`` (the ``--mem-len`` values) holds memories shorter than the ``trained`` one: a model
+    trained with memory relies on it, and scores worse without it than a model trained without (see
+    docs/long-context.md); None otherwise."""
+    short = sorted({m for m in asked or [] if m < trained})
+    if not short:
+        return None
+    return (f"warning: --mem-len {','.join(map(str, short))} is shorter than the {trained} this model was trained "
+            "with; a model trained with memory relies on it and can score worse than one trained without "
+            "(docs/long-context.md)")
 
 
 def user_text_options(args: argparse.Namespace, model_dir: Path) -> dict:

@@ -168,6 +168,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(func=run_ablation)
 
     add_eval_speed(ex, "eval-speed")
+    from transformer_xl.cli.long_context import add_long_context
+
+    add_long_context(ex)
 
 
 def add_eval_speed(sub: argparse._SubParsersAction, name: str) -> None:
