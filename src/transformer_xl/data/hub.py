@@ -54,8 +54,9 @@ def placement_hint(hub: HubSource, folder: Path) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_retries() -> Iterator[None]:
-    """huggingface_hub logs every retry of an unreachable Hub as a warning: the one line of the outcome says it."""
+def quiet_hub_logs() -> Iterator[None]:
+    """huggingface_hub logs every retry of an unreachable Hub as a warning: the one line of the outcome says it
+    (used by the dataset and the model downloads alike)."""
     logger = logging.getLogger("huggingface_hub")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -70,7 +71,7 @@ def _download(hub: HubSource, filename: str, folder: Path) -> Path:
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        with _quiet_retries():
+        with quiet_hub_logs():
             return Path(hf_hub_download(hub.repo_id, filename, repo_type="dataset", revision=hub.revision))
     except LocalEntryNotFoundError:  # offline (or the Hub unreachable) and not in the cache
         why = "offline (HF_HUB_OFFLINE)" if hub_offline() else "the Hub cannot be reached"
@@ -136,4 +137,4 @@ def fetch_from_hub(hub: HubSource, folder: Path, *, force: bool = False) -> dict
     return records
 
 
-__all__ = ["fetch_from_hub", "hub_offline", "placement_hint"]
+__all__ = ["fetch_from_hub", "hub_offline", "placement_hint", "quiet_hub_logs"]

@@ -24,14 +24,13 @@ Two layouts are read:
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformer_xl.data.hub import quiet_hub_logs
 from transformer_xl.data.paths import resolve_cache_dir
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.store.files import read_json
@@ -123,7 +122,7 @@ def _download(hub: Any, repo: str, file: str, revision: str | None, *, required:
 
     where = f"{repo}@{revision}" if revision else repo
     try:
-        with _quiet(hub):
+        with quiet_hub_logs():
             return hub.hf_hub_download(repo, file, revision=revision)
     except errors.LocalEntryNotFoundError:
         if not required:
@@ -140,18 +139,6 @@ def _download(hub: Any, repo: str, file: str, revision: str | None, *, required:
     except (errors.HfHubHTTPError, OSError, ValueError) as exc:
         why = f"and the Hugging Face Hub gave: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     raise CheckpointError(f"{where}: no local directory of that name, {why}")
-
-
-@contextlib.contextmanager
-def _quiet(hub: Any) -> Iterator[None]:
-    """huggingface_hub's own log lines (a warning per retry) held back: a failure is said once, in one line."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def _offline_hint(hub: Any) -> str:
