@@ -73,5 +73,7 @@ def restore_state(tr: Any, state: dict[str, Any]) -> None:
     rows = slice(tr.dist.rank * per, (tr.dist.rank + 1) * per)
     tr.mems = [m[rows].to(tr.device) for m in state["mems"]] if state.get("mems") else None
     tr.mems_epoch = int(state.get("mems_epoch", 0))
-    same_world = int(state.get("world_size", 1)) == tr.dist.world_size
-    restore_rng(state["rng"], tr.dist.rank if same_world else 0, tr.device)
+    saved_world = int(state.get("world_size", 1))  # another process count: the global batch is split anew
+    restore_rng(state["rng"], tr.dist.rank if tr.dist.rank < saved_world else 0, tr.device)
+    if tr.dist.rank >= saved_world:  # a process the checkpoint had none for: dropout masks of its own
+        torch.manual_seed((tr.cfg.seed + 1_000_003 * tr.dist.rank + tr.step) % 2**32)

@@ -52,7 +52,7 @@ from transformer_xl.train.distributed import Dist, resolve_device, wrap_ddp
 from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
-from transformer_xl.train.resume import ResumePlan, plan_resume
+from transformer_xl.train.resume import AUTO, ResumePlan, plan_resume, restart_hint, resume_target
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
 from transformer_xl.train.state import capture_state, restore_state
@@ -82,6 +82,8 @@ class Trainer:
             self._setup(resume, corpus, force)
         except BaseException:
             self.close(discard=True)  # a fresh run refused before writing anything leaves no directory
+            if hasattr(self, "dist"):
+                self.dist.close(sync=False)
             raise
 
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
@@ -97,11 +99,12 @@ class Trainer:
         if self.lock is not None:  # before anything in the run directory is read or written
             self.lock.acquire()
             remove_stale_temporaries(self.run.checkpoints)
+        auto, resume = str(resume) == AUTO, resume_target(resume, self.out_dir)  # auto: out_dir if it holds a run
         self.plan = plan_resume(resume) if resume is not None else None
         if self.plan is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
             raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
-                              f"{self.out_dir}`, or give another --out-dir")
-        self.dist = Dist(self.device)
+                              f"{self.out_dir}`, or give another --out-dir{restart_hint()}")
+        self.dist = Dist(self.device, cfg.dist_timeout)
         self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
         cfg, self.corpus = self.cfg, corpus
         self.metric = "bpc" if corpus.char_level else "ppl"
@@ -145,6 +148,9 @@ class Trainer:
         self.resumed_from: Path | None = None
         if self.plan is not None and self.plan.checkpoint is not None:
             self._load(self.plan)
+            if auto and self.dist.main:
+                print(f"txl train: --resume auto: continuing {self.out_dir} from step {self.step} "
+                      f"({self.plan.checkpoint.name})", file=sys.stderr)
         elif self.plan is not None and self.dist.main:
             print(f"txl train: {self.out_dir} has no checkpoint yet: starting it again from step 0", file=sys.stderr)
 
@@ -294,9 +300,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
-        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary. Releases the lock."""
+        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary. Releases the lock and
+        leaves the process group (:class:`~transformer_xl.train.distributed.RankLost` when another process fails)."""
         try:
-            return self._fit()
+            with self.dist.guard(lambda: f"step {self.step + 1}"):
+                return self._fit()
+        except BaseException:
+            self.dist.close(sync=False)
+            raise
         finally:
             self.close()
 
@@ -354,6 +365,7 @@ class Trainer:
                 bar.close()
         if self.step != self.last_saved_step:  # e.g. a signal during a skipped step
             self.save_checkpoint()
+        self.dist.close()  # the last collective: every process leaves the group together, rank 0 then goes on alone
         summary: dict[str, Any] = {"rank": self.dist.rank, "world_size": self.dist.world_size, "step": self.step,
                                    "minutes": round(self.elapsed / 60, 2), "metric": self.metric,
                                    "stopped": self.stop_reason or "max_step", "out_dir": str(self.out_dir),
@@ -367,7 +379,6 @@ class Trainer:
         if main:
             write_json(self.run.results, summary, sort_keys=False)
         log.close()
-        self.dist.close()  # no collective after the loop: rank 0's final evaluation may take long
         return summary
 
     def _diverged_message(self) -> str:
