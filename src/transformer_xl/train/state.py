@@ -34,9 +34,11 @@ def restore_rng(rng: dict[str, Any], rank: int, device: str) -> None:
     random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
     kind, keys, pos, has_gauss, cached = rng["numpy"]
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu())
+    # a row of the gathered states is a view at an offset of its storage, which torch.set_rng_state mishandles
+    # (rank 1's row of a 2-process checkpoint: "Invalid mt19937 state", or a crash): each row is copied first
+    torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu().clone())
     if rng.get("cuda") is not None and device.startswith("cuda"):
-        torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu(), device)
+        torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu().clone(), device)
 
 
 def capture_state(tr: Any) -> dict[str, Any]:
