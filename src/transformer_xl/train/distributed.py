@@ -41,6 +41,22 @@ def _is_collective_error(exc: BaseException) -> bool:
     return isinstance(exc, getattr(dist, "DistError", ())) or any(k in text for k in ("gloo", "NCCL", "Gloo"))
 
 
+def _attempt_store(timeout: datetime.timedelta) -> Any:
+    """Under ``torchrun``'s shared store, a store of this attempt's own (``txl/attempt_N/``), else ``None``.
+
+    The workers of every attempt (``TORCHELASTIC_RESTART_COUNT``) connect to the same store, the agent's, and
+    ``init_process_group("env://")`` does not prefix its keys with the attempt: after a restart, gloo could read
+    the previous attempt's addresses and fail with "Connection refused" (seen here in one restart of three)."""
+    import torch.distributed as dist
+
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if count is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"txl/attempt_{count}", store)
+
+
 class Dist:
     """``torch.distributed`` as started by ``torchrun`` (``WORLD_SIZE``/``RANK``/``LOCAL_RANK``), or one process.
 
@@ -59,8 +75,13 @@ class Dist:
                 torch.cuda.set_device(device)
             if not dist.is_initialized():
                 self.owns_group = True
-                dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                                        timeout=datetime.timedelta(seconds=timeout))
+                backend, wait = "nccl" if device.startswith("cuda") else "gloo", datetime.timedelta(seconds=timeout)
+                store = _attempt_store(wait)
+                if store is None:
+                    dist.init_process_group(backend, timeout=wait)
+                else:
+                    dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
+                                            timeout=wait)
             self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
 
     def close(self, *, sync: bool = True) -> None:
