@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from tour_torchrun import TorchrunCases
+from tour_torchrun import NOTES, TorchrunCases
 
 REPO = Path(__file__).resolve().parents[1]
 #: The tiny run the cases train (a 1-layer d_model 16 model on a 640-word corpus: seconds on one CPU thread).
@@ -410,6 +410,8 @@ def report(rows: list[Row], seconds: float, command: str) -> str:
     failed = [r.case for r in rows if r.failures]
     lines += ["", f"{len(rows) - len(failed)} of {len(rows)} rows as expected"
               + (f"; FAILED: {', '.join(failed)}" if failed else "") + "."]
+    if any(r.case.startswith("14.") for r in rows):
+        lines += ["", NOTES.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

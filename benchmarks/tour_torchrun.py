@@ -159,3 +159,35 @@ class TorchrunCases:
                 f"N = 0..{self.clean_runs - 1}", ",".join(sorted({str(c) for c in codes})),
                 f"{clean} of {self.clean_runs} exited 0; 'terminate called' in {aborted} [{seconds:.0f} s]")
         row.check(clean == self.clean_runs and not aborted, f"{self.clean_runs - clean} runs failed")
+
+
+#: What the page says about rows 14-18 beside the table (report() appends it).
+NOTES = """## Multi-process runs (rows 14-18)
+
+Rows 14-18 launch `torchrun` (gloo, CPU) with one command line that never changes, `--resume auto` included.
+
+**Why `--resume auto`, and not `TORCHELASTIC_RESTART_COUNT` alone.** `torchrun --max-restarts N` relaunches the
+same command line, so the command must both start a run and continue it. The restart count would say "this is a
+restart", but (a) a preempted job is relaunched by its scheduler as a new `torchrun` whose count is 0 again, so the
+count cannot serve preemption; (b) a count above 0 cannot tell this job's directory from an older run at the same
+path: an attempt refused because `--out-dir` held another run would be relaunched and would then continue that
+other run. `--resume auto` is explicit in the job script, serves both, and keeps the old protection: it continues
+`--out-dir` only when it holds a run that passes every `--resume` check (another dataset, architecture, optimizer,
+seed... is refused in one line, the directory untouched), and starts it when it is empty or absent. Without it, a
+directory that holds a run is refused as before (the user at a terminal), and under a torchrun restart the refusal
+says to add `--resume auto`.
+
+**Guarantees.** A worker that dies (row 14) makes the others fail at once (gloo sees the closed connection); under
+`--max-restarts` the relaunch continues from the newest checkpoint and ends with the same losses and final weights as
+an undisturbed run (bit for bit on a CPU with the same thread count). SIGTERM to the agent and to every worker (row
+15, what SLURM or Kubernetes do before a preemption) makes every rank finish its step, save one checkpoint and exit
+0 within a step and a save; torchrun's agent itself then exits 1 (it re-raises the signal: the scheduler sees a
+killed job, as it should), and the next launch continues exactly. A repeated SIGTERM never cuts the save short
+(torchrun forwards its own to workers that got the scheduler's). A rank that stalls (row 16) fails the others after
+`--dist-timeout` seconds (the process group's timeout, default 1800) plus 3 s in which every failing rank reports
+itself in the group's store; the error names the ranks that did not report; torchrun then kills the stalled one
+after its own 30 s shutdown grace. Another process count on relaunch (row 17) continues the global batch split
+anew with the data position kept (not bit for bit: another summation order), or is refused in one line before
+anything is written when `batch_size` does not split. The process group is torn down in order (a barrier, then
+`destroy_process_group` on every rank, before rank 0's final evaluation), and a run that fails leaves it at once.
+"""
