@@ -145,6 +145,17 @@ def resume_target(resume: str | Path | None, out_dir: str | Path) -> Path | None
     return Path(out_dir) if holds_run(RunDir(out_dir)) else None
 
 
+def plan_run(resume: str | Path | None, run: RunDir) -> ResumePlan | None:
+    """The plan of ``txl train [--resume RESUME]`` into ``run`` (``None``: a new run); a new run into a directory
+    that holds one is refused in one line (with :func:`restart_hint` under a torchrun restart)."""
+    target = resume_target(resume, run.root)
+    plan = plan_resume(target) if target is not None else None
+    if plan is None and holds_run(run):
+        raise ConfigError(f"{run.root} already holds a run: continue it with `txl train --resume {run.root}`, or give "
+                          f"another --out-dir{restart_hint()}")
+    return plan
+
+
 def restart_hint() -> str:
     """Under a ``torchrun`` restart (``TORCHELASTIC_RESTART_COUNT`` > 0), the advice to relaunch with
     ``--resume auto``, to add to the refusal of a directory that holds a run; else ``""``."""

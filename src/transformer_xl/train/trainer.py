@@ -52,7 +52,7 @@ from transformer_xl.train.distributed import Dist, resolve_device, wrap_ddp
 from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
-from transformer_xl.train.resume import AUTO, ResumePlan, plan_resume, restart_hint, resume_target
+from transformer_xl.train.resume import AUTO, ResumePlan, plan_run
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
 from transformer_xl.train.state import capture_state, restore_state
@@ -99,11 +99,7 @@ class Trainer:
         if self.lock is not None:  # before anything in the run directory is read or written
             self.lock.acquire()
             remove_stale_temporaries(self.run.checkpoints)
-        auto, resume = str(resume) == AUTO, resume_target(resume, self.out_dir)  # auto: out_dir if it holds a run
-        self.plan = plan_resume(resume) if resume is not None else None
-        if self.plan is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
-            raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
-                              f"{self.out_dir}`, or give another --out-dir{restart_hint()}")
+        self.plan = plan_run(resume, self.run)  # --resume auto: out_dir if it holds a run
         self.dist = Dist(self.device, cfg.dist_timeout)
         self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
         cfg, self.corpus = self.cfg, corpus
@@ -143,14 +139,12 @@ class Trainer:
         self.mems_epoch, self.last_saved_step = 0, -1
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
         self.stop_reason: str | None = None
-        self.save_request = self.save_due = False  # --save-minutes, agreed on at the next step
-        self.last_save_time = time.monotonic()
+        self.save_request, self.save_due, self.last_save_time = False, False, time.monotonic()  # --save-minutes
         self.resumed_from: Path | None = None
         if self.plan is not None and self.plan.checkpoint is not None:
             self._load(self.plan)
-            if auto and self.dist.main:
-                print(f"txl train: --resume auto: continuing {self.out_dir} from step {self.step} "
-                      f"({self.plan.checkpoint.name})", file=sys.stderr)
+            if str(resume) == AUTO and self.dist.main:
+                print(f"txl train: --resume auto: continuing {self.out_dir} from step {self.step}", file=sys.stderr)
         elif self.plan is not None and self.dist.main:
             print(f"txl train: {self.out_dir} has no checkpoint yet: starting it again from step 0", file=sys.stderr)
 
@@ -300,8 +294,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
-        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary. Releases the lock and
-        leaves the process group (:class:`~transformer_xl.train.distributed.RankLost` when another process fails)."""
+        """Train until ``max_step``, ``max_minutes`` or a stop signal; returns a summary (``RankLost``: a rank died)."""
         try:
             with self.dist.guard(lambda: f"step {self.step + 1}"):
                 return self._fit()
