@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", help="only these cases, e.g. 00,14 (00 writes the corpus the others use)")
     parser.add_argument("--clean-runs", type=int, default=50, help="consecutive 2-process runs of the clean-exit case")
     args = parser.parse_args(argv)
-    t0 = time.perf_counter()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # started in the background (SIGINT ignored), the
+    t0 = time.perf_counter()  # children would inherit that and case 11's Ctrl-C would not reach them
     root = Path(tempfile.mkdtemp(prefix="txl-tour-")).resolve()
     try:
         tour = Tour(root, args.clean_runs)

@@ -86,7 +86,9 @@ class Dist:
 
     def close(self, *, sync: bool = True) -> None:
         """Leave the process group: with ``sync`` after a barrier (every process tears it down at the same point,
-        no collective in flight); without it at once (after a failure, when a barrier would wait for the dead)."""
+        no collective in flight); without it at once (after a failure, when a barrier would wait for the dead).
+        gloo's threads live on while a DDP wrapper holds the group: ``txl train`` ends a torchrun worker with
+        ``os._exit`` after flushing (:func:`transformer_xl.cli.train.run`)."""
         if self.owns_group:
             import torch.distributed as dist
 
