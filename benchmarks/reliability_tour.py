@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from tour_torchrun import NOTES, TorchrunCases
+
 REPO = Path(__file__).resolve().parents[1]
 #: The tiny run the cases train (a 1-layer d_model 16 model on a 640-word corpus: seconds on one CPU thread).
 TINY = ["--preset", "tiny", "--dataset", "corpus", "--n-layer", "1", "--d-model", "16", "--d-head", "8", "--n-head",
@@ -84,11 +86,11 @@ class Row:
         self.failures += [] if ok else [what]
 
 
-class Tour:
+class Tour(TorchrunCases):
     """The temporary root (work directory, data cache, logs) and the cases (``case_NN`` methods, in order)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.rows, self.ids = root, [], itertools.count()
+    def __init__(self, root: Path, clean_runs: int = 50) -> None:
+        self.root, self.rows, self.ids, self.clean_runs = root, [], itertools.count(), clean_runs
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TXL_CACHE_DIR": str(root / "cache"),
                     "PYTHONPATH": str(REPO / "src")}
         self.env.pop("TXL_DEBUG", None)
@@ -97,13 +99,16 @@ class Tour:
     def short(self, text: str) -> str:
         return text.replace(str(self.root), "$TMP")
 
-    def spawn(self, args: list[str]) -> Job:
+    def spawn(self, args: list[str], launcher: list[str] | None = None) -> Job:
+        """``txl ARGS`` in a subprocess; with ``launcher`` (``torchrun`` flags) under ``torchrun ... -m txl``."""
         argv = [a for arg in args for a in (TINY if arg == "$TINY" else [arg])]
         log = self.root / "logs" / str(next(self.ids))
+        head = ["-m", "torch.distributed.run", *launcher] if launcher is not None else []
         with open(log.with_suffix(".out"), "wb") as out, open(log.with_suffix(".err"), "wb") as err:
-            popen = subprocess.Popen([sys.executable, "-m", "transformer_xl", *argv], cwd=self.root, env=self.env,
-                                     stdout=out, stderr=err, umask=0o022)
-        return Job("txl " + " ".join(args), popen, log)
+            popen = subprocess.Popen([sys.executable, *head, "-m", "transformer_xl", *argv], cwd=self.root,
+                                     env=self.env, stdout=out, stderr=err, umask=0o022)
+        shown = "txl " if launcher is None else f"torchrun {' '.join(launcher)} -m txl "
+        return Job(shown + " ".join(args), popen, log)
 
     def finish(self, job: Job, timeout: float = 300) -> Proc:
         timer = threading.Timer(timeout, job.popen.kill)
@@ -364,8 +369,8 @@ class Tour:
         row.seen[-1] = f"{len(p.err.strip().splitlines())} lines: a traceback ending in “{p.line()}”"
         self.txl(row, ["eval", "/nonexistent", "--dataset", "wt2"], 2, "no such model or run directory")
 
-    def run(self) -> None:
-        for name in sorted(n for n in dir(self) if n.startswith("case_")):
+    def run(self, cases: list[str] | None = None) -> None:
+        for name in sorted(n for n in dir(self) if n.startswith("case_") and (not cases or n[5:] in cases)):
             method = getattr(self, name)
             row, t0 = Row(method.__doc__), time.perf_counter()
             try:
@@ -405,25 +410,36 @@ def report(rows: list[Row], seconds: float, command: str) -> str:
     failed = [r.case for r in rows if r.failures]
     lines += ["", f"{len(rows) - len(failed)} of {len(rows)} rows as expected"
               + (f"; FAILED: {', '.join(failed)}" if failed else "") + "."]
+    if any(r.case.startswith("14.") for r in rows):
+        lines += ["", NOTES.rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+FUZZ_SECTION = "## Every reader fuzzed"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown page here instead of to stdout")
+    parser.add_argument("--cases", help="only these cases, e.g. 00,14 (00 writes the corpus the others use)")
+    parser.add_argument("--clean-runs", type=int, default=50, help="consecutive 2-process runs of the clean-exit case")
     args = parser.parse_args(argv)
-    t0 = time.perf_counter()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # started in the background (SIGINT ignored), the
+    t0 = time.perf_counter()  # children would inherit that and case 11's Ctrl-C would not reach them
     root = Path(tempfile.mkdtemp(prefix="txl-tour-")).resolve()
     try:
-        tour = Tour(root)
-        tour.run()
+        tour = Tour(root, args.clean_runs)
+        tour.run(args.cases.split(",") if args.cases else None)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     command = shlex.join([".venv/bin/python", "benchmarks/reliability_tour.py", *(sys.argv[1:] if argv is None
                                                                                  else argv)])
     text = report(tour.rows, time.perf_counter() - t0, command)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        # the fuzz campaign's section (tests/fuzz/campaign.py writes its counts by hand) survives a regeneration
+        old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        kept = old[old.index(FUZZ_SECTION):] if FUZZ_SECTION in old else ""
+        args.out.write_text(text.rstrip("\n") + "\n\n" + kept if kept else text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)

@@ -81,3 +81,23 @@ def test_two_processes_print_no_ddp_warning(tmp_path, word_corpus, model) -> Non
     assert "broadcast_buffers" not in multi.stderr and "FutureWarning" not in multi.stderr, multi.stderr
     if "div_val" not in model:
         assert "find_unused_parameters" not in multi.stderr, multi.stderr
+
+
+def test_a_failed_collective_becomes_one_line_naming_the_silent_rank(monkeypatch) -> None:
+    from transformer_xl.train.distributed import Dist, RankLost
+
+    d = Dist("cpu", timeout=5)
+    with pytest.raises(RuntimeError, match="gloo"), d.guard(lambda: "step 3"):  # no group of its own: unchanged
+        raise RuntimeError("[gloo/pair.cc:1] Connection closed by peer")
+    d.owns_group, d.world_size = True, 2  # as under torchrun, rank 1 having written no report
+    monkeypatch.setattr(d, "_silent_ranks", lambda where: [1])
+    with pytest.raises(RankLost) as info, d.guard(lambda: "step 3"):
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms "
+                           "for recv operation to complete")
+    assert str(info.value) == ("rank 0 of 2 at step 3: rank 1 did not answer (died or stalled); a collective failed "
+                               "(Timed out waiting 5000ms for recv operation to complete); dist_timeout is 5 s")
+    with pytest.raises(ValueError), d.guard(lambda: "step 3"):  # not a collective's error: unchanged
+        raise ValueError("shape mismatch")
+    with pytest.raises(RuntimeError, match="shape"), d.guard(lambda: "step 3"):
+        raise RuntimeError("shape mismatch")
+    d.owns_group = False

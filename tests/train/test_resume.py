@@ -217,3 +217,54 @@ def test_resume_is_exact_under_a_given_precision(tmp_path, corpus, tiny_run, pre
     shutil.rmtree(copy / "checkpoints" / "step_00000004")
     _resume(copy, corpus)
     assert [r["train_loss"] for r in _records(copy, "train")] == [r["train_loss"] for r in _records(run, "train")]
+
+
+def test_resume_auto_starts_an_empty_directory_and_continues_its_own_run(tmp_path, corpus, tiny_run, capsys) -> None:
+    cfg = tiny_run(max_step=4, save_interval=2)
+    first = Trainer(cfg, corpus=corpus, resume="auto")  # the directory does not exist yet: a new run
+    assert first.plan is None
+    first.fit()
+    assert "--resume auto" not in capsys.readouterr().err
+    longer = dataclasses.replace(cfg, max_step=6)  # the same command line with a longer --max-step
+    tr = Trainer(longer, corpus=corpus, resume="auto")
+    assert tr.resumed_from == Path(cfg.out_dir) / "checkpoints" / "step_00000004" and tr.step == 4
+    assert tr.fit()["step"] == 6
+    assert f"--resume auto: continuing {cfg.out_dir} from step 4" in capsys.readouterr().err
+    assert [r["step"] for r in _records(Path(cfg.out_dir), "train")] == list(range(1, 7))
+
+
+def test_resume_auto_refuses_a_different_run_untouched(tmp_path, corpus, tiny_run) -> None:
+    run = _trained(tiny_run, corpus)
+    before = _snapshot(run)
+    other = _resume_cfg(run, optim="sgd")
+    with pytest.raises(ConfigError, match="cannot change optim on --resume"):
+        Trainer(other, corpus=corpus, resume="auto")
+    assert _snapshot(run) == before
+
+
+def test_without_resume_a_torchrun_restart_is_told_to_add_resume_auto(tmp_path, corpus, tiny_run,
+                                                                     monkeypatch) -> None:
+    from transformer_xl.train.resume import restart_hint
+
+    run = _trained(tiny_run, corpus)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    assert restart_hint() == ""
+    with pytest.raises(ConfigError, match=r"holds a run: continue it with .*another --out-dir$"):
+        Trainer(_resume_cfg(run), corpus=corpus)  # a user at a terminal: refused as ever
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    with pytest.raises(ConfigError, match=r"this is torchrun's restart 2: put --resume auto in the command"):
+        Trainer(_resume_cfg(run), corpus=corpus)
+
+
+def test_resume_target(tmp_path) -> None:
+    from transformer_xl.train.resume import resume_target
+
+    assert resume_target(None, tmp_path / "r") is None
+    assert resume_target("auto", tmp_path / "r") is None  # absent
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / LOCK).write_text("")
+    assert resume_target("auto", tmp_path / "r") is None  # a lock file alone is no run
+    (tmp_path / "r" / "config.json").write_text("{}")
+    assert resume_target("auto", tmp_path / "r") == tmp_path / "r"
+    assert resume_target("./auto", tmp_path / "r") == Path("auto")  # a run directory named auto
+    assert resume_target(tmp_path / "x", tmp_path / "r") == tmp_path / "x"

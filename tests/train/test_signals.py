@@ -1,14 +1,17 @@
-"""Stopping cleanly on SIGTERM/SIGINT: the first signal asks to stop, a second one interrupts at once."""
+"""Stopping cleanly on SIGTERM/SIGINT: the first signal asks to stop, a second Ctrl-C interrupts at once; a repeated
+SIGTERM (a scheduler and torchrun both send one) or a SIGINT right after the first signal only repeats the request."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from transformer_xl.train import signals
 from transformer_xl.train.signals import stop_on_signals
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -52,20 +55,40 @@ def test_first_signal_requests_a_stop_and_the_block_goes_on(handlers, signum) ->
     assert after and request.calls == 1
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=["SIGTERM", "SIGINT"])
-def test_second_signal_interrupts(handlers, signum) -> None:
+@pytest.mark.parametrize("first", SIGNALS, ids=["SIGTERM", "SIGINT"])
+def test_second_sigint_interrupts(handlers, monkeypatch, first) -> None:
+    monkeypatch.setattr(signals, "SIGINT_GRACE", 0.0)
     request = _Requests()
     with pytest.raises(KeyboardInterrupt), stop_on_signals(request):
-        os.kill(os.getpid(), signal.SIGTERM)
-        os.kill(os.getpid(), signum)
+        os.kill(os.getpid(), first)
+        time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
         raise AssertionError("not interrupted")  # pragma: no cover
     assert request.calls == 2
     assert all(signal.getsignal(s) is _previous for s in SIGNALS)  # restored on the way out too
 
 
-def test_a_signal_interrupts_when_request_stop_says_so(handlers) -> None:
+@pytest.mark.parametrize("first", SIGNALS, ids=["SIGTERM", "SIGINT"])
+def test_a_repeated_sigterm_only_repeats_the_request(handlers, monkeypatch, first) -> None:
+    monkeypatch.setattr(signals, "SIGINT_GRACE", 0.0)
+    request = _Requests()
+    with stop_on_signals(request):
+        for _ in range(3):
+            os.kill(os.getpid(), first if _ == 0 else signal.SIGTERM)
+    assert request.calls == 3
+
+
+def test_a_sigint_within_the_grace_is_the_same_request(handlers) -> None:
+    request = _Requests()  # torchrun forwards the Ctrl-C its workers received from the terminal already
+    with stop_on_signals(request):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    assert request.calls == 2
+
+
+def test_a_sigint_interrupts_when_request_stop_says_so(handlers) -> None:
     with pytest.raises(KeyboardInterrupt), stop_on_signals(lambda: False):
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def test_handlers_are_installed_inside_and_restored_after(handlers) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=f"training presets: {', '.join(TRAIN_PRESETS)}; model presets (--model): {', '.join(MODEL_PRESETS)}")
     p.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME", help="a training preset (see below)")
     p.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="a .toml or .json config")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run (or a checkpoint directory)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR|auto",
+                   help="continue a run (or a checkpoint directory); auto: continue --out-dir if it holds this run, "
+                        "else start it (the one command line for torchrun --max-restarts and relaunches)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     p.add_argument("--force", action="store_true",
                    help="start even when the memory estimate of the config exceeds the device's memory")
@@ -147,12 +150,13 @@ def resolve_config(args: argparse.Namespace) -> Any:
     from transformer_xl.store.layout import RunDir, is_checkpoint_dir
     from transformer_xl.train.config import MODEL_KEYS, TrainConfig, read_config_file
     from transformer_xl.train.presets import train_preset
+    from transformer_xl.train.resume import AUTO
 
     flags = {k: v for k, v in vars(args).items() if k in {f.name for f in dataclasses.fields(TrainConfig)}
              or k in MODEL_KEYS}
     flags.pop("preset", None)
     flags.update(_parse_set(args.overrides))
-    if args.resume:
+    if args.resume and args.resume != AUTO:
         given = [k for k in ("init_from", "init_vocab") if flags.get(k) is not None]
         if given:
             raise ConfigError(f"--{given[0].replace('_', '-')} cannot be combined with --resume: a resumed run "
@@ -201,16 +205,27 @@ def run(args: argparse.Namespace) -> int:
         print(cfg.to_json(), end="")
         return 0
     trainer = Trainer(cfg, resume=args.resume, force=args.force)  # a resume's changes are checked here
-    if args.resume and trainer.step >= cfg.max_step and trainer.run.results.is_file():
+    if trainer.plan is not None and trainer.step >= cfg.max_step and trainer.run.results.is_file():
         trainer.close()
         trainer.dist.close()
         if trainer.dist.main:
-            print(f"txl train: {args.resume} already finished at step {trainer.step} (max_step {cfg.max_step}); "
-                  "raise --max-step to continue", file=sys.stderr)
+            print(f"txl train: {trainer.plan.run.root} already finished at step {trainer.step} "
+                  f"(max_step {cfg.max_step}); raise --max-step to continue", file=sys.stderr)
         return 0
     summary = trainer.fit()
-    if summary["rank"] != 0:  # under torchrun only the first process reports
-        return 0
+    if summary["world_size"] > 1:  # a torchrun worker: report, then end without the interpreter's teardown
+        code = _report(summary, cfg) if summary["rank"] == 0 else 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # gloo's threads outlive destroy_process_group (the DDP reducer keeps the group alive) and were torn down
+        # with the interpreter, in no set order: 1 run of 50 aborted with "terminate called without an active
+        # exception" (exit -6). Everything is written and flushed here; nothing is left to tear down.
+        os._exit(code)
+    return _report(summary, cfg)
+
+
+def _report(summary: dict[str, Any], cfg: Any) -> int:
+    """The last lines of ``txl train`` (rank 0): done, or stopped and how to continue; the exit status."""
     metric = summary["metric"]
     out = summary["out_dir"]
     if summary["stopped"] != "max_step":

@@ -94,6 +94,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # step_* directories kept (the best model is kept apart)
     max_minutes: float | None = None  # stop (saving a checkpoint) after this much wall time
     max_nonfinite: int = 10  # stop after this many consecutive non-finite losses/gradients
+    dist_timeout: float = 1800.0  # torchrun: seconds a collective waits for the other processes, then fails
     seed: int = 1111
     progress: bool = True  # tqdm bar on rank 0
     tensorboard: bool = True  # write events/ when torch.utils.tensorboard can be imported
@@ -137,6 +138,8 @@ class TrainConfig:
             raise ConfigError(f"decay_rate must be in (0, 1], got {self.decay_rate}")
         if self.mom < 0:
             raise ConfigError(f"mom must be >= 0, got {self.mom}")
+        if not self.dist_timeout > 0:
+            raise ConfigError(f"dist_timeout must be > 0 seconds, got {self.dist_timeout}")
         for name in ("max_minutes", "save_minutes"):
             value = getattr(self, name)
             if value is not None and not 0 < value < math.inf:
@@ -321,6 +324,8 @@ FIELD_HELP: dict[str, str] = {
     "keep_checkpoints": "step_* checkpoints kept (the best model is kept apart)",
     "max_minutes": "stop, saving a checkpoint, after this many minutes (null: no limit)",
     "max_nonfinite": "stop after this many consecutive non-finite losses or gradients",
+    "dist_timeout": "multi-process: seconds a collective waits for the other processes before the run fails "
+                    "naming the rank that did not answer (a rank that died or stalled)",
     "seed": "random seed (0 to 2**32 - 1)",
     "progress": "show a progress bar",
     "tensorboard": "write TensorBoard events when tensorboard is installed",

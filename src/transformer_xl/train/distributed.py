@@ -1,26 +1,72 @@
 """``torch.distributed`` as ``torchrun`` starts it (gloo on CPU, NCCL on GPU), or a single process; the model's
-DDP wrapper (:func:`wrap_ddp`)."""
+DDP wrapper (:func:`wrap_ddp`).
+
+Failures of other processes end this one instead of hanging it: the process group is created with the run's
+``dist_timeout`` (a collective that waits longer fails), and :meth:`Dist.guard` turns a failed collective into
+:class:`RankLost`, one line naming the rank(s) that did not answer (each failing process writes ``failed/RANK`` into
+the group's store; the ranks that wrote nothing within a few seconds died or stalled). :meth:`Dist.close` tears the
+group down in order: a barrier, then ``destroy_process_group`` on every process at the same point of the run.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, TXLError
 from transformer_xl.model.config import TXLConfig
 from transformer_xl.train.config import TrainConfig
 
 
-class Dist:
-    """``torch.distributed`` as started by ``torchrun`` (``WORLD_SIZE``/``RANK``/``LOCAL_RANK``), or one process."""
+class RankLost(TXLError):
+    """A collective failed: another process died, stalled or did not answer within ``dist_timeout``."""
 
-    def __init__(self, device: str) -> None:
+
+#: Seconds a failing process waits for the others to report their own failure before naming the silent ones.
+REPORT_WAIT = 3.0
+
+
+def _is_collective_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the communication backend (gloo/NCCL raise plain ``RuntimeError``s)."""
+    import torch.distributed as dist
+
+    text = str(exc)
+    return isinstance(exc, getattr(dist, "DistError", ())) or any(k in text for k in ("gloo", "NCCL", "Gloo"))
+
+
+def _attempt_store(timeout: datetime.timedelta) -> Any:
+    """Under ``torchrun``'s shared store, a store of this attempt's own (``txl/attempt_N/``), else ``None``.
+
+    The workers of every attempt (``TORCHELASTIC_RESTART_COUNT``) connect to the same store, the agent's, and
+    ``init_process_group("env://")`` does not prefix its keys with the attempt: after a restart, gloo could read
+    the previous attempt's addresses and fail with "Connection refused" (seen here in one restart of three)."""
+    import torch.distributed as dist
+
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if count is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"txl/attempt_{count}", store)
+
+
+class Dist:
+    """``torch.distributed`` as started by ``torchrun`` (``WORLD_SIZE``/``RANK``/``LOCAL_RANK``), or one process.
+
+    ``timeout``: seconds any collective may wait for the other processes (the process group's timeout)."""
+
+    def __init__(self, device: str, timeout: float = 1800.0) -> None:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.timeout = timeout
         self.owns_group = False
         if self.world_size > 1:
             import torch.distributed as dist
@@ -29,17 +75,67 @@ class Dist:
                 torch.cuda.set_device(device)
             if not dist.is_initialized():
                 self.owns_group = True
-                dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+                backend, wait = "nccl" if device.startswith("cuda") else "gloo", datetime.timedelta(seconds=timeout)
+                store = _attempt_store(wait)
+                if store is None:
+                    dist.init_process_group(backend, timeout=wait)
+                else:
+                    dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
+                                            timeout=wait)
             self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
 
-    def close(self) -> None:
-        """Leave the process group (after the last collective of the run)."""
+    def close(self, *, sync: bool = True) -> None:
+        """Leave the process group: with ``sync`` after a barrier (every process tears it down at the same point,
+        no collective in flight); without it at once (after a failure, when a barrier would wait for the dead).
+        gloo's threads live on while a DDP wrapper holds the group: ``txl train`` ends a torchrun worker with
+        ``os._exit`` after flushing (:func:`transformer_xl.cli.train.run`)."""
         if self.owns_group:
             import torch.distributed as dist
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
             self.owns_group = False
+            if dist.is_initialized():
+                if sync:
+                    dist.barrier()
+                dist.destroy_process_group()
+
+    @contextlib.contextmanager
+    def guard(self, where: Callable[[], str]) -> Iterator[None]:
+        """Turn a failed collective inside the block into :class:`RankLost` naming the ranks that did not answer;
+        ``where()`` says what the run was doing (e.g. ``"step 7"``)."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if not self.owns_group or not _is_collective_error(exc):
+                raise
+            raise RankLost(self._lost_message(where(), exc)) from None
+
+    def _lost_message(self, where: str, exc: BaseException) -> str:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = cause.split("] ", 1)[-1][:160]  # gloo prefixes its source file and line
+        silent = self._silent_ranks(where)
+        who = ("the other ranks cannot be asked (the group's store is gone)" if silent is None else
+               f"rank {', '.join(map(str, silent))} did not answer (died or stalled)" if silent else
+               "every other rank failed too")
+        return (f"rank {self.rank} of {self.world_size} at {where}: {who}; a collective failed ({cause}); "
+                f"dist_timeout is {self.timeout:g} s")
+
+    def _silent_ranks(self, where: str) -> list[int] | None:
+        """The ranks that wrote no failure report into the group's store within :data:`REPORT_WAIT` seconds."""
+        try:
+            import torch.distributed as dist
+
+            store = dist.distributed_c10d._get_default_store()
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            store.set(f"txl/{attempt}/failed/{self.rank}", where)
+            keys = {r: f"txl/{attempt}/failed/{r}" for r in range(self.world_size) if r != self.rank}
+            deadline = time.monotonic() + REPORT_WAIT
+            while True:
+                silent = [r for r, k in keys.items() if not store.check([k])]
+                if not silent or time.monotonic() > deadline:
+                    return silent
+                time.sleep(0.1)
+        except Exception:  # the store itself is gone (its host died): nothing to name
+            return None
 
     @property
     def enabled(self) -> bool:

@@ -15,10 +15,18 @@ in the run directory changes, the new configuration is compared with the one the
 
 A run directory with a config and no checkpoint yet (a run stopped before its first save) is started again
 from step 0 instead of refused: :func:`plan_resume` returns a plan without a checkpoint.
+
+``--resume auto`` (:data:`AUTO`, :func:`resume_target`) is the one command line that both starts a run and
+continues it: it continues ``--out-dir`` when that holds a run (with the checks above: a different run is refused)
+and starts it when it is empty or absent. It is what a job relaunched unchanged needs: ``torchrun --max-restarts``
+after a lost worker, or a scheduler's next launch after a preemption. Without it a directory that holds a run is
+refused as before (the protection of a user at a terminal); under a ``torchrun`` restart the refusal says to add
+``--resume auto`` (:func:`restart_hint`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,9 @@ from transformer_xl.store.checkpoint import list_checkpoints, read_checkpoint_me
 from transformer_xl.store.files import read_json
 from transformer_xl.store.layout import RunDir, is_checkpoint_dir
 from transformer_xl.train.config import TrainConfig
+
+#: ``--resume auto``: continue ``--out-dir`` if it holds a run, start it otherwise.
+AUTO = "auto"
 
 #: TrainConfig fields a resume may not change (model fields are all fixed too).
 FIXED = ("dataset", "model", "batch_size", "varlen", "optim", "scheduler", "seed", "half_loss", "init_from", "level",
@@ -119,3 +130,37 @@ def plan_resume(path: str | Path) -> ResumePlan:
         plan.vocab_sha256 = Vocab.load(run.vocab).sha256()
     return plan
 
+
+
+def holds_run(run: RunDir) -> bool:
+    """Whether ``run`` holds a run: its ``config.json`` or a checkpoint (a lock file alone is no run)."""
+    return run.config.is_file() or bool(list_checkpoints(run.checkpoints))
+
+
+def resume_target(resume: str | Path | None, out_dir: str | Path) -> Path | None:
+    """The directory ``--resume`` continues: ``None`` for a new run; for :data:`AUTO`, ``out_dir`` when it holds a
+    run (:func:`holds_run`) and ``None`` when it is empty or absent (a run directory named ``auto``: ``./auto``)."""
+    if resume is None or str(resume) != AUTO:
+        return None if resume is None else Path(resume)
+    return Path(out_dir) if holds_run(RunDir(out_dir)) else None
+
+
+def plan_run(resume: str | Path | None, run: RunDir) -> ResumePlan | None:
+    """The plan of ``txl train [--resume RESUME]`` into ``run`` (``None``: a new run); a new run into a directory
+    that holds one is refused in one line (with :func:`restart_hint` under a torchrun restart)."""
+    target = resume_target(resume, run.root)
+    plan = plan_resume(target) if target is not None else None
+    if plan is None and holds_run(run):
+        raise ConfigError(f"{run.root} already holds a run: continue it with `txl train --resume {run.root}`, or give "
+                          f"another --out-dir{restart_hint()}")
+    return plan
+
+
+def restart_hint() -> str:
+    """Under a ``torchrun`` restart (``TORCHELASTIC_RESTART_COUNT`` > 0), the advice to relaunch with
+    ``--resume auto``, to add to the refusal of a directory that holds a run; else ``""``."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not count.isdigit() or int(count) == 0:
+        return ""
+    return (f" (this is torchrun's restart {count}: put --resume auto in the command so that a restart continues "
+            "the run)")

@@ -34,9 +34,11 @@ def restore_rng(rng: dict[str, Any], rank: int, device: str) -> None:
     random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
     kind, keys, pos, has_gauss, cached = rng["numpy"]
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu())
+    # a row of the gathered states is a view at an offset of its storage, which torch.set_rng_state mishandles
+    # (rank 1's row of a 2-process checkpoint: "Invalid mt19937 state", or a crash): each row is copied first
+    torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu().clone())
     if rng.get("cuda") is not None and device.startswith("cuda"):
-        torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu(), device)
+        torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu().clone(), device)
 
 
 def capture_state(tr: Any) -> dict[str, Any]:
@@ -73,5 +75,7 @@ def restore_state(tr: Any, state: dict[str, Any]) -> None:
     rows = slice(tr.dist.rank * per, (tr.dist.rank + 1) * per)
     tr.mems = [m[rows].to(tr.device) for m in state["mems"]] if state.get("mems") else None
     tr.mems_epoch = int(state.get("mems_epoch", 0))
-    same_world = int(state.get("world_size", 1)) == tr.dist.world_size
-    restore_rng(state["rng"], tr.dist.rank if same_world else 0, tr.device)
+    saved_world = int(state.get("world_size", 1))  # another process count: the global batch is split anew
+    restore_rng(state["rng"], tr.dist.rank if tr.dist.rank < saved_world else 0, tr.device)
+    if tr.dist.rank >= saved_world:  # a process the checkpoint had none for: dropout masks of its own
+        torch.manual_seed((tr.cfg.seed + 1_000_003 * tr.dist.rank + tr.step) % 2**32)

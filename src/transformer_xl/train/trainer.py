@@ -54,7 +54,7 @@ from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
 from transformer_xl.train.precision import resolve_precision
-from transformer_xl.train.resume import ResumePlan, plan_resume
+from transformer_xl.train.resume import AUTO, ResumePlan, plan_run
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
 from transformer_xl.train.state import capture_state, restore_state
@@ -84,6 +84,8 @@ class Trainer:
             self._setup(resume, corpus, force)
         except BaseException:
             self.close(discard=True)  # a fresh run refused before writing anything leaves no directory
+            if hasattr(self, "dist"):
+                self.dist.close(sync=False)
             raise
 
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
@@ -100,18 +102,13 @@ class Trainer:
         if self.lock is not None:  # before anything in the run directory is read or written
             self.lock.acquire()
             remove_stale_temporaries(self.run.checkpoints)
-        self.plan = plan_resume(resume) if resume is not None else None
-        if self.plan is None and (self.run.config.is_file() or list_checkpoints(self.run.checkpoints)):
-            raise ConfigError(f"{self.out_dir} already holds a run: continue it with `txl train --resume "
-                              f"{self.out_dir}`, or give another --out-dir")
-        self.dist = Dist(self.device)
+        self.plan = plan_run(resume, self.run)  # --resume auto: out_dir if it holds a run
+        self.dist = Dist(self.device, cfg.dist_timeout)
         self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
         cfg, self.corpus = self.cfg, corpus
         self.metric = "bpc" if corpus.char_level else "ppl"
 
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
         self.model_cfg: TXLConfig = model_preset(cfg.model, len(corpus.vocab), **cfg.model_overrides)
         self.vocab_sha256 = corpus.vocab.sha256()
         if self.plan is not None:  # refuse a fixed field's change before anything is loaded or written
@@ -128,9 +125,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = Schedule(self.optimizer, cfg)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision.name == "fp16" else None
-        self.forward_model: Any = self.model
-        if self.dist.enabled:
-            self.forward_model = wrap_ddp(self.model, self.model_cfg, self.device)
+        self.forward_model: Any = wrap_ddp(self.model, self.model_cfg, self.device) if self.dist.enabled else self.model
         if cfg.compile:
             self.forward_model = compile_for_training(self.forward_model, clusters=bool(self.model_cfg.cutoffs),
                                                       device=self.device, main=self.dist.main)
@@ -144,11 +139,12 @@ class Trainer:
         self.mems_epoch, self.last_saved_step = 0, -1
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
         self.stop_reason: str | None = None
-        self.save_request = self.save_due = False  # --save-minutes, agreed on at the next step
-        self.last_save_time = time.monotonic()
+        self.save_request, self.save_due, self.last_save_time = False, False, time.monotonic()  # --save-minutes
         self.resumed_from: Path | None = None
         if self.plan is not None and self.plan.checkpoint is not None:
             self._load(self.plan)
+            if str(resume) == AUTO and self.dist.main:
+                print(f"txl train: --resume auto: continuing {self.out_dir} from step {self.step}", file=sys.stderr)
         elif self.plan is not None and self.dist.main:
             print(f"txl train: {self.out_dir} has no checkpoint yet: starting it again from step 0", file=sys.stderr)
 
@@ -295,9 +291,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
-        """Train until ``max_step``, ``max_minutes`` or SIGTERM/SIGINT; returns a summary. Releases the lock."""
+        """Train until ``max_step``, ``max_minutes`` or a stop signal; returns a summary (``RankLost``: a rank died)."""
         try:
-            return self._fit()
+            with self.dist.guard(lambda: f"step {self.step + 1}"):
+                return self._fit()
+        except BaseException:
+            self.dist.close(sync=False)
+            raise
         finally:
             self.close()
 
@@ -356,6 +356,7 @@ class Trainer:
                 bar.close()
         if self.step != self.last_saved_step:  # e.g. a signal during a skipped step
             self.save_checkpoint()
+        self.dist.close()  # the last collective: every process leaves the group together, rank 0 then goes on alone
         summary: dict[str, Any] = {"rank": self.dist.rank, "world_size": self.dist.world_size, "step": self.step,
                                    "minutes": round(self.elapsed / 60, 2), "metric": self.metric,
                                    "stopped": self.stop_reason or "max_step", "out_dir": str(self.out_dir),
@@ -369,7 +370,6 @@ class Trainer:
         if main:
             write_json(self.run.results, summary, sort_keys=False)
         log.close()
-        self.dist.close()  # no collective after the loop: rank 0's final evaluation may take long
         return summary
 
     def _diverged_message(self) -> str:
