@@ -27,7 +27,7 @@ def build_with_tokenizer(
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
-        raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'txl[data]'") from exc
+        raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'transformer-xl[data]'") from exc
     try:
         tok = Tokenizer.from_file(str(tokenizer_file))
     except Exception as exc:
@@ -74,7 +74,8 @@ class SubwordCodec:
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
-            raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'txl[data]'") from exc
+            raise DataError("a tokenizer JSON needs the 'tokenizers' package: "
+                            "pip install 'transformer-xl[data]'") from exc
         try:
             self.tok = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:

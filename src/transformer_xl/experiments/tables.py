@@ -1,4 +1,6 @@
-"""Results (dicts/JSON) to Markdown tables and PNG plots. Plots need matplotlib (``pip install txl[plot]``)."""
+"""Results (dicts/JSON) to Markdown tables and PNG plots.
+
+Plots need matplotlib (``pip install transformer-xl[plot]``)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError("plots need matplotlib: pip install 'txl[plot]'") from None
+        raise ConfigError("plots need matplotlib: pip install 'transformer-xl[plot]'") from None
     return plt
 
 
