@@ -133,22 +133,27 @@ def test_list_caches_reads_manifests_only(tmp_path: Path) -> None:
 
 def test_a_cache_published_first_by_another_process_is_used(tmp_path: Path, monkeypatch) -> None:
     """Two processes (e.g. the ranks of one torchrun) build the same cache at once: the later rename finds the
-    folder taken (ENOTEMPTY) and loads the one already there instead of failing."""
-    import errno
+    folder taken (a real ENOTEMPTY from the filesystem), leaves the published one in place (same inode: a reader of
+    it never sees it vanish) and loads it instead of failing."""
+    import os
     import shutil
 
     import transformer_xl.store.files as files
     from tests.helpers import corpus_dir
 
-    real = files._replace_dir
+    real_rename = os.rename
+    published: list[int] = []
 
-    def the_other_process_was_first(new: Path, final: Path) -> None:
-        shutil.copytree(new, final)  # the other process's identical cache lands first
-        raise OSError(errno.ENOTEMPTY, "Directory not empty", str(new), None, str(final))
+    def the_other_process_was_first(src, dst, *args, **kwargs):
+        if Path(dst).parent == tmp_path / "c" and not Path(dst).exists():
+            shutil.copytree(src, dst)  # the other process's identical cache lands just before our rename
+            published.append(Path(dst).stat().st_ino)
+        return real_rename(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(files, "_replace_dir", the_other_process_was_first)
+    monkeypatch.setattr(files.os, "rename", the_other_process_was_first)
     corpus = load_corpus(str(corpus_dir(tmp_path)), cache_dir=tmp_path / "c")
-    monkeypatch.setattr(files, "_replace_dir", real)
+    monkeypatch.setattr(files.os, "rename", real_rename)
+    assert published and corpus.cache_dir.stat().st_ino == published[0]  # theirs kept, not moved aside
     again = load_corpus(str(corpus_dir(tmp_path)), cache_dir=tmp_path / "c", on_stale="error")  # theirs is valid
     assert again.vocab.sha256() == corpus.vocab.sha256() and len(corpus.splits["train"]) > 0
     assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".")]  # our temporary is gone

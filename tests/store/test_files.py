@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -107,6 +108,18 @@ def test_atomic_dir_appears_whole(tmp_path: Path) -> None:
         assert not final.exists()  # nothing visible under the final name while it is being built
     assert _names(final) == ["a.txt", "sub"] and (final / "sub" / "b.txt").read_text() == "b"
     assert _names(final.parent) == ["model"]  # no temporary directory left
+
+
+def test_atomic_dir_without_replace_never_moves_a_published_directory(tmp_path: Path) -> None:
+    final = tmp_path / "d"
+    final.mkdir()
+    (final / "theirs").write_text("1")
+    inode = final.stat().st_ino
+    with pytest.raises(OSError) as err, atomic_dir(final, replace=False) as tmp:
+        (tmp / "ours").write_text("2")
+    assert err.value.errno in (errno.ENOTEMPTY, errno.EEXIST)
+    assert final.stat().st_ino == inode and sorted(p.name for p in final.iterdir()) == ["theirs"]
+    assert [p.name for p in tmp_path.iterdir()] == ["d"]  # the temporary is gone
 
 
 def test_atomic_dir_replaces_an_existing_directory(tmp_path: Path) -> None:

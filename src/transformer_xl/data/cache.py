@@ -52,9 +52,12 @@ def write_cache(
 ) -> dict[str, Any]:
     """Write ``built`` atomically (temporary folder, then rename) and return its manifest. When another process
     (e.g. another rank of the same ``torchrun``) published the same cache first, the rename finds the folder
-    taken: that cache, built from the same sources and config, is kept and its manifest returned."""
+    taken: that cache, built from the same sources and config, is kept and its manifest returned. A folder that
+    existed before (a stale cache, ``--rebuild``) is replaced; a new one is only ever created, never moved aside
+    under a reader's feet."""
     try:
-        return _write_cache(cache_dir, built, dataset=dataset, config=config, sources=sources, extra=extra)
+        return _write_cache(cache_dir, built, dataset=dataset, config=config, sources=sources, extra=extra,
+                            replace=cache_dir.exists())
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
@@ -65,8 +68,8 @@ def write_cache(
 
 
 def _write_cache(cache_dir: Path, built: Built, *, dataset: str, config: dict[str, Any], sources: list[Path],
-                 extra: dict[str, Any] | None) -> dict[str, Any]:
-    with atomic_dir(cache_dir) as tmp:
+                 extra: dict[str, Any] | None, replace: bool) -> dict[str, Any]:
+    with atomic_dir(cache_dir, replace=replace) as tmp:
         arrays: dict[str, Any] = {}
         for key, arr in {**built.splits, **built.extras}.items():
             np.save(tmp / f"{key}.npy", np.ascontiguousarray(arr), allow_pickle=False)

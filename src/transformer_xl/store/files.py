@@ -77,12 +77,14 @@ def write_json(path: str | Path, obj: Any, *, indent: int = 2, sort_keys: bool =
 
 
 @contextlib.contextmanager
-def atomic_dir(final: str | Path) -> Iterator[Path]:
+def atomic_dir(final: str | Path, *, replace: bool = True) -> Iterator[Path]:
     """Build a directory that appears whole or not at all.
 
     Yields a hidden temporary directory beside ``final``; when the block ends normally its files are
     fsynced and it replaces ``final`` (an existing ``final`` is moved aside first and removed after),
-    and the parent directory is fsynced. An exception removes the temporary directory.
+    and the parent directory is fsynced. An exception removes the temporary directory. With
+    ``replace=False`` a ``final`` that another process published meanwhile is never moved (a reader of it
+    would see it vanish for a moment): the rename fails with ``ENOTEMPTY``/``EEXIST`` instead.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +97,10 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
                     os.fsync(f.fileno())
         fsync_dir(tmp)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a directory of the run is not
-        _replace_dir(tmp, final)
+        if replace:
+            _replace_dir(tmp, final)
+        else:
+            os.rename(tmp, final)  # fails on a published (non-empty) final: the caller keeps that one
         fsync_dir(final.parent)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
