@@ -21,7 +21,8 @@ def launcher(nproc: int = 2, *extra: str) -> list[str]:
 
 
 def workers(agent: int) -> dict[int, int]:
-    """rank -> pid of the workers the torchrun agent ``agent`` started."""
+    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set); also used
+    by tests/train/test_elastic.py."""
     found = {}
     for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
         try:
@@ -35,6 +36,7 @@ def workers(agent: int) -> dict[int, int]:
 
 
 def ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
     try:
         return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
     except OSError:

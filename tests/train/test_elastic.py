@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from benchmarks.tour_torchrun import ended, workers
 from safetensors.torch import load_file
 
 from tests.helpers import corpus_dir, subprocess_env
@@ -88,27 +89,6 @@ def _finish(proc: subprocess.Popen, timeout: float = 120) -> subprocess.Complete
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _workers(agent: int) -> dict[int, int]:
-    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set)."""
-    found = {}
-    for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
-        try:
-            env = dict(e.split("=", 1) for e in Path(f"/proc/{child}/environ").read_text().split("\0") if "=" in e)
-        except OSError:
-            continue
-        if "RANK" in env:
-            found[int(env["RANK"])] = int(child)
-    return found
-
-
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-
-
 def _wait(test: Callable[[], bool], proc: subprocess.Popen, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while not test():
@@ -142,7 +122,7 @@ def test_a_killed_worker_is_restarted_and_the_run_continues_exactly(job, undistu
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out, 2, "--max-restarts", "1"), **_popen(out))
     _wait(_has_checkpoint(out), proc)
-    os.kill(_workers(proc.pid)[1], signal.SIGKILL)
+    os.kill(workers(proc.pid)[1], signal.SIGKILL)
     p = _finish(proc)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "--resume auto: continuing" in p.stderr, p.stderr[-3000:]
@@ -155,15 +135,15 @@ def test_a_preempted_job_saves_exits_and_the_same_command_continues(job, undistu
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out), **_popen(out))
     _wait(_has_checkpoint(out), proc)
-    workers = _workers(proc.pid)
+    pids = workers(proc.pid)
     t0 = time.monotonic()
-    for pid in (proc.pid, *workers.values()):  # a scheduler signals every process of the job
+    for pid in (proc.pid, *pids.values()):  # a scheduler signals every process of the job
         os.kill(pid, signal.SIGTERM)
     p = _finish(proc, 60)
     seconds = time.monotonic() - t0
     assert seconds < 20, f"took {seconds:.1f} s to stop"
     assert "stopped on a signal" in p.stderr and "checkpoint saved" in p.stderr, p.stderr[-3000:]
-    for rank in workers:  # torchrun reports a failed worker by rank: none failed, none was killed
+    for rank in pids:  # torchrun reports a failed worker by rank: none failed, none was killed
         assert f"rank      : {rank} (local_rank" not in p.stderr, p.stderr[-3000:]
     stopped = max(int(d.name[5:]) for d in (out / "checkpoints").glob("step_*"))
     assert 0 < stopped < STEPS
@@ -177,12 +157,12 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout_naming_it(job, tmp_path
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out, 2, dist_timeout=4.0), **_popen(out))
     _wait(_has_checkpoint(out), proc)
-    workers = _workers(proc.pid)
-    os.kill(workers[1], signal.SIGSTOP)
+    pids = workers(proc.pid)
+    os.kill(pids[1], signal.SIGSTOP)
     t0 = time.monotonic()
-    _wait(lambda: _ended(workers[0]), proc, 60)
+    _wait(lambda: ended(pids[0]), proc, 60)
     seconds = time.monotonic() - t0  # the stalled rank would get torchrun's SIGKILL after its 30 s grace: now
-    os.kill(workers[1], signal.SIGKILL)
+    os.kill(pids[1], signal.SIGKILL)
     p = _finish(proc, 60)
     assert p.returncode != 0
     assert 4 <= seconds < 4 + REPORT_WAIT + 10, seconds
