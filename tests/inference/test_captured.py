@@ -139,6 +139,18 @@ def test_bad_input_is_one_line() -> None:
         generate(model, _prompt(b=1), max_new_tokens=2, mem_len=4, captured=dec)
 
 
+def test_no_compiler_is_one_line_before_anything_is_compiled(monkeypatch) -> None:
+    """Where inductor cannot run (no C++ compiler on the CPU, no triton on CUDA) the decoder says so in one
+    ConfigError line instead of failing inside torch.compile at its first step."""
+    import transformer_xl.inference.captured as captured
+
+    monkeypatch.setattr(captured, "compile_unavailable", lambda device: "inductor needs a C++ compiler")
+    with pytest.raises(ConfigError, match=r"^the captured step cannot be compiled here: inductor needs a C\+\+ "
+                       r"compiler; decode without --captured$"):
+        CapturedDecoder(_model(), batch=1, mem_len=4)
+    _eager(_model(), batch=1, mem_len=4)  # compile=False needs no compiler
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_graph_step_equals_the_plain_step() -> None:

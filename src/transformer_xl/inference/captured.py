@@ -33,6 +33,7 @@ from torch import Tensor
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.decode import check_supported, linear, pack, spec_of, step
 from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.fastpath import compile_unavailable
 from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
@@ -101,6 +102,8 @@ class CapturedDecoder:
         if self.device.type == "cuda":  # the buffers keep their addresses: CUDA graphs may write them
             for t in [*self.ks, *self.vs, self.slot_pos, self.cur, self.r_dist]:
                 torch._dynamo.mark_static_address(t)
+        if compile and (why := compile_unavailable(self.device.type)):
+            raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
         self._fn = _compiled(self.device) if compile else step
         self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
         self._lo = self._hi = 0
@@ -113,10 +116,7 @@ class CapturedDecoder:
         last = self._mems
         if last is None or len(mems) != len(last) or not all(a is b for a, b in zip(mems, last)):
             return False
-        try:
-            return [m._version for m in mems] == self._stamps
-        except RuntimeError:  # inference tensors keep no version counter: identity only
-            return self._stamps is None
+        return _stamps(mems) == self._stamps  # inference tensors keep no version counter (None): identity only
 
     @torch.no_grad()
     def load(self, mems: Sequence[Tensor]) -> None:
