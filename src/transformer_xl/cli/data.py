@@ -96,7 +96,7 @@ def add_long_range_flags(g: argparse.ArgumentParser) -> None:
                    help="distances of the copies (default: %(default)s)")
     g.add_argument("--span-lens", default=",".join(map(str, d.span_lens)),
                    help="lengths of the copied spans (default: %(default)s)")
-    g.add_argument("--alphabet", default=d.alphabet, help="characters of the copied spans (default: a-z)")
+    g.add_argument("--alphabet", default=d.alphabet, help="characters of the copied spans (default: %(default)s)")
     g.add_argument("--filler", default=None, help="characters of the text between copies (default: the alphabet)")
     g.add_argument("--density", type=float, default=d.density,
                    help="share of the tokens the layout aims to put in copies; spans whose source would overlap "

@@ -257,7 +257,6 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
     if opts["errors"] not in ("strict", "replace"):
         raise DataError(f"errors must be 'strict' or 'replace', not {opts['errors']!r}")
     paths = options.pop("paths", None)
-    fetched: dict[str, Any] = {}
     user = paths is not None or name == "text" or (name.lower() not in _aliases() and Path(name).exists())
     if user:
         plist = [Path(p).expanduser().resolve() for p in (paths or [name])]
@@ -298,7 +297,6 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
         for p in extra_paths:
             if not p.is_file():
                 raise _missing(spec, str(p.relative_to(ddir)), ddir)
-        fetched = fetched_from(spec, [s.path for s in flat] + extra_paths, ddir)
         build = lambda: _build_spec(spec, sources, ddir, opts)  # noqa: E731
         if vocab is not None:
             build = lambda: builders.build_with_vocab(  # noqa: E731
@@ -323,6 +321,7 @@ def load_corpus(name: str, data_dir: str | Path | None = None, *, vocab: Vocab |
             manifest = None
     if manifest is None:
         built = build()
+        fetched = {} if user else fetched_from(spec, src_paths, ddir)  # where a known dataset's files came from
         manifest = write_cache(
             cache_dir,
             built,

@@ -254,9 +254,10 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
             try:
                 _from_url(res, url, folder, force=force, progress=progress)
             except DataError as exc:
-                failures.append(f"{url}: {_short(exc, url)}")
+                why = _short(exc, url)
+                failures.append(f"{url}: {why}")
                 if after:
-                    log.warning("txl data: %s failed (%s); trying %s", url, _short(exc, url), after)
+                    log.warning("txl data: %s failed (%s); trying %s", url, why, after)
                 continue
             record_sources(folder, _record(res, url, folder))
             break

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_xl.data.hub import quiet_hub_logs
+from transformer_xl.data.hub import EXTRA as INSTALL_HINT
+from transformer_xl.data.hub import hub_offline, quiet_hub_logs
 from transformer_xl.data.paths import resolve_cache_dir
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.store.files import read_json
@@ -38,8 +39,6 @@ from transformer_xl.store.layout import CONFIG, MANIFEST, VOCAB, WEIGHTS
 
 #: ``ORG/NAME`` or ``ORG/NAME@REVISION`` (the Hub's repository names: letters, digits, ``-``, ``_``, ``.``).
 HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@(?P<revision>[\w./-]{1,255}))?")
-#: What ``pip`` installs for Hub ids.
-INSTALL_HINT = "pip install 'transformer-xl[hub]'"
 #: The files of a Hugging Face TransfoXL repository, in order of preference: weights, then a vocabulary.
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _HF_VOCABS = (("vocab.pkl",), ("vocab.bin",), ("vocab.txt", "tokenizer_config.json"))
@@ -99,7 +98,7 @@ def fetch(name: str, revision: str | None = None) -> HubSnapshot:
     else:
         if not any(get(file) for file in _HF_WEIGHTS):
             raise CheckpointError(f"the Hub repository {repo}@{commit[:12]} has no {' or '.join(_HF_WEIGHTS)}"
-                                  f"{_offline_hint(hub)}")
+                                  f"{_offline_hint()}")
         for files in _HF_VOCABS:
             if all([get(file) for file in files]):
                 break
@@ -127,7 +126,7 @@ def _download(hub: Any, repo: str, file: str, revision: str | None, *, required:
     except errors.LocalEntryNotFoundError:
         if not required:
             return None
-        why = (f"and the Hub cache ({hub.constants.HF_HUB_CACHE}) holds no {file} of {where}{_offline_hint(hub)}")
+        why = (f"and the Hub cache ({hub.constants.HF_HUB_CACHE}) holds no {file} of {where}{_offline_hint()}")
     except errors.EntryNotFoundError:
         if not required:
             return None
@@ -141,8 +140,8 @@ def _download(hub: Any, repo: str, file: str, revision: str | None, *, required:
     raise CheckpointError(f"{where}: no local directory of that name, {why}")
 
 
-def _offline_hint(hub: Any) -> str:
-    if hub.constants.HF_HUB_OFFLINE:
+def _offline_hint() -> str:
+    if hub_offline():
         return " (HF_HUB_OFFLINE is set: download it once online, or copy the cache)"
     return " (the Hub could not be reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache only)"
 
