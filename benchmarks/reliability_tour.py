@@ -100,14 +100,15 @@ class Tour(TorchrunCases):
         return text.replace(str(self.root), "$TMP")
 
     def spawn(self, args: list[str], launcher: list[str] | None = None) -> Job:
-        """``txl ARGS`` in a subprocess; with ``launcher`` (``torchrun`` flags) under ``torchrun ... -m txl``."""
+        """``txl ARGS`` in a subprocess; with ``launcher`` (``torchrun`` flags) under
+        ``torchrun ... -m transformer_xl``."""
         argv = [a for arg in args for a in (TINY if arg == "$TINY" else [arg])]
         log = self.root / "logs" / str(next(self.ids))
         head = ["-m", "torch.distributed.run", *launcher] if launcher is not None else []
         with open(log.with_suffix(".out"), "wb") as out, open(log.with_suffix(".err"), "wb") as err:
             popen = subprocess.Popen([sys.executable, *head, "-m", "transformer_xl", *argv], cwd=self.root,
                                      env=self.env, stdout=out, stderr=err, umask=0o022)
-        shown = "txl " if launcher is None else f"torchrun {' '.join(launcher)} -m txl "
+        shown = "txl " if launcher is None else f"torchrun {' '.join(launcher)} -m transformer_xl "
         return Job(shown + " ".join(args), popen, log)
 
     def finish(self, job: Job, timeout: float = 300) -> Proc:

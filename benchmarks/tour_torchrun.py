@@ -157,7 +157,7 @@ class TorchrunCases:
             aborted += "terminate called" in p.err
         clean = sum(c == 0 for c in codes)
         seconds = time.monotonic() - t0
-        row.add(f"torchrun {' '.join(launcher())} -m txl train $TINY --max-step 8 --out-dir cleanN, "
+        row.add(f"torchrun {' '.join(launcher())} -m transformer_xl train $TINY --max-step 8 --out-dir cleanN, "
                 f"N = 0..{self.clean_runs - 1}", ",".join(sorted({str(c) for c in codes})),
                 f"{clean} of {self.clean_runs} exited 0; 'terminate called' in {aborted} [{seconds:.0f} s]")
         row.check(clean == self.clean_runs and not aborted, f"{self.clean_runs - clean} runs failed")

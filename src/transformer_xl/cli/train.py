@@ -211,17 +211,21 @@ def run(args: argparse.Namespace) -> int:
         if trainer.dist.main:
             print(f"txl train: {trainer.plan.run.root} already finished at step {trainer.step} "
                   f"(max_step {cfg.max_step}); raise --max-step to continue", file=sys.stderr)
-        return 0
+        return _end(0, trainer.dist.world_size)
     summary = trainer.fit()
-    if summary["world_size"] > 1:  # a torchrun worker: report, then end without the interpreter's teardown
-        code = _report(summary, cfg) if summary["rank"] == 0 else 0
+    return _end(_report(summary, cfg) if summary["rank"] == 0 else 0, summary["world_size"])
+
+
+def _end(code: int, world_size: int) -> int:
+    """The exit status; a torchrun worker (``world_size > 1``) ends here without the interpreter's teardown."""
+    if world_size > 1:
         sys.stdout.flush()
         sys.stderr.flush()
         # gloo's threads outlive destroy_process_group (the DDP reducer keeps the group alive) and were torn down
         # with the interpreter, in no set order: 1 run of 50 aborted with "terminate called without an active
         # exception" (exit -6). Everything is written and flushed here; nothing is left to tear down.
         os._exit(code)
-    return _report(summary, cfg)
+    return code
 
 
 def _report(summary: dict[str, Any], cfg: Any) -> int:
