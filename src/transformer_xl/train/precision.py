@@ -47,14 +47,15 @@ class Precision:
         return contextlib.nullcontext() if dtype is None else torch.autocast(device.split(":")[0], dtype=dtype)
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> list[str]:
-    """The :data:`RELEVANT_FLAGS` the CPU reports (empty where ``cpuinfo`` cannot be read)."""
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo", wanted: tuple[str, ...] = RELEVANT_FLAGS) -> list[str]:
+    """The ``wanted`` flags (default :data:`RELEVANT_FLAGS`) the CPU reports (empty where ``cpuinfo`` cannot be
+    read)."""
     try:
         text = Path(cpuinfo).read_text(encoding="ascii", errors="replace")
     except OSError:
         return []
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return [f for f in RELEVANT_FLAGS if f in flags]
+    return [f for f in wanted if f in flags]
 
 
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:

@@ -27,7 +27,6 @@ the enwik8 base model (12 layers, d_model 512, 8 heads of 64, d_inner 2048, 204 
 from __future__ import annotations
 
 import itertools
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from transformer_xl.inference.loading import check_device
 from transformer_xl.interop.hf import build_hf, hf_available, hf_compat
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.presets import enwik8_base, wt103_base
+from transformer_xl.train.precision import cpu_flags, cpu_model
 
 #: Shape name -> config (random weights).
 SHAPES: dict[str, Callable[[], TXLConfig]] = {
@@ -276,38 +276,13 @@ def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = 
     for shape in opts.shapes:  # every name checked before any case runs
         shape_config(shape)
     rows = [run_case(s, m, b, opts, log) for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
-    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else cpu_name()
+    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else cpu_model()
     return {"options": asdict(opts), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": machine, "cpu_flags": cpu_flags(), "hf": opts.hf and hf_available(), "rows": rows}
+            "machine": machine, "cpu_flags": cpu_flags(wanted=FLAGS), "hf": opts.hf and hf_available(), "rows": rows}
 
 
 #: The CPU flags that decide which kernels run (vector width, bf16 and int8 dot products, AMX tiles).
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def _cpuinfo() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
-    for line in _cpuinfo().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> list[str]:
-    """Which of :data:`FLAGS` the CPU has."""
-    for line in _cpuinfo().splitlines():
-        if line.startswith("flags"):
-            have = set(line.split(":", 1)[1].split())
-            return [f for f in FLAGS if f in have]
-    return []
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
