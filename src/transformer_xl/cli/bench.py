@@ -112,15 +112,9 @@ def run_quality(args: argparse.Namespace) -> int:
     report = quality(model, corpus.splits[args.quality_split], batch=args.quality_batch,
                      mem_len=args.quality_mem_len or model.config.mem_len, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()
-    title = f"`{command}` ({directory} on {args.quality_dataset} {args.quality_split}, {torch_threads()} threads)"
+    title = f"`{command}` ({directory} on {args.quality_dataset} {args.quality_split}, {args.threads} threads)"
     _write(report, quality_markdown(report, title), args)
     return 0
-
-
-def torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def run_generate(args: argparse.Namespace) -> int:

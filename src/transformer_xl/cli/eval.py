@@ -88,11 +88,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{ignored[0]} does not apply to --sliding-window (each token is scored from its own "
                               "window, without memory)")
     given = given_text_options(args)  # a refusal needs no model
+    say = stderr_note("txl eval")
     model, directory = load_model(args.model, device=args.device, verify=not args.no_verify, quantize=args.quantize,
-                                  note=stderr_note("txl eval"))
+                                  note=say)
     note = shorter_memory_warning(model.config.mem_len, mem_lens)
     if note:
-        stderr_note("txl eval")(note)
+        say(note)
     text = given if given is not None else run_text_options(directory)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir, **text)
     check_dataset(model, directory, corpus, args.dataset)
