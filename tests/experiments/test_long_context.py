@@ -83,6 +83,34 @@ def test_variants_reuse_the_ablation_configs():
         part_variants("width", mem_len=1, n_layer=1, depths=[], depth_mems=[])
 
 
+def test_run_long_context_resumes_with_integer_distances_and_stops_on_a_signal(tmp_path, monkeypatch):
+    from transformer_xl.train import Trainer
+
+    spec = LongRangeSpec(distances=(6,), span_lens=(4,), alphabet="abcd", tokens={"train": 3000, "valid": 400,
+                                                                                  "test": 100})
+    text = generate(spec)
+    base = default_base(4).replace(d_model=16, n_head=2, d_head=8, d_inner=32)
+    train_step = Trainer.train_step
+
+    def signalled(self, *args, **kwargs):
+        if self.step == 2:
+            self.stop_request = "signal"  # what the SIGTERM handler does
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled)
+    lines: list[str] = []
+    variants = [LCVariant("ours", 8, 1)]
+    with pytest.raises(KeyboardInterrupt):
+        run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], log=lines.append)
+    assert "stopped on a signal at step" in lines[-1]
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    fresh = run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], eval_mems=[0])
+    again = run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], eval_mems=[0])
+    assert fresh[0]["train_steps"] == 4 and list(fresh[0]["evals"][0]["distances"]) == [6]
+    assert [list(e["distances"]) for e in again[0]["evals"]] == [[6], [6]]  # read back from JSON: still ints
+    assert again[0]["evals"] == fresh[0]["evals"]
+
+
 @pytest.mark.slow
 def test_tiny_grid_shows_the_recurrence_gain(tmp_path):
     """Copies at distance 20, beyond an 8-token training segment: only the model with memory can predict them."""

@@ -8,23 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from transformer_xl.cli.args import nonneg_int, parse_int_list, positive_float, positive_int
-from transformer_xl.errors import ConfigError
+from transformer_xl.cli.args import nonneg_int, parse_int_list, positive_float, positive_int, seed_list
 from transformer_xl.store.files import write_json, write_text
 
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _seeds(text: str | None, flag: str) -> list[int] | None:
-    """Distinct seeds from a comma-separated list (None: not given)."""
-    if text is None:
-        return None
-    seeds = parse_int_list(text, flag)
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"{flag}: expected distinct seeds, got {text!r}")
-    return seeds
 
 
 def add_long_context(ex: argparse._SubParsersAction) -> None:
@@ -60,9 +49,9 @@ def add_long_context(ex: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=16, help="training batch (default: 16)")
     p.add_argument("--lr", type=positive_float, default=2e-3, help="Adam learning rate (default: 2e-3)")
     p.add_argument("--warmup", type=nonneg_int, default=100, help="warm-up steps (default: 100)")
-    p.add_argument("--seeds", default="0,1,2", help="seeds of the recurrence part (default: 0,1,2)")
-    p.add_argument("--encoding-seeds", help="seeds of the encodings part (default: --seeds)")
-    p.add_argument("--depth-seeds", default="0", help="seeds of the depth part (default: 0)")
+    p.add_argument("--seeds", type=seed_list, default="0,1,2", help="seeds of the recurrence part (default: 0,1,2)")
+    p.add_argument("--encoding-seeds", type=seed_list, help="seeds of the encodings part (default: --seeds)")
+    p.add_argument("--depth-seeds", type=seed_list, default="0", help="seeds of the depth part (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run_long_context)
@@ -79,8 +68,6 @@ def run_long_context(args: argparse.Namespace) -> int:
 
     device = str(check_device(args.device))
     parts = [x.strip() for x in args.parts.split(",")]
-    args.seeds, args.depth_seeds = _seeds(args.seeds, "--seeds"), _seeds(args.depth_seeds, "--depth-seeds")
-    args.encoding_seeds = _seeds(args.encoding_seeds, "--encoding-seeds")
     depths = parse_int_list(args.depths, "--depths", minimum=1)
     depth_mems = parse_int_list(args.depth_mems, "--depth-mems", minimum=0)
     eval_mems = parse_int_list(args.eval_mems, "--eval-mems", minimum=0)

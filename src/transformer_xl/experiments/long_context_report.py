@@ -36,7 +36,9 @@ def _eval(row: dict[str, Any], kind: str, length: int | None) -> dict[str, Any] 
 
 
 def distances_of(rows: Sequence[dict[str, Any]]) -> list[int]:
-    return sorted({int(d) for r in rows for e in r["evals"] for d in e["distances"]})
+    """The copy distances of the rows (their keys are integers: :func:`transformer_xl.experiments.long_context.
+    int_distances`)."""
+    return sorted({d for r in rows for e in r["evals"] for d in e["distances"]})
 
 
 def summarize(rows: Sequence[dict[str, Any]], variant: str, kind: str, length: int | None) -> dict[str, Any] | None:
@@ -51,8 +53,7 @@ def summarize(rows: Sequence[dict[str, Any]], variant: str, kind: str, length: i
     return {"variant": variant, "kind": kind, "length": length, "seeds": [r["seed"] for r, _ in evs],
             "all": _bits([e["loss"] for _, e in evs]), "copies": _bits([e["copies"]["loss"] for _, e in evs]),
             "other": _bits([e["other"]["loss"] for _, e in evs]),
-            "distances": {d: _bits([e["distances"].get(str(d), e["distances"].get(d, {})).get("loss")
-                                    for _, e in evs]) for d in dists},
+            "distances": {d: _bits([e["distances"].get(d, {}).get("loss") for _, e in evs]) for d in dists},
             "reach": mean_spread([reach(e, guess) for _, e in evs]),
             "train_minutes": mean_spread([r["train_minutes"] for r, _ in evs])["mean"]}
 
