@@ -29,10 +29,13 @@ def add_long_context(ex: argparse._SubParsersAction) -> None:
                       "Resumable: finished models are skipped. Writes OUT/long-context.md, .json and the figures "
                       "OUT/long-context-*.png.")
     add_long_range_flags(p)
-    p.add_argument("--parts", default="recurrence,encodings,depth,recl",
-                   help="comma-separated: recurrence (Transformer-XL vs no memory vs the sliding window), encodings "
-                   "(ours, shaw, vaswani, alrfou with the same recurrence), depth (n_layer x mem_len), recl (RECL, "
-                   "Appendix C, of each seed's recurrence and encodings models) (default: all four)")
+    p.add_argument("--parts", default="recurrence,curve,encodings,depth,recl",
+                   help="comma-separated: recurrence (Transformer-XL vs no memory vs the sliding window), curve (the "
+                   "recurrence part again on one corpus per --curve-distances distance), encodings (ours, shaw, "
+                   "vaswani, alrfou with the same recurrence), depth (n_layer x mem_len), recl (RECL, Appendix C, "
+                   "of each seed's recurrence and encodings models) (default: all five)")
+    p.add_argument("--curve-distances", default="8,12,28,40",
+                   help="curve part: the copy distance of each extra corpus (default: 8,12,28,40)")
     p.add_argument("--tgt-len", type=positive_int, default=8, help="training segment length (default: 8)")
     p.add_argument("--mem-len", type=positive_int, default=24, help="training memory (default: 24)")
     p.add_argument("--n-layer", type=positive_int, default=2, help="layers of the main models (default: 2)")
@@ -56,7 +59,7 @@ def add_long_context(ex: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=nonneg_int, default=20, help="warm-up steps (default: 20)")
     p.add_argument("--seeds", type=seed_list, default="0,1,2", help="seeds of the recurrence part (default: 0,1,2)")
     p.add_argument("--encoding-seeds", type=seed_list, help="seeds of the encodings part (default: --seeds)")
-    p.add_argument("--depth-seeds", type=seed_list, default="0", help="seeds of the depth part (default: 0)")
+    p.add_argument("--depth-seeds", type=seed_list, help="seeds of the depth part (default: --seeds)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run_long_context)
@@ -78,12 +81,13 @@ def run_long_context(args: argparse.Namespace) -> int:
     depths = parse_int_list(args.depths, "--depths", minimum=1)
     depth_mems = parse_int_list(args.depth_mems, "--depth-mems", minimum=0)
     eval_mems = parse_int_list(args.eval_mems, "--eval-mems", minimum=0)
-    unknown = [x for x in parts if x not in (*L.PARTS, "recl")]
+    unknown = [x for x in parts if x not in (*L.PARTS, "curve", "recl")]
     if unknown:
-        raise ConfigError(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(L.PARTS)}, recl")
+        raise ConfigError(f"--parts: unknown {', '.join(unknown)}; known: {', '.join(L.PARTS)}, curve, recl")
+    curve = parse_int_list(args.curve_distances, "--curve-distances", minimum=1) if "curve" in parts else []
     contexts = parse_grid(args.recl_grid) if "recl" in parts else []
     plan = [(L.part_variants(part, mem_len=args.mem_len, n_layer=args.n_layer, depths=depths,
-                             depth_mems=depth_mems), part) for part in parts if part != "recl"]
+                             depth_mems=depth_mems), part) for part in parts if part in L.PARTS]
     text = generate(long_range_spec(args))
     base = L.default_base(len(text.spec.symbols)).replace(d_model=args.d_model, d_head=max(1, args.d_model // 4),
                                                           d_inner=2 * args.d_model)
@@ -92,14 +96,24 @@ def run_long_context(args: argparse.Namespace) -> int:
     rows: dict[tuple[int, str], dict[str, Any]] = {}
     for variants, part in plan:
         depth = part == "depth"
-        seeds = {"depth": args.depth_seeds, "encodings": args.encoding_seeds or args.seeds}.get(part, args.seeds)
+        seeds = {"depth": args.depth_seeds, "encodings": args.encoding_seeds}.get(part) or args.seeds
         for r in L.run_long_context(base, text, args.out, variants, seeds=seeds, eval_mems=[] if depth else eval_mems,
                                     **kw):
             rows[(r["seed"], r["variant"])] = r
+    curve_rows = []
+    if curve:
+        recurrence = L.part_variants("recurrence", mem_len=args.mem_len, n_layer=args.n_layer, depths=[],
+                                     depth_mems=[])
+        curve_rows = L.run_distance_curve(base, text.spec, Path(args.out) / "curve", recurrence, curve,
+                                          seeds=args.seeds, eval_mems=[], **kw)
+        if len(text.spec.distances) == 1:  # the main corpus is one more point of the curve
+            names = {v.name for v in recurrence}
+            curve_rows += [{**r, "corpus_distance": text.spec.distances[0]} for r in rows.values()
+                           if r["variant"] in names and r["seed"] in args.seeds]
     out = Path(args.out)
     guess = math.log2(len(text.spec.symbols_filler))
     md = write_report(list(rows.values()), out, mem_len=args.mem_len, n_layer=args.n_layer, eval_mems=eval_mems,
-                      guess_bits=guess)
+                      guess_bits=guess, curve_rows=curve_rows)
     recl = None
     if contexts:
         recl_seeds = args.encoding_seeds or args.seeds if "encodings" in parts else args.seeds
@@ -113,7 +127,7 @@ def run_long_context(args: argparse.Namespace) -> int:
         recl = {"seeds": {s: r.to_dict() for s, r in results.items()}, "summary": recl_summary(results)}
     doc = {"command": {k: v for k, v in vars(args).items() if k != "func"}, "corpus": text.spec.to_dict(),
            "copied_spans": {s: len(v) for s, v in text.spans.items()}, "model": base.to_dict(),
-           "guess_bits": guess, "rows": list(rows.values()), "recl": recl}
+           "guess_bits": guess, "rows": list(rows.values()), "curve_rows": curve_rows, "recl": recl}
     write_text(out / "long-context.md", md)
     write_json(out / "long-context.json", doc, sort_keys=False)
     print(md)

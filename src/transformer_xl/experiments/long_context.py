@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from transformer_xl.data.long_range import LongRangeText, span_positions
+from transformer_xl.data.long_range import LongRangeSpec, LongRangeText, generate, span_positions
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.experiments.ablations import ENCODINGS, Variant, train_variant, variant_config
 from transformer_xl.experiments.grid import run_seed_grid
@@ -200,3 +200,17 @@ def int_distances(row: dict[str, Any]) -> dict[str, Any]:
     for e in row["evals"]:
         e["distances"] = {int(d): s for d, s in e["distances"].items()}
     return row
+
+
+def run_distance_curve(base: TXLConfig, spec: LongRangeSpec, out_dir: str | Path, variants: Sequence[LCVariant],
+                       distances: Sequence[int], **kw: Any) -> list[dict[str, Any]]:
+    """:func:`run_long_context` on one corpus per distance (``spec`` with that one distance, into
+    ``OUT/d<D>/``): a model learns copies at one fixed distance where several mixed stay at the guess at this
+    budget (docs/long-context.md), so the reach over distance is read across corpora. Each row gains
+    ``corpus_distance``."""
+    rows = []
+    for d in distances:
+        text = generate(replace(spec, distances=(int(d),)))
+        rows += [{**r, "corpus_distance": int(d)} for r in run_long_context(base, text, Path(out_dir) / f"d{d}",
+                                                                          variants, **kw)]
+    return rows
