@@ -113,21 +113,23 @@ def test_run_long_context_resumes_with_integer_distances_and_stops_on_a_signal(t
 
 @pytest.mark.slow
 def test_tiny_grid_shows_the_recurrence_gain(tmp_path):
-    """Copies at distance 20, beyond an 8-token training segment: only the model with memory can predict them."""
-    spec = LongRangeSpec(distances=(20,), span_lens=(8,), alphabet="abcd", density=0.5,
-                         tokens={"train": 40_000, "valid": 4000, "test": 1000})
+    """Copies at distance 20, beyond an 8-token training segment: only the model with memory can predict them.
+    The corpus is the default one (16 letters, density 0.7), where every seed tried learns the copies within
+    1,000 steps (docs/long-context.md); with 4 letters most seeds stayed at the guess."""
+    spec = LongRangeSpec(tokens={"train": 40_000, "valid": 4000, "test": 1000})
+    assert spec.distances == (20,) and len(spec.alphabet) == 16
     text = generate(spec)
-    base = default_base(4).replace(d_model=32, n_head=2, d_head=16, d_inner=64)
+    base = default_base(16).replace(d_model=32, d_head=8, d_inner=64)
     rows = run_long_context(base, text, tmp_path, [LCVariant("ours", 24, 2), LCVariant("ours", 0, 2)], tgt_len=8,
                             steps=TINY_STEPS, seeds=[0], eval_mems=[0], lr=2e-3, warmup=20)
     by = {r["variant"]: r for r in rows}
     xl, vanilla = by["ours-L2-m24"]["evals"][0], by["ours-L2-m0"]["evals"][0]
-    guess = math.log(4)
-    assert vanilla["distances"][20]["loss"] > 0.9 * guess  # it cannot see 20 tokens back
-    assert xl["distances"][20]["loss"] < 0.75 * guess  # with memory it copies (1500 steps: part of the way)
-    assert by["ours-L2-m0"]["reach"]["train:0"] == 0
+    guess = math.log(16)
+    assert vanilla["distances"][20]["loss"] > 0.95 * guess  # it cannot see 20 tokens back
+    assert xl["distances"][20]["loss"] < 0.6 * guess  # with memory it copies
+    assert by["ours-L2-m0"]["reach"]["train:0"] == 0 and by["ours-L2-m24"]["reach"]["train:24"] == 20
     without = next(e for e in by["ours-L2-m24"]["evals"] if e["mem_len"] == 0)
-    assert without["distances"][20]["loss"] > 0.9 * guess  # its memory taken away, it cannot either
+    assert without["distances"][20]["loss"] > 0.95 * guess  # its memory taken away, it cannot either
 
 
 TINY_STEPS = 1500
