@@ -65,9 +65,9 @@ def distance_table(entries: Sequence[dict[str, Any]], labels: Sequence[str], *, 
     total = ["copies", "other", "all", "reach"] if totals else []
     body = [[label, *[_cell(e["distances"].get(d)) for d in dists],
              *([_cell(e["copies"]), _cell(e["other"]), _cell(e["all"], 3), _cell(e["reach"], 0)] if totals else []),
-             len(e["seeds"])] for e, label in zip(entries, labels)]
+             len(set(e["seeds"]))] for e, label in zip(entries, labels)]
     return markdown_table(["model / evaluation", *[f"D = {d}" for d in dists], *total,
-                           "seeds" if totals else "models"], body)
+                           "seeds" if totals else "seeds per distance"], body)
 
 
 def plot_distances(entries: Sequence[dict[str, Any]], labels: Sequence[str], path: str | Path, *, guess_bits: float,
