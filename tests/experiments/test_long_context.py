@@ -84,20 +84,14 @@ def test_variants_reuse_the_ablation_configs():
 
 
 def test_run_long_context_resumes_with_integer_distances_and_stops_on_a_signal(tmp_path, monkeypatch):
+    from tests.helpers import signal_at_step
     from transformer_xl.train import Trainer
 
     spec = LongRangeSpec(distances=(6,), span_lens=(4,), alphabet="abcd", tokens={"train": 3000, "valid": 400,
                                                                                   "test": 100})
     text = generate(spec)
     base = default_base(4).replace(d_model=16, n_head=2, d_head=8, d_inner=32)
-    train_step = Trainer.train_step
-
-    def signalled(self, *args, **kwargs):
-        if self.step == 2:
-            self.stop_request = "signal"  # what the SIGTERM handler does
-        return train_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "train_step", signalled)
+    train_step = signal_at_step(monkeypatch, 2)
     lines: list[str] = []
     variants = [LCVariant("ours", 8, 1)]
     with pytest.raises(KeyboardInterrupt):
