@@ -14,6 +14,7 @@ from transformer_xl.experiments.long_context import (
     part_variants,
     per_distance,
     reach,
+    run_distance_curve,
     run_long_context,
 )
 
@@ -103,6 +104,16 @@ def test_run_long_context_resumes_with_integer_distances_and_stops_on_a_signal(t
     assert fresh[0]["train_steps"] == 4 and list(fresh[0]["evals"][0]["distances"]) == [6]
     assert [list(e["distances"]) for e in again[0]["evals"]] == [[6], [6]]  # read back from JSON: still ints
     assert again[0]["evals"] == fresh[0]["evals"]
+
+
+def test_run_distance_curve_trains_one_corpus_per_distance(tmp_path):
+    spec = LongRangeSpec(distances=(99,), span_lens=(4,), alphabet="abcd", tokens={"train": 2000, "valid": 300,
+                                                                                   "test": 100})
+    base = default_base(4).replace(d_model=16, n_head=2, d_head=8, d_inner=32)
+    rows = run_distance_curve(base, spec, tmp_path, [LCVariant("ours", 8, 1)], [4, 6], tgt_len=4, steps=2,
+                              seeds=[0])
+    assert [(r["corpus_distance"], list(r["evals"][0]["distances"])) for r in rows] == [(4, [4]), (6, [6])]
+    assert (tmp_path / "d6" / "seed0" / "ours-L1-m8" / "result.json").is_file()
 
 
 @pytest.mark.slow

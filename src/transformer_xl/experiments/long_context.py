@@ -12,7 +12,9 @@ predicts the copies: the largest ``D`` such that every distance ``<= D`` scores 
 ``n_layer``, all trained at the one segment length ``tgt_len`` with :func:`transformer_xl.experiments.ablations.
 train_variant` (:class:`transformer_xl.train.Trainer`, full loss). Sets (:data:`PARTS`): ``recurrence``
 (Transformer-XL against the same model without memory), ``encodings`` (the four encodings with the same
-recurrence), ``depth`` (``n_layer x mem_len``).
+recurrence), ``depth`` (``n_layer x mem_len``). :func:`run_distance_curve` trains a set on one corpus per distance
+(a model learns copies at one fixed distance where several mixed stay at the uniform guess at a CPU budget).
+Training and resuming go through :func:`transformer_xl.experiments.grid.run_seed_grid`.
 
 **Evaluations** of each trained model on the valid split (batch 10 streams, ``same_length`` off,
 :func:`score_model`): at its training memory; at every ``eval_mems`` length (shorter and longer than in training;
