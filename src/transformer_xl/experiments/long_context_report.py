@@ -111,6 +111,9 @@ def plot_memory(series: dict[str, list[tuple[int, dict[str, Any]]]], path: str |
                     capsize=3, label=label)
     ax.axvline(train_mem, color="grey", ls=":", lw=1, label=f"training mem_len {train_mem}")
     ax.set_xscale("symlog", linthresh=32)
+    ticks = sorted({m for points in series.values() for m, _ in points})
+    ax.set_xticks(ticks, [str(m) for m in ticks])  # every evaluated memory, labelled
+    ax.minorticks_off()
     return _save(plt, fig, ax, path, guess_bits=guess_bits, xlabel="evaluation mem_len",
                  ylabel="bpc (all valid tokens)", title=title)
 
