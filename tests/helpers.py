@@ -323,3 +323,19 @@ def one_line_error(capsys: Any, prefix: str = "txl ") -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(prefix) and "Traceback" not in err, err
     return err
+
+
+def signal_at_step(monkeypatch: Any, step: int = 2) -> Any:
+    """Make every :class:`Trainer` stop at ``step`` as SIGTERM/Ctrl-C would (its handler sets ``stop_request``);
+    returns the original ``train_step`` (``monkeypatch.setattr(Trainer, "train_step", it)`` lets training go on)."""
+    from transformer_xl.train import Trainer
+
+    train_step = Trainer.train_step
+
+    def signalled(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.step == step:
+            self.stop_request = "signal"
+        return train_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled)
+    return train_step

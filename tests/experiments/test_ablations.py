@@ -147,16 +147,10 @@ def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypa
     interrupt reaches the caller, and the variant's run directory holds the checkpoint to resume from."""
     corpus = Corpus.from_arrays("toy", {"train": np.random.default_rng(0).integers(0, 40, 3000),
                                         "valid": np.random.default_rng(1).integers(0, 40, 300)}, n_token=40)
+    from tests.helpers import signal_at_step
     from transformer_xl.train import Trainer
 
-    train_step = Trainer.train_step
-
-    def signalled(self, *args, **kwargs):
-        if self.step == 2:
-            self.stop_request = "signal"  # what the SIGTERM handler does
-        return train_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "train_step", signalled)
+    train_step = signal_at_step(monkeypatch, 2)
     variant = [A.parse_variant("rec-ours-full")]
     search = A.AttnSearch(step=8, max_len=8)
     with pytest.raises(KeyboardInterrupt):

@@ -14,6 +14,7 @@ from transformer_xl.experiments.long_context import (
     part_variants,
     per_distance,
     reach,
+    run_distance_curve,
     run_long_context,
 )
 
@@ -83,23 +84,57 @@ def test_variants_reuse_the_ablation_configs():
         part_variants("width", mem_len=1, n_layer=1, depths=[], depth_mems=[])
 
 
+def test_run_long_context_resumes_with_integer_distances_and_stops_on_a_signal(tmp_path, monkeypatch):
+    from tests.helpers import signal_at_step
+    from transformer_xl.train import Trainer
+
+    spec = LongRangeSpec(distances=(6,), span_lens=(4,), alphabet="abcd", tokens={"train": 3000, "valid": 400,
+                                                                                  "test": 100})
+    text = generate(spec)
+    base = default_base(4).replace(d_model=16, n_head=2, d_head=8, d_inner=32)
+    train_step = signal_at_step(monkeypatch, 2)
+    lines: list[str] = []
+    variants = [LCVariant("ours", 8, 1)]
+    with pytest.raises(KeyboardInterrupt):
+        run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], log=lines.append)
+    assert "stopped on a signal at step" in lines[-1]
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    fresh = run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], eval_mems=[0])
+    again = run_long_context(base, text, tmp_path, variants, tgt_len=4, steps=4, seeds=[0], eval_mems=[0])
+    assert fresh[0]["train_steps"] == 4 and list(fresh[0]["evals"][0]["distances"]) == [6]
+    assert [list(e["distances"]) for e in again[0]["evals"]] == [[6], [6]]  # read back from JSON: still ints
+    assert again[0]["evals"] == fresh[0]["evals"]
+
+
+def test_run_distance_curve_trains_one_corpus_per_distance(tmp_path):
+    spec = LongRangeSpec(distances=(99,), span_lens=(4,), alphabet="abcd", tokens={"train": 2000, "valid": 300,
+                                                                                   "test": 100})
+    base = default_base(4).replace(d_model=16, n_head=2, d_head=8, d_inner=32)
+    rows = run_distance_curve(base, spec, tmp_path, [LCVariant("ours", 8, 1)], [4, 6], tgt_len=4, steps=2,
+                              seeds=[0])
+    assert [(r["corpus_distance"], list(r["evals"][0]["distances"])) for r in rows] == [(4, [4]), (6, [6])]
+    assert (tmp_path / "d6" / "seed0" / "ours-L1-m8" / "result.json").is_file()
+
+
 @pytest.mark.slow
 def test_tiny_grid_shows_the_recurrence_gain(tmp_path):
-    """Copies at distance 20, beyond an 8-token training segment: only the model with memory can predict them."""
-    spec = LongRangeSpec(distances=(20,), span_lens=(8,), alphabet="abcd", density=0.5,
-                         tokens={"train": 40_000, "valid": 4000, "test": 1000})
+    """Copies at distance 20, beyond an 8-token training segment: only the model with memory can predict them.
+    The corpus is the default one (16 letters, density 0.7), where every seed tried learns the copies within
+    1,000 steps (docs/long-context.md); with 4 letters most seeds stayed at the guess."""
+    spec = LongRangeSpec(tokens={"train": 40_000, "valid": 4000, "test": 1000})
+    assert spec.distances == (20,) and len(spec.alphabet) == 16
     text = generate(spec)
-    base = default_base(4).replace(d_model=32, n_head=2, d_head=16, d_inner=64)
+    base = default_base(16).replace(d_model=32, d_head=8, d_inner=64)
     rows = run_long_context(base, text, tmp_path, [LCVariant("ours", 24, 2), LCVariant("ours", 0, 2)], tgt_len=8,
                             steps=TINY_STEPS, seeds=[0], eval_mems=[0], lr=2e-3, warmup=20)
     by = {r["variant"]: r for r in rows}
     xl, vanilla = by["ours-L2-m24"]["evals"][0], by["ours-L2-m0"]["evals"][0]
-    guess = math.log(4)
-    assert vanilla["distances"][20]["loss"] > 0.9 * guess  # it cannot see 20 tokens back
-    assert xl["distances"][20]["loss"] < 0.75 * guess  # with memory it copies (1500 steps: part of the way)
-    assert by["ours-L2-m0"]["reach"]["train:0"] == 0
+    guess = math.log(16)
+    assert vanilla["distances"][20]["loss"] > 0.95 * guess  # it cannot see 20 tokens back
+    assert xl["distances"][20]["loss"] < 0.6 * guess  # with memory it copies
+    assert by["ours-L2-m0"]["reach"]["train:0"] == 0 and by["ours-L2-m24"]["reach"]["train:24"] == 20
     without = next(e for e in by["ours-L2-m24"]["evals"] if e["mem_len"] == 0)
-    assert without["distances"][20]["loss"] > 0.9 * guess  # its memory taken away, it cannot either
+    assert without["distances"][20]["loss"] > 0.95 * guess  # its memory taken away, it cannot either
 
 
 TINY_STEPS = 1500

@@ -13,7 +13,7 @@ from transformer_xl.experiments.long_context_report import (
 
 
 def _eval(kind, mem, window, d20, other):
-    dist = {"20": {"loss": d20, "tokens": 10}}
+    dist = {20: {"loss": d20, "tokens": 10}}  # as run_long_context returns them (int_distances)
     return {"kind": kind, "mem_len": mem, "window": window, "loss": (d20 + other) / 2,
             "copies": {"loss": d20, "tokens": 10}, "other": {"loss": other, "tokens": 10},
             "all": {"loss": (d20 + other) / 2, "tokens": 20}, "distances": dist}

@@ -1,5 +1,5 @@
 """Parsing command-line values: lists the library takes, argparse types that refuse impossible numbers
-(``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``finite_float``, ``positive_float``,
+(``positive_int``, ``nonneg_int``, ``clamp_int``, ``seed_int``, ``seed_list``, ``finite_float``, ``positive_float``,
 ``nonneg_float``), options several commands share (``--no-verify``, ``--threads``: :func:`add_threads`,
 :func:`resolve_threads`, :func:`apply_threads`), and notes on stderr (:func:`stderr_note`)."""
 
@@ -112,6 +112,14 @@ def seed_int(text: str) -> int:
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"expected a seed in [0, 2**32 - 1], got {text!r}")
     return value
+
+
+def seed_list(text: str) -> list[int]:
+    """An argparse ``type`` for ``--seeds``: distinct seeds (each a :func:`seed_int`), comma-separated."""
+    seeds = [seed_int(t.strip()) for t in text.split(",")]
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r}")
+    return seeds
 
 
 #: What the help of every argument that takes a model adds: a Hub id works too (:mod:`transformer_xl.interop.hub`).

@@ -19,6 +19,7 @@ from transformer_xl.cli.args import (
     positive_float,
     positive_int,
     seed_int,
+    seed_list,
     stderr_note,
 )
 from transformer_xl.errors import ConfigError
@@ -155,7 +156,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--eval-tokens", type=positive_int,
                    help="read only the first N + 1 validation tokens (memory evaluations score (N // 10 - 1) * 10 "
                    "of them, the window evaluation N) (default: the whole split)")
-    a.add_argument("--seeds", type=_seed_list, default="0,1,2",
+    a.add_argument("--seeds", type=seed_list, default="0,1,2",
                    help="comma-separated seeds; every variant is trained once per seed and the tables give the mean "
                    "± sample standard deviation (default: 0,1,2)")
     a.add_argument("--device", default="cpu",
@@ -281,14 +282,6 @@ def run_recl(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- ablation
-def _seed_list(text: str) -> list[int]:
-    """An argparse ``type`` for ``--seeds``: distinct seeds, comma-separated."""
-    seeds = [seed_int(t.strip()) for t in text.split(",")]
-    if len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r}")
-    return seeds
-
-
 def run_ablation(args: argparse.Namespace) -> int:
     import dataclasses
 

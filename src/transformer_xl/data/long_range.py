@@ -35,19 +35,21 @@ from transformer_xl.data.vocab import Vocab
 from transformer_xl.errors import ConfigError, DataError
 
 METADATA = "long-range.json"
-DEFAULT_ALPHABET = "abcdefgh"
+DEFAULT_ALPHABET = "abcdefghijklmnop"
 
 
 @dataclass(frozen=True)
 class LongRangeSpec:
-    """Parameters of the corpus (module docstring); ``tokens`` per split."""
+    """Parameters of the corpus (module docstring); ``tokens`` per split. The defaults are the setting whose copies
+    a 19 k-parameter model learns in every seed tried (docs/long-context.md: 16 letters, one distance, density 0.7;
+    with 4 letters, or several distances mixed, most seeds stayed at the uniform guess)."""
 
-    distances: tuple[int, ...] = (24, 56, 88, 160)
-    span_lens: tuple[int, ...] = (8, 16)
+    distances: tuple[int, ...] = (20,)
+    span_lens: tuple[int, ...] = (8,)
     alphabet: str = DEFAULT_ALPHABET
     filler: str | None = None  # None: the alphabet
-    density: float = 0.5  # aimed at; spans whose source would overlap are dropped, so fewer are copies
-    tokens: dict[str, int] = field(default_factory=lambda: {"train": 200_000, "valid": 20_000, "test": 20_000})
+    density: float = 0.7  # aimed at; spans whose source would overlap are dropped, so fewer are copies
+    tokens: dict[str, int] = field(default_factory=lambda: {"train": 100_000, "valid": 10_000, "test": 10_000})
     seed: int = 0
 
     def __post_init__(self) -> None:

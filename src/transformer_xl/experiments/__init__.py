@@ -6,6 +6,10 @@
 * :mod:`transformer_xl.experiments.ablations` — recurrence x encoding x Full/Half loss variants, trained and compared;
 * :mod:`transformer_xl.experiments.equal_memory` — peak training memory of a step, and the longest segment within a
 budget;
+* :mod:`transformer_xl.experiments.long_context` — controlled long-range dependencies (issue 23): copies at known
+  distances scored per distance (report: ``long_context_report``, RECL: ``long_context_recl``);
+* :mod:`transformer_xl.experiments.grid` — the seed x variant loop the ablations and long-context share (resume,
+  signal, save);
 * :mod:`transformer_xl.experiments.tables` — Markdown tables and matplotlib plots;
 * :mod:`transformer_xl.experiments.bench` — throughput, memory and MFU against Hugging Face TransfoXL (``txl bench``).
 

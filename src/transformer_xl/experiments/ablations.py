@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +74,7 @@ from transformer_xl.data import Corpus
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.experiments import equal_memory as EM
 from transformer_xl.experiments.attn_search import AttnSearch, search_attention_length
+from transformer_xl.experiments.grid import run_seed_grid
 from transformer_xl.inference.evaluate import evaluate
 from transformer_xl.inference.window import evaluate_sliding_window
 from transformer_xl.model import TransformerXLLM, TXLConfig
@@ -332,47 +332,35 @@ def run_ablation(base: TXLConfig, corpus: Corpus, out_dir: str | Path, variants:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     eqmem = _equal_memory(out, base, variants, tgt_len=tgt_len, batch_size=batch_size, device=device, log=log)
-    rows = []
-    for seed in seeds:
-        for v in variants:
-            vdir = out / f"seed{seed}" / v.name
-            result_path = vdir / "result.json"
-            name = f"seed {seed} {v.name}"
-            if result_path.is_file():
-                rows.append(read_json(result_path, f"finished variant {result_path}"))
-                if log is not None:
-                    log(f"{name}: done before, skipped")
-                continue
-            mem = eqmem["lengths"][_mem_key(v)] if v.equal_memory and eqmem else None
-            cfg = variant_config(base, v, tgt_len, train_len=mem["length"] if mem else None)
-            n_steps = variant_steps(v, steps, tgt_len, cfg.tgt_len)
-            if log is not None:
-                log(f"{name}: training {n_steps} steps on {device} (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
-                    f"attn_type {cfg.attn_type}, {v.loss} loss)")
-            model, train_log = train_variant(cfg, corpus, vdir / "run", steps=n_steps, batch_size=batch_size, lr=lr,
-                                             warmup=warmup, half_loss=v.loss == "half", seed=seed,
-                                             max_minutes=max_minutes, eval_tokens=eval_tokens, device=device,
-                                             progress=log is not None and progress)
-            if train_log["stopped"] == "signal":  # not finished: no result; the next run resumes from the checkpoint
-                if log is not None:
-                    log(f"{name}: stopped on a signal at step {train_log['steps']} (checkpoint saved); run the "
-                        "same command again to continue")
-                raise KeyboardInterrupt
-            t0 = time.monotonic()
-            ev = evaluate_variant(model, v, corpus.splits["valid"], search, max_tokens=eval_tokens)
-            row = {"variant": v.name, "seed": seed, "recurrence": v.recurrence, "encoding": v.encoding,
-                   "loss": v.loss, "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len,
-                   "params": model.num_parameters(), "train_steps": train_log["steps"],
-                   "train_batch_size": batch_size, "train_tokens": train_log["tokens"],
-                   "train_minutes": round(train_log["minutes"], 2), "device": device,
-                   "eval_minutes": round((time.monotonic() - t0) / 60, 2), **ev,
-                   "equal_memory": mem and {k: mem[k] for k in ("bytes", "target_variant", "target_bytes")},
-                   "train_history": train_log["history"]}
-            model.save_pretrained(vdir, vocab=corpus.vocab)
-            write_json(result_path, row, sort_keys=False)
-            rows.append(row)
-            if log is not None:
-                window = f", window {ev['ppl_window']:.3f} (L {ev['window_len']})" if ev["ppl_window"] else ""
-                log(f"{name}: ppl init {ev['ppl_init']:.3f} (attn {ev['attn_len_init']}), best {ev['ppl_best']:.3f} "
-                    f"(attn len {ev['attn_len_best']}){window}")
-    return rows
+
+    def lengths(v: Variant) -> tuple[TXLConfig, dict[str, Any] | None]:
+        mem = eqmem["lengths"][_mem_key(v)] if v.equal_memory and eqmem else None
+        return variant_config(base, v, tgt_len, train_len=mem["length"] if mem else None), mem
+
+    def train(seed: int, v: Variant, run_dir: Path, label: str) -> tuple[TransformerXLLM, dict[str, Any]]:
+        cfg = lengths(v)[0]
+        n_steps = variant_steps(v, steps, tgt_len, cfg.tgt_len)
+        if log is not None:
+            log(f"{label}: training {n_steps} steps on {device} (tgt_len {cfg.tgt_len}, mem_len {cfg.mem_len}, "
+                f"attn_type {cfg.attn_type}, {v.loss} loss)")
+        return train_variant(cfg, corpus, run_dir, steps=n_steps, batch_size=batch_size, lr=lr, warmup=warmup,
+                             half_loss=v.loss == "half", seed=seed, max_minutes=max_minutes, eval_tokens=eval_tokens,
+                             device=device, progress=log is not None and progress)
+
+    def row(seed: int, v: Variant, model: TransformerXLLM, train_log: dict[str, Any]) -> dict[str, Any]:
+        cfg, mem = lengths(v)
+        ev = evaluate_variant(model, v, corpus.splits["valid"], search, max_tokens=eval_tokens)
+        return {"variant": v.name, "seed": seed, "recurrence": v.recurrence, "encoding": v.encoding, "loss": v.loss,
+                "train_tgt_len": cfg.tgt_len, "train_mem_len": cfg.mem_len, "params": model.num_parameters(),
+                "train_steps": train_log["steps"], "train_batch_size": batch_size, "train_tokens": train_log["tokens"],
+                "train_minutes": round(train_log["minutes"], 2), "device": device, **ev,
+                "equal_memory": mem and {k: mem[k] for k in ("bytes", "target_variant", "target_bytes")},
+                "train_history": train_log["history"]}
+
+    def done(r: dict[str, Any]) -> str:
+        window = f", window {r['ppl_window']:.3f} (L {r['window_len']})" if r["ppl_window"] else ""
+        return (f"ppl init {r['ppl_init']:.3f} (attn {r['attn_len_init']}), best {r['ppl_best']:.3f} "
+                f"(attn len {r['attn_len_best']}){window}")
+
+    return run_seed_grid(out, variants, seeds, name=lambda v: v.name, train=train, evaluate=row, vocab=corpus.vocab,
+                         done=done, log=log)

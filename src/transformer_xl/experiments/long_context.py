@@ -12,7 +12,9 @@ predicts the copies: the largest ``D`` such that every distance ``<= D`` scores 
 ``n_layer``, all trained at the one segment length ``tgt_len`` with :func:`transformer_xl.experiments.ablations.
 train_variant` (:class:`transformer_xl.train.Trainer`, full loss). Sets (:data:`PARTS`): ``recurrence``
 (Transformer-XL against the same model without memory), ``encodings`` (the four encodings with the same
-recurrence), ``depth`` (``n_layer x mem_len``).
+recurrence), ``depth`` (``n_layer x mem_len``). :func:`run_distance_curve` trains a set on one corpus per distance
+(a model learns copies at one fixed distance where several mixed stay at the uniform guess at a CPU budget).
+Training and resuming go through :func:`transformer_xl.experiments.grid.run_seed_grid`.
 
 **Evaluations** of each trained model on the valid split (batch 10 streams, ``same_length`` off,
 :func:`score_model`): at its training memory; at every ``eval_mems`` length (shorter and longer than in training;
@@ -25,19 +27,19 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from transformer_xl.data.long_range import LongRangeText, span_positions
+from transformer_xl.data.long_range import LongRangeSpec, LongRangeText, generate, span_positions
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.experiments.ablations import ENCODINGS, Variant, train_variant, variant_config
+from transformer_xl.experiments.grid import run_seed_grid
 from transformer_xl.inference.evaluate import evaluate
 from transformer_xl.inference.window import evaluate_sliding_window
 from transformer_xl.model import TransformerXLLM, TXLConfig
-from transformer_xl.store.files import read_json, write_json
 
 LN2 = math.log(2)
 
@@ -161,43 +163,56 @@ def run_long_context(base: TXLConfig, text: LongRangeText, out_dir: str | Path, 
                      batch_size: int = 16, lr: float = 1e-3, warmup: int = 50, device: str = "cpu",
                      log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Train (with :func:`transformer_xl.experiments.ablations.train_variant`) and evaluate every variant of every
-    seed not finished under ``out_dir`` (``OUT/seed<k>/<variant>/result.json``; resumable); returns the rows."""
+    seed not finished under ``out_dir`` (``OUT/seed<k>/<variant>/result.json``; resumable, a signal stops it at a
+    checkpoint: :func:`transformer_xl.experiments.grid.run_seed_grid`); returns the rows, their distances as
+    integers (:func:`int_distances`)."""
     check_int("steps", steps, 1)
-    if not seeds:
-        raise ConfigError("at least one seed is needed")
     corpus = text.corpus()
     guess = math.log(len(text.spec.symbols_filler))
+
+    def train(seed: int, v: LCVariant, run_dir: Path, label: str) -> tuple[TransformerXLLM, dict[str, Any]]:
+        cfg = v.config(base, tgt_len)
+        if log is not None:
+            log(f"{label}: training {steps} steps (tgt_len {tgt_len}, mem_len {v.mem_len}, n_layer {v.n_layer}, "
+                f"attn_type {cfg.attn_type})")
+        return train_variant(cfg, corpus, run_dir, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
+                             seed=seed, device=device)
+
+    def row(seed: int, v: LCVariant, model: TransformerXLLM, train_log: dict[str, Any]) -> dict[str, Any]:
+        evals = evaluate_trained(model, v, text, eval_mems=eval_mems, skip=skip, device=device)
+        return {"variant": v.name, "seed": seed, "encoding": v.encoding, "train_mem_len": v.mem_len,
+                "n_layer": v.n_layer, "train_tgt_len": tgt_len, "params": model.num_parameters(),
+                "train_steps": train_log["steps"], "train_tokens": train_log["tokens"],
+                "train_minutes": round(train_log["minutes"], 2), "guess_loss": guess,
+                "reach": {f"{e['kind']}:{e['mem_len'] if e['window'] is None else e['window']}": reach(e, guess)
+                          for e in evals},
+                "evals": evals, "train_history": train_log["history"]}
+
+    def done(r: dict[str, Any]) -> str:
+        e, at = r["evals"][0], f"train:{r['train_mem_len']}"
+        return (f"{e['loss'] / LN2:.3f} bpc, copies {e['copies']['loss'] / LN2:.3f}, reach {r['reach'][at]} "
+                f"({r['train_minutes']:.1f} min)")
+
+    return run_seed_grid(out_dir, variants, seeds, name=lambda v: v.name, train=train, evaluate=row,
+                         vocab=corpus.vocab, read=int_distances, done=done, log=log)
+
+
+def int_distances(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the distance keys of its evaluations as integers (JSON gives strings; fresh rows have ints)."""
+    for e in row["evals"]:
+        e["distances"] = {int(d): s for d, s in e["distances"].items()}
+    return row
+
+
+def run_distance_curve(base: TXLConfig, spec: LongRangeSpec, out_dir: str | Path, variants: Sequence[LCVariant],
+                       distances: Sequence[int], **kw: Any) -> list[dict[str, Any]]:
+    """:func:`run_long_context` on one corpus per distance (``spec`` with that one distance, into
+    ``OUT/d<D>/``): a model learns copies at one fixed distance where several mixed stay at the guess at this
+    budget (docs/long-context.md), so the reach over distance is read across corpora. Each row gains
+    ``corpus_distance``."""
     rows = []
-    for seed in seeds:
-        for v in variants:
-            vdir = Path(out_dir) / f"seed{seed}" / v.name
-            path = vdir / "result.json"
-            if path.is_file():
-                rows.append(read_json(path, f"finished variant {path}"))
-                continue
-            cfg = v.config(base, tgt_len)
-            if log is not None:
-                log(f"seed {seed} {v.name}: training {steps} steps (tgt_len {tgt_len}, mem_len {v.mem_len}, "
-                    f"n_layer {v.n_layer}, attn_type {cfg.attn_type})")
-            model, train_log = train_variant(cfg, corpus, vdir / "run", steps=steps, batch_size=batch_size, lr=lr,
-                                             warmup=warmup, seed=seed, device=device)
-            if train_log["stopped"] == "signal":
-                raise KeyboardInterrupt
-            t0 = time.monotonic()
-            evals = evaluate_trained(model, v, text, eval_mems=eval_mems, skip=skip, device=device)
-            row = {"variant": v.name, "seed": seed, "encoding": v.encoding, "train_mem_len": v.mem_len,
-                   "n_layer": v.n_layer, "train_tgt_len": tgt_len, "params": model.num_parameters(),
-                   "train_steps": train_log["steps"], "train_tokens": train_log["tokens"],
-                   "train_minutes": round(train_log["minutes"], 2),
-                   "eval_minutes": round((time.monotonic() - t0) / 60, 2), "guess_loss": guess,
-                   "reach": {f"{e['kind']}:{e['mem_len'] if e['window'] is None else e['window']}": reach(e, guess)
-                             for e in evals},
-                   "evals": evals}
-            model.save_pretrained(vdir, vocab=corpus.vocab)
-            write_json(path, row, sort_keys=False)
-            rows.append(row)
-            if log is not None:
-                e = evals[0]
-                log(f"seed {seed} {v.name}: {e['loss'] / LN2:.3f} bpc, copies {e['copies']['loss'] / LN2:.3f}, "
-                    f"reach {row['reach'][f'train:{v.mem_len}']} ({train_log['minutes']:.1f} min)")
+    for d in distances:
+        text = generate(replace(spec, distances=(int(d),)))
+        rows += [{**r, "corpus_distance": int(d)} for r in run_long_context(base, text, Path(out_dir) / f"d{d}",
+                                                                          variants, **kw)]
     return rows

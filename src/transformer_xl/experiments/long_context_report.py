@@ -36,7 +36,9 @@ def _eval(row: dict[str, Any], kind: str, length: int | None) -> dict[str, Any] 
 
 
 def distances_of(rows: Sequence[dict[str, Any]]) -> list[int]:
-    return sorted({int(d) for r in rows for e in r["evals"] for d in e["distances"]})
+    """The copy distances of the rows (their keys are integers: :func:`transformer_xl.experiments.long_context.
+    int_distances`)."""
+    return sorted({d for r in rows for e in r["evals"] for d in e["distances"]})
 
 
 def summarize(rows: Sequence[dict[str, Any]], variant: str, kind: str, length: int | None) -> dict[str, Any] | None:
@@ -51,19 +53,21 @@ def summarize(rows: Sequence[dict[str, Any]], variant: str, kind: str, length: i
     return {"variant": variant, "kind": kind, "length": length, "seeds": [r["seed"] for r, _ in evs],
             "all": _bits([e["loss"] for _, e in evs]), "copies": _bits([e["copies"]["loss"] for _, e in evs]),
             "other": _bits([e["other"]["loss"] for _, e in evs]),
-            "distances": {d: _bits([e["distances"].get(str(d), e["distances"].get(d, {})).get("loss")
-                                    for _, e in evs]) for d in dists},
+            "distances": {d: _bits([e["distances"].get(d, {}).get("loss") for _, e in evs]) for d in dists},
             "reach": mean_spread([reach(e, guess) for _, e in evs]),
             "train_minutes": mean_spread([r["train_minutes"] for r, _ in evs])["mean"]}
 
 
-def distance_table(entries: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
-    """One row per entry: bpc per distance, of the copies, of the other tokens, of all, the reach, seeds."""
+def distance_table(entries: Sequence[dict[str, Any]], labels: Sequence[str], *, totals: bool = True) -> str:
+    """One row per entry: bpc per distance and, with ``totals`` (rows of one corpus), of the copies, of the other
+    tokens, of all, the reach; the seeds (models) summarized."""
     dists = sorted({d for e in entries for d in e["distances"]})
-    body = [[label, *[_cell(e["distances"].get(d)) for d in dists], _cell(e["copies"]), _cell(e["other"]),
-             _cell(e["all"], 3), _cell(e["reach"], 0), len(e["seeds"])] for e, label in zip(entries, labels)]
-    return markdown_table(["model / evaluation", *[f"D = {d}" for d in dists], "copies", "other", "all", "reach",
-                           "seeds"], body)
+    total = ["copies", "other", "all", "reach"] if totals else []
+    body = [[label, *[_cell(e["distances"].get(d)) for d in dists],
+             *([_cell(e["copies"]), _cell(e["other"]), _cell(e["all"], 3), _cell(e["reach"], 0)] if totals else []),
+             len(set(e["seeds"]))] for e, label in zip(entries, labels)]
+    return markdown_table(["model / evaluation", *[f"D = {d}" for d in dists], *total,
+                           "seeds" if totals else "seeds per distance"], body)
 
 
 def plot_distances(entries: Sequence[dict[str, Any]], labels: Sequence[str], path: str | Path, *, guess_bits: float,
@@ -107,6 +111,9 @@ def plot_memory(series: dict[str, list[tuple[int, dict[str, Any]]]], path: str |
                     capsize=3, label=label)
     ax.axvline(train_mem, color="grey", ls=":", lw=1, label=f"training mem_len {train_mem}")
     ax.set_xscale("symlog", linthresh=32)
+    ticks = sorted({m for points in series.values() for m, _ in points})
+    ax.set_xticks(ticks, [str(m) for m in ticks])  # every evaluated memory, labelled
+    ax.minorticks_off()
     return _save(plt, fig, ax, path, guess_bits=guess_bits, xlabel="evaluation mem_len",
                  ylabel="bpc (all valid tokens)", title=title)
 
@@ -134,18 +141,33 @@ def memory_series(rows: Sequence[dict[str, Any]], variant: str,
 
 
 def per_seed_table(rows: Sequence[dict[str, Any]]) -> str:
-    """One line per trained model: its training evaluation and cost."""
-    body = [[r["variant"], r["seed"], r["train_mem_len"], r["n_layer"], f"{r['params']:,}", r["train_steps"],
-             f"{r['train_tokens']:,}", r["train_minutes"], r["eval_minutes"],
+    """One line per trained model: its corpus (``main``, or the distance of a per-distance corpus), its training
+    evaluation and cost."""
+    body = [[r["variant"], r.get("corpus_distance", "main"), r["seed"], r["train_mem_len"], r["n_layer"],
+             f"{r['params']:,}", r["train_steps"], f"{r['train_tokens']:,}", r["train_minutes"], r["eval_minutes"],
              f"{r['evals'][0]['loss'] / LN2:.3f}", f"{r['evals'][0]['copies']['loss'] / LN2:.2f}",
              r["reach"][f"train:{r['train_mem_len']}"]] for r in rows]
-    return markdown_table(["variant", "seed", "train mem", "layers", "params", "steps", "train tokens", "train min",
-                           "eval min", "bpc", "copies bpc", "reach"], body)
+    return markdown_table(["variant", "corpus", "seed", "train mem", "layers", "params", "steps", "train tokens",
+                           "train min", "eval min", "bpc", "copies bpc", "reach"], body)
 
 
 # ---------------------------------------------------------------------------------------------- the whole report
+def _recurrence(rows: Sequence[dict[str, Any]], xl: str, vanilla: str, mem_len: int, path: Path, *, guess_bits: float,
+                heading: str, title: str, totals: bool) -> str:
+    """Transformer-XL, the model without memory and its sliding window: a table per distance and a figure."""
+    entries = [summarize(rows, xl, "train", None), summarize(rows, vanilla, "train", None),
+               summarize(rows, vanilla, "window", None)]
+    labels = [f"Transformer-XL {xl} (mem {mem_len})", f"no recurrence {vanilla} (segments)",
+              f"no recurrence {vanilla}, sliding window (Al-Rfou et al.)"]
+    keep = [(e, lab) for e, lab in zip(entries, labels) if e is not None]
+    plot_distances([e for e, _ in keep], [lab for _, lab in keep], path, guess_bits=guess_bits, title=title)
+    return (f"### {heading}\n\n" + distance_table([e for e, _ in keep], [lab for _, lab in keep], totals=totals)
+            + f"\n![{path.stem}]({path.name})\n")
+
+
 def write_report(rows: Sequence[dict[str, Any]], out: str | Path, *, mem_len: int, n_layer: int,
-                 eval_mems: Sequence[int], guess_bits: float, prefix: str = "long-context") -> str:
+                 eval_mems: Sequence[int], guess_bits: float, prefix: str = "long-context",
+                 curve_rows: Sequence[dict[str, Any]] = ()) -> str:
     """The Markdown sections (a table per question, the figures ``OUT/<prefix>-*.png`` beside them) of the rows
     present; returns the Markdown (written to ``OUT/<prefix>.md`` by the caller)."""
     out = Path(out)
@@ -153,16 +175,14 @@ def write_report(rows: Sequence[dict[str, Any]], out: str | Path, *, mem_len: in
     xl, vanilla = f"ours-L{n_layer}-m{mem_len}", f"ours-L{n_layer}-m0"
     parts = []
     if xl in names and vanilla in names:
-        entries = [summarize(rows, xl, "train", None), summarize(rows, vanilla, "train", None),
-                   summarize(rows, vanilla, "window", None)]
-        labels = [f"Transformer-XL {xl} (mem {mem_len})", f"no recurrence {vanilla} (segments)",
-                  f"no recurrence {vanilla}, sliding window (Al-Rfou et al.)"]
-        keep = [(e, lab) for e, lab in zip(entries, labels) if e is not None]
-        plot_distances([e for e, _ in keep], [lab for _, lab in keep], out / f"{prefix}-recurrence.png",
-                       guess_bits=guess_bits, title="Recurrence vs none: copies predicted at each distance")
-        parts.append("### Recurrence against none and the sliding window\n\n"
-                     + distance_table([e for e, _ in keep], [lab for _, lab in keep])
-                     + f"\n![recurrence]({prefix}-recurrence.png)\n")
+        parts.append(_recurrence(rows, xl, vanilla, mem_len, out / f"{prefix}-recurrence.png", guess_bits=guess_bits,
+                                 heading="Recurrence against none and the sliding window", totals=True,
+                                 title="Recurrence vs none: copies predicted at each distance"))
+    if curve_rows:
+        parts.append(_recurrence(curve_rows, xl, vanilla, mem_len, out / f"{prefix}-distance.png",
+                                 guess_bits=guess_bits, totals=False,
+                                 heading="Reach over distance (one corpus per distance)",
+                                 title="Copies predicted at each distance, one corpus per distance"))
     depth = sorted({(r["n_layer"], r["train_mem_len"]) for r in rows if r["encoding"] == "ours"
                     and r["train_mem_len"] > 0})
     if len(depth) > 1:
@@ -187,5 +207,5 @@ def write_report(rows: Sequence[dict[str, Any]], out: str | Path, *, mem_len: in
                      + f"\n![memory]({prefix}-memory.png)\n")
         parts.append("### Evaluation memory shorter than training memory\n\n"
                      + memory_table(rows, encs + ([vanilla] if vanilla in names else []), shorter))
-    parts.append("### Every trained model\n\n" + per_seed_table(rows))
+    parts.append("### Every trained model\n\n" + per_seed_table([*rows, *curve_rows]))
     return "\n".join(parts)
