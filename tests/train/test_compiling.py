@@ -11,9 +11,9 @@ from transformer_xl.train.compiling import CompileClock, compile_for_training
 def test_fallback_is_the_eager_model_with_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setattr(compiling, "compile_unavailable", lambda device: "no C++ compiler")
     model = nn.Linear(2, 2)
-    assert compile_for_training(model, clusters=False, device="cpu", main=True) is model
+    assert compile_for_training(model, device="cpu", main=True) is model
     assert capsys.readouterr().err == "txl train: --compile unavailable (no C++ compiler); training eager\n"
-    compile_for_training(model, clusters=False, device="cpu", main=False)
+    compile_for_training(model, device="cpu", main=False)
     assert capsys.readouterr().err == ""  # other ranks stay silent
 
 

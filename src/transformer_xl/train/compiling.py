@@ -14,11 +14,11 @@ from torch import nn
 from transformer_xl.model.fastpath import compile_unavailable, compiled
 
 
-def compile_for_training(model: nn.Module, *, clusters: bool, device: str, main: bool) -> Any:
+def compile_for_training(model: nn.Module, *, device: str, main: bool) -> Any:
     """``model`` compiled for training, or ``model`` itself with one line on stderr (rank 0) saying why not."""
     why = compile_unavailable(device)
     if why is None:
-        return compiled(model, clusters=clusters)
+        return compiled(model)
     if main:
         print(f"txl train: --compile unavailable ({why}); training eager", file=sys.stderr)
     return model
