@@ -22,10 +22,11 @@ fast path                   replaces (the plain formula)                        
                                                                                   segment shape (``--compile``)
 ==========================  ====================================================  ===============================
 
-Every fast path above traces into one graph (``torch.compile(model, fullgraph=True)`` succeeds for training with
-dropout, recompute and memories and for evaluation, every ``attn_type``: tested in ``tests/model/test_fastpath.py``),
-except the adaptive softmax and input with clusters (``cutoffs``), whose per-cluster ``nonzero`` is data-dependent:
-there the graph breaks around it. Under compilation inductor fuses the elementwise work around the matmuls.
+Every fast path above traces into one graph: ``torch.compile(model, fullgraph=True)`` succeeds for training with
+dropout, recompute and memories and for evaluation, every ``attn_type``, and with the adaptive softmax and input
+(:func:`cluster_nll`, :func:`cluster_embed`: each cluster's rows gathered, their count an unbacked size in the graph);
+tested in ``tests/model/test_fastpath.py``. Under compilation inductor fuses the elementwise work around the
+matmuls; the causal mask is then made in the graph rather than taken from the cache.
 
 The inference cache of the memory's keys/values and of ``W_kR R`` is :mod:`transformer_xl.model.cache`.
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
@@ -248,9 +249,12 @@ def compiled(model: nn.Module) -> Callable[..., Any]:
     between fragments) with static shapes: one graph per segment shape (the first segment, without memory, and the
     steady state with a full one), no dynamic-shape graph, whose symbolic sizes cost speed. The adaptive softmax and
     input gather the rows of each cluster (:func:`cluster_nll`), a count known only at run time: dynamo captures
-    that ``nonzero`` with an unbacked size (``capture_dynamic_output_shape_ops``, set here for the process)."""
+    that ``nonzero`` with an unbacked size (``capture_dynamic_output_shape_ops``, set here for the process). Dropout
+    draws its masks with ATen's generator (inductor's ``fallback_random``), in eager's order: the compiled forward
+    draws the masks eager would (training compiled tracks eager to float rounding; a checkpoint's RNG state means the
+    same in both), and on the CPU it was measured faster than inductor's own per-element generator."""
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
-    return torch.compile(model, fullgraph=True, dynamic=False)
+    return torch.compile(model, fullgraph=True, dynamic=False, options={"fallback_random": True})
 
 
 # ---------------------------------------------------------------------------------------------- adaptive clusters

@@ -127,7 +127,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if self.precision.name == "fp16" else None
         self.forward_model: Any = wrap_ddp(self.model, self.model_cfg, self.device) if self.dist.enabled else self.model
         if cfg.compile:
-            self.forward_model = compile_for_training(self.forward_model, device=self.device, main=self.dist.main)
+            self.forward_model = compile_for_training(self.forward_model, tgt_len=self.model_cfg.tgt_len,
+                                                      device=self.device, main=self.dist.main)
         self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
                                          world_size=self.dist.world_size, device=self.device)
 
