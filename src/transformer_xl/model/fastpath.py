@@ -20,6 +20,8 @@ fast path                   replaces (the plain formula)                        
                                                                                   cache bounded in bytes
 :func:`compiled`            the eager forward                                     one ``torch.compile`` graph per
                                                                                   segment shape (``--compile``)
+:func:`cluster_nll`,        the adaptive softmax and input, cluster by cluster    each cluster only for its rows;
+:func:`cluster_embed`                                                             compiled, an unbacked row count
 ==========================  ====================================================  ===============================
 
 Every fast path above traces into one graph: ``torch.compile(model, fullgraph=True)`` succeeds for training with
