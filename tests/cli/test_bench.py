@@ -92,3 +92,13 @@ def test_unknown_case_is_a_one_line_error(tiny_case, capsys) -> None:
 def test_zero_counts_are_refused_before_anything_runs(capsys, flag: str) -> None:
     assert main(["bench", "--no-hf", flag, "0"]) == 2
     assert f"argument {flag}: expected a positive integer, got '0'" in one_line_error(capsys, "txl bench: error: ")
+
+
+def test_eval_mem_lens_none_times_training_only(tiny_case, tmp_path, capsys) -> None:
+    out_json = tmp_path / "bench.json"
+    argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "none", "--no-hf", "--no-memory", "--steps", "1",
+            "--repeats", "1", "--threads", "1", "--json", str(out_json)]
+    assert main(argv) == 0
+    (res,) = json.loads(out_json.read_text(encoding="utf-8"))["results"]
+    assert res["eval"] == {} and res["train"]["txl"]["tok_per_s"] > 0
+    assert "[tiny] warm-up, 2 training steps (compilation included): txl " in capsys.readouterr().out

@@ -245,3 +245,43 @@ def test_forward_compiles_whole_and_matches_eager(attn_type) -> None:
         assert (eager.nll - comp.nll).abs().max().item() < 1e-5
         eager2, comp2 = model(x, y, eager.mems), fn(x, y, comp.mems)
         assert (eager2.nll - comp2.nll).abs().max().item() < 1e-5
+
+
+@pytest.mark.slow
+def test_adaptive_model_compiles_whole_and_matches_eager() -> None:
+    """With adaptive clusters (the per-cluster gathers of :func:`fastpath.cluster_nll`/``cluster_embed``) one
+    training forward is one graph without a break, training and evaluation compile with ``fullgraph=True``, and the
+    compiled fp32 NLL and gradients equal eager's to 1e-5 (training with the same dropout masks, then evaluation
+    over two segments)."""
+    from transformer_xl.model.fastpath import compiled
+
+    torch._dynamo.reset()
+    cfg = TXLConfig(n_token=60, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1, dropatt=0.1,
+                    tgt_len=6, mem_len=6, cutoffs=[10, 30], div_val=2, d_embed=32)
+    torch.manual_seed(0)
+    model = TransformerXLLM(cfg).train()
+    x = torch.tensor([[0, 5, 12, 29, 31, 59], [3, 40, 11, 1, 2, 50]])
+    y = torch.tensor([[5, 12, 29, 31, 59, 7], [40, 11, 1, 2, 50, 8]])  # every cluster hit
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        explained = torch._dynamo.explain(model)(x, y, model(x, y).mems)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    fn = compiled(model)
+    torch.manual_seed(1)
+    eager = model(x, y, None)
+    torch.manual_seed(1)
+    comp = fn(x, y, None)  # the same dropout masks as eager (ATen's generator, fallback_random)
+    assert (eager.nll - comp.nll).abs().max().item() < 1e-5
+    comp.loss.backward()  # the compiled backward through the gathers
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    eager.loss.backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(grads[n], p.grad, atol=1e-5, rtol=1e-4)
+    model.eval()
+    with torch.no_grad():
+        eager, comp = model(x, y, None), fn(x, y, None)
+        eager2, comp2 = model(x, y, eager.mems), fn(x, y, comp.mems)
+        assert (eager2.nll - comp2.nll).abs().max().item() < 1e-5
+        only_head = torch.zeros_like(y)  # no tail word: empty gathers, the same graph
+        assert (fn(x, only_head, eager.mems).nll - model(x, only_head, eager.mems).nll).abs().max().item() < 1e-5

@@ -101,3 +101,20 @@ def test_a_failed_collective_becomes_one_line_naming_the_silent_rank(monkeypatch
     with pytest.raises(RuntimeError, match="shape"), d.guard(lambda: "step 3"):
         raise RuntimeError("shape mismatch")
     d.owns_group = False
+
+
+def test_an_unreachable_store_is_one_line(monkeypatch) -> None:
+    """A worker whose rendezvous store does not answer ends with one RankLost line, not a traceback."""
+    import socket
+
+    from transformer_xl.train.distributed import Dist, RankLost
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(WORLD_SIZE="2", RANK="1", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(RankLost, match=rf"^rank 1 of 2 could not join the process group \(store 127.0.0.1:{port}\): "
+                                       r".*; dist_timeout is 1 s$"):
+        Dist("cpu", timeout=1)
+    assert not torch.distributed.is_initialized()

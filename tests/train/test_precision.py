@@ -36,6 +36,22 @@ def test_auto_on_cpu_measures_both_rates(monkeypatch) -> None:
     assert precision.resolve_precision("auto", "cpu").name == "fp32"
 
 
+def test_auto_in_a_distributed_run_takes_rank_0s_ratio(monkeypatch) -> None:
+    """Rank 0 measures and shares its ratio; the other ranks measure nothing and take it (one precision per job)."""
+    rates = {torch.float32: 100.0, torch.bfloat16: 310.0}
+    monkeypatch.setattr(precision, "matmul_rate", lambda device, dtype, **kw: rates[dtype])
+    shared: list[float] = []
+    chosen = precision.resolve_precision("auto", "cpu", main=True, share=lambda v: shared.append(v) or v)
+    assert chosen.name == "bf16" and shared == [3.1]
+
+    def unmeasured(*args, **kwargs):
+        raise AssertionError("only rank 0 measures")
+
+    monkeypatch.setattr(precision, "matmul_rate", unmeasured)
+    assert precision.resolve_precision("auto", "cpu", main=False, share=lambda v: 3.1).name == "bf16"
+    assert precision.resolve_precision("auto", "cpu", main=False, share=lambda v: 2.9).name == "fp32"
+
+
 def test_auto_on_cuda_reads_the_capability(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert precision.resolve_precision("auto", "cuda").name == "bf16"

@@ -20,7 +20,8 @@ Cases: char, word (CPU), enwik8-base, wt103-base (GPU).
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "bench", BENCH_HELP)
     p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
-    p.add_argument("--eval-mem-lens", default="128,512,1600", help="evaluation memory lengths (default: 128,512,1600)")
+    p.add_argument("--eval-mem-lens", default="128,512,1600",
+                   help="evaluation memory lengths (default: 128,512,1600; none: time training only)")
     p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round (default: 3)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="alternating rounds; ratio = their median (default: 5)")
@@ -35,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", action="store_true",
                    help="also time and measure txl training with recomputed attention (less memory)")
     p.add_argument("--profile", choices=["txl", "hf"], default=None,
-                   help="print a torch.profiler table of training steps of the first case instead")
+                   help="print a torch.profiler table of training steps of the first case instead (with "
+                   "--compile: of the compiled model, after its compilation)")
     add_report_outputs(p)
     p.set_defaults(func=run)
     from transformer_xl.cli.experiment import add_eval_speed
@@ -140,9 +142,11 @@ def run(args: argparse.Namespace) -> int:
 
     cases = [c for c in args.cases.split(",") if c]
     if args.profile:
-        print(profile_train_step(cases[0], args.profile, batch=args.batch_size, dtype=args.dtype))
+        print(profile_train_step(cases[0], args.profile, batch=args.batch_size, dtype=args.dtype,
+                                 compile=args.compile))
         return 0
-    opts = BenchOptions(cases=cases, eval_mem_lens=parse_int_list(args.eval_mem_lens, "--eval-mem-lens"),
+    opts = BenchOptions(cases=cases, eval_mem_lens=[] if args.eval_mem_lens == "none" else
+                        parse_int_list(args.eval_mem_lens, "--eval-mem-lens"),
                         steps=args.steps,
                         repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                         threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,

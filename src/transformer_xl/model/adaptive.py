@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_xl.model.fastpath import cluster_embed, cluster_nll
 from transformer_xl.model.int8 import int8_linear
 
 
@@ -67,11 +68,8 @@ class AdaptiveEmbedding(nn.Module):
         flat = ids.reshape(-1)
         param = self.emb_projs[0]
         out = torch.zeros(flat.numel(), self.d_proj, dtype=param.dtype, device=param.device)  # [N, D]
-        for i, (lo, hi) in enumerate(self.bounds):
-            idx = ((flat >= lo) & (flat < hi)).nonzero().squeeze(1)
-            if idx.numel():
-                emb = F.linear(self.emb_layers[i](flat[idx] - lo), self.emb_projs[i])  # bf16 under autocast
-                out.index_copy_(0, idx, emb.to(out.dtype))
+        out = cluster_embed(flat, self.bounds, lambda ids, i: F.linear(self.emb_layers[i](ids), self.emb_projs[i]),
+                            out)
         return (out * self.emb_scale).view(*ids.shape, self.d_proj)
 
 
@@ -147,19 +145,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         head_logprob = log_softmax32(self._logit(hidden, 0))
         if not self.n_clusters:
             return -head_logprob.gather(1, target[:, None]).squeeze(1)
-        nll = torch.empty(target.shape, dtype=head_logprob.dtype, device=hidden.device)
-        for i, (lo, hi) in enumerate(self.bounds):
-            idx = ((target >= lo) & (target < hi)).nonzero().squeeze(1)
-            if not idx.numel():
-                continue
-            tgt_i = target[idx] - lo
-            if i == 0:
-                logprob = head_logprob[idx].gather(1, tgt_i[:, None]).squeeze(1)
-            else:
-                tail = log_softmax32(self._logit(hidden[idx], i))
-                logprob = head_logprob[idx, -i] + tail.gather(1, tgt_i[:, None]).squeeze(1)
-            nll.index_copy_(0, idx, -logprob)
-        return nll
+        return cluster_nll(head_logprob, target, hidden, self.bounds, lambda h, i: log_softmax32(self._logit(h, i)))
 
     def log_prob(self, hidden: Tensor) -> Tensor:
         """Full log-distribution ``[N, n_token]`` (for sampling and inspection; costs N x n_token)."""

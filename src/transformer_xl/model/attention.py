@@ -61,8 +61,8 @@ class MultiHeadAttention(nn.Module):
         (as the official code), or, for the absolute encodings under pre-LN, queries from ``h``."""
         he = self.n_head * self.d_head
         if prenorm_query or x is h:
-            qkv = self.qkv_net(x)  # [B, Q, 3*H*E]
-            return qkv[..., :he], qkv[..., he:]
+            q, kv = self.qkv_net(x).split([he, 2 * he], dim=-1)  # [B, Q, 3*H*E] in two (its backward: one cat)
+            return q, kv
         return self._project(h, slice(None, he)), self._kv(x)
 
     def _memory_kv(self, mem: Tensor) -> Tensor:

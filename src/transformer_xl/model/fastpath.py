@@ -20,12 +20,15 @@ fast path                   replaces (the plain formula)                        
                                                                                   cache bounded in bytes
 :func:`compiled`            the eager forward                                     one ``torch.compile`` graph per
                                                                                   segment shape (``--compile``)
+:func:`cluster_nll`,        the adaptive softmax and input, cluster by cluster    each cluster only for its rows;
+:func:`cluster_embed`                                                             compiled, an unbacked row count
 ==========================  ====================================================  ===============================
 
-Every fast path above traces into one graph (``torch.compile(model, fullgraph=True)`` succeeds for training with
-dropout, recompute and memories and for evaluation, every ``attn_type``: tested in ``tests/model/test_fastpath.py``),
-except the adaptive softmax and input with clusters (``cutoffs``), whose per-cluster ``nonzero`` is data-dependent:
-there the graph breaks around it. Under compilation inductor fuses the elementwise work around the matmuls.
+Every fast path above traces into one graph: ``torch.compile(model, fullgraph=True)`` succeeds for training with
+dropout, recompute and memories and for evaluation, every ``attn_type``, and with the adaptive softmax and input
+(:func:`cluster_nll`, :func:`cluster_embed`: each cluster's rows gathered, their count an unbacked size in the graph);
+tested in ``tests/model/test_fastpath.py``. Under compilation inductor fuses the elementwise work around the
+matmuls; the causal mask is then made in the graph rather than taken from the cache.
 
 The inference cache of the memory's keys/values and of ``W_kR R`` is :mod:`transformer_xl.model.cache`.
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
@@ -217,7 +220,12 @@ _MASKS = MaskCache()
 def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
               dtype: torch.dtype) -> Tensor:
     """``additive_mask(causal_mask(...))`` (``[Q, K]``, 0 / -inf) from a process-wide cache of at most
-    64 MiB (callers must not modify it)."""
+    64 MiB (callers must not modify it). Compiled, the mask is made in the graph: a lookup in the cache would be
+    traced with a guard on the cache's contents, which the first call's own insertion fails (a second compilation of
+    every segment shape)."""
+    if torch.compiler.is_compiling():
+        return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
+                                         device=device), dtype)
     return _MASKS.get(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device, dtype=dtype)
 
 
@@ -238,9 +246,52 @@ def compile_unavailable(device: str = "cpu") -> str | None:
     return None
 
 
-def compiled(model: nn.Module, *, clusters: bool = False) -> Callable[..., Any]:
-    """``model`` compiled with static shapes: one graph per segment shape (the first segment, without memory, and
-    the steady state with a full one), no dynamic-shape graph, whose symbolic sizes cost speed. Without adaptive
-    clusters the forward compiles whole (``fullgraph=True``: a graph break is an error, not a silent fallback to
-    Python between fragments); with ``clusters`` the graph breaks at the per-cluster gathers."""
-    return torch.compile(model, fullgraph=not clusters, dynamic=False)
+def compiled(model: nn.Module) -> Callable[..., Any]:
+    """``model`` compiled whole (``fullgraph=True``: a graph break is an error, not a silent fallback to Python
+    between fragments) with static shapes: one graph per segment shape (the first segment, without memory, and the
+    steady state with a full one), no dynamic-shape graph, whose symbolic sizes cost speed. The adaptive softmax and
+    input gather the rows of each cluster (:func:`cluster_nll`), a count known only at run time: dynamo captures
+    that ``nonzero`` with an unbacked size (``capture_dynamic_output_shape_ops``, set here for the process). Dropout
+    draws its masks with ATen's generator (inductor's ``fallback_random``), in eager's order: the compiled forward
+    draws the masks eager would (training compiled tracks eager to float rounding; a checkpoint's RNG state means the
+    same in both), and on the CPU it was measured faster than inductor's own per-element generator."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    return torch.compile(model, fullgraph=True, dynamic=False, options={"fallback_random": True})
+
+
+# ---------------------------------------------------------------------------------------------- adaptive clusters
+def _cluster_rows(ids: Tensor, lo: int, hi: int) -> Tensor | None:
+    """Positions of ``ids [N]`` in ``[lo, hi)``, or None for none. Compiled, always the positions (a size known only
+    at run time: an unbacked size, :func:`compiled`), since a branch on the count would break the graph."""
+    idx = ((ids >= lo) & (ids < hi)).nonzero().squeeze(1)
+    return idx if torch.compiler.is_compiling() or idx.numel() else None
+
+
+def cluster_nll(head_logprob: Tensor, target: Tensor, hidden: Tensor, bounds: list[tuple[int, int]],
+                tail_logprob: Callable[[Tensor, int], Tensor]) -> Tensor:
+    """The adaptive softmax's ``-log p(target | hidden)`` ``[N]`` in input order: ``-head_logprob[n, w]`` for a
+    shortlist word, ``-(head_logprob[n, -i] + tail_logprob(hidden[n], i)[w - lo_i])`` for a word of tail cluster
+    ``i`` (``bounds[i] = (lo_i, hi_i)``), each tail computed only for the rows whose target falls in it."""
+    nll = torch.empty(target.shape, dtype=head_logprob.dtype, device=hidden.device)
+    for i, (lo, hi) in enumerate(bounds):
+        idx = _cluster_rows(target, lo, hi)
+        if idx is None:
+            continue
+        tgt_i = target[idx, None] - lo  # [N_i, 1]
+        if i == 0:
+            logprob = head_logprob[idx].gather(1, tgt_i).squeeze(1)
+        else:
+            logprob = head_logprob[idx, -i] + tail_logprob(hidden[idx], i).gather(1, tgt_i).squeeze(1)
+        nll.index_copy_(0, idx, -logprob)
+    return nll
+
+
+def cluster_embed(ids: Tensor, bounds: list[tuple[int, int]], embed: Callable[[Tensor, int], Tensor],
+                  out: Tensor) -> Tensor:
+    """``out [N, D]`` with row ``n`` set to ``embed(ids[n] - lo_i, i)`` for the cluster ``i`` of ``ids[n]`` (the
+    adaptive input: each cluster's lookup and projection only for its own tokens; cast to ``out``'s dtype)."""
+    for i, (lo, hi) in enumerate(bounds):
+        idx = _cluster_rows(ids, lo, hi)
+        if idx is not None:
+            out.index_copy_(0, idx, embed(ids[idx] - lo, i).to(out.dtype))
+    return out

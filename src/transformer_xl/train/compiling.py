@@ -14,14 +14,32 @@ from torch import nn
 from transformer_xl.model.fastpath import compile_unavailable, compiled
 
 
-def compile_for_training(model: nn.Module, *, clusters: bool, device: str, main: bool) -> Any:
-    """``model`` compiled for training, or ``model`` itself with one line on stderr (rank 0) saying why not."""
+def compile_for_training(model: nn.Module, *, tgt_len: int, device: str, main: bool) -> Any:
+    """``model`` compiled for training (:class:`SegmentRouted`), or ``model`` itself with one line on stderr (rank 0)
+    saying why not."""
     why = compile_unavailable(device)
     if why is None:
-        return compiled(model, clusters=clusters)
+        return SegmentRouted(model, compiled(model), tgt_len)
     if main:
         print(f"txl train: --compile unavailable ({why}); training eager", file=sys.stderr)
     return model
+
+
+class SegmentRouted:
+    """The compiled model for segments of ``tgt_len`` targets, the eager one for others: the last, shorter segment
+    of an epoch (and the segments of ``--varlen``) would each compile a graph of their own (static shapes) for one
+    step. Two graphs are made: the first segment (no memory) and the steady state. Attributes (``no_sync`` of DDP)
+    are the eager model's."""
+
+    def __init__(self, eager: nn.Module, compiled_model: Any, tgt_len: int) -> None:
+        self.eager, self.compiled, self.tgt_len = eager, compiled_model, tgt_len
+
+    def __call__(self, input_ids: Any, targets: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = self.compiled if targets.size(1) == self.tgt_len else self.eager
+        return fn(input_ids, targets, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.eager, name)
 
 
 def graph_count() -> int:

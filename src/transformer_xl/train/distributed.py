@@ -41,6 +41,12 @@ def _is_collective_error(exc: BaseException) -> bool:
     return isinstance(exc, getattr(dist, "DistError", ())) or any(k in text for k in ("gloo", "NCCL", "Gloo"))
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, without gloo's source-file prefix, at most 160 characters."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__).split("] ", 1)[-1][:160]
+
+
 def _attempt_store(timeout: datetime.timedelta) -> Any:
     """Under ``torchrun``'s shared store, a store of this attempt's own (``txl/attempt_N/``), else ``None``.
 
@@ -76,12 +82,19 @@ class Dist:
             if not dist.is_initialized():
                 self.owns_group = True
                 backend, wait = "nccl" if device.startswith("cuda") else "gloo", datetime.timedelta(seconds=timeout)
-                store = _attempt_store(wait)
-                if store is None:
-                    dist.init_process_group(backend, timeout=wait)
-                else:
-                    dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
-                                            timeout=wait)
+                try:
+                    store = _attempt_store(wait)
+                    if store is None:
+                        dist.init_process_group(backend, timeout=wait)
+                    else:
+                        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
+                                                timeout=wait)
+                except RuntimeError as exc:  # DistError (store unreachable, rendezvous timeout) and gloo's
+                    if not _is_collective_error(exc):
+                        raise
+                    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+                    raise RankLost(f"rank {self.rank} of {self.world_size} could not join the process group (store "
+                                   f"{where}): {_first_line(exc)}; dist_timeout is {timeout:g} s") from None
             self.world_size, self.rank = dist.get_world_size(), dist.get_rank()
 
     def close(self, *, sync: bool = True) -> None:
@@ -110,8 +123,7 @@ class Dist:
             raise RankLost(self._lost_message(where(), exc)) from None
 
     def _lost_message(self, where: str, exc: BaseException) -> str:
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        cause = cause.split("] ", 1)[-1][:160]  # gloo prefixes its source file and line
+        cause = _first_line(exc)
         silent = self._silent_ranks(where)
         who = ("the other ranks cannot be asked (the group's store is gone)" if silent is None else
                f"rank {', '.join(map(str, silent))} did not answer (died or stalled)" if silent else

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,17 +93,20 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -
     return 2 * n**3 / best
 
 
-def resolve_precision(requested: str, device: str, *, announce: bool = False) -> Precision:
+def resolve_precision(requested: str, device: str, *, announce: bool = False, main: bool = True,
+                      share: Callable[[float], float] | None = None) -> Precision:
     """``requested`` as is, or for ``auto`` bf16 where the device's bf16 matmuls pay and fp32 elsewhere (the rule
     of the module docstring; on a CPU two short matmul measurements, about a second), said in one line on stderr
-    with ``announce``."""
-    chosen = _resolve(requested, device)
+    with ``announce``. In a distributed run (``share``: rank 0's value to every process, a broadcast) only rank 0
+    (``main``) measures and every process takes its ratio, so that a ratio near the threshold cannot give the
+    processes of one job different precisions."""
+    chosen = _resolve(requested, device, main, share)
     if announce and requested == "auto":
         print(f"txl train: precision {chosen.name} ({chosen.reason})", file=sys.stderr)
     return chosen
 
 
-def _resolve(requested: str, device: str) -> Precision:
+def _resolve(requested: str, device: str, main: bool, share: Callable[[float], float] | None) -> Precision:
     if requested != "auto":
         return Precision(requested, "requested")
     if device.startswith("cuda"):
@@ -110,9 +114,8 @@ def _resolve(requested: str, device: str) -> Precision:
         native = major >= 8
         return Precision("bf16" if native else "fp32",
                          f"auto: CUDA sm{major}{minor} {'has' if native else 'lacks'} bf16 tensor cores")
-    fp32 = matmul_rate(device, torch.float32, reps=2)
-    bf16 = matmul_rate(device, torch.bfloat16, reps=2)
-    return cpu_choice(bf16 / fp32)
+    speedup = matmul_rate(device, torch.bfloat16, reps=2) / matmul_rate(device, torch.float32, reps=2) if main else 0.0
+    return cpu_choice(speedup if share is None else share(speedup))
 
 
 def cpu_choice(speedup: float) -> Precision:

@@ -91,7 +91,6 @@ class Trainer:
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
         cfg = self.cfg
         self.device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", "0")))
-        self.precision = resolve_precision(cfg.precision, self.device, announce=os.environ.get("RANK", "0") == "0")
         if cfg.precision == "fp16" and not self.device.startswith("cuda"):
             raise ConfigError("precision fp16 needs a CUDA device (GradScaler); use bf16 on the CPU")
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -104,6 +103,8 @@ class Trainer:
             remove_stale_temporaries(self.run.checkpoints)
         self.plan = plan_run(resume, self.run)  # --resume auto: out_dir if it holds a run
         self.dist = Dist(self.device, cfg.dist_timeout)
+        self.precision = resolve_precision(cfg.precision, self.device, announce=self.dist.main, main=self.dist.main,
+                                           share=lambda v: self.dist.broadcast_float(v, self.device))
         self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
         cfg, self.corpus = self.cfg, corpus
         self.metric = "bpc" if corpus.char_level else "ppl"
@@ -127,7 +128,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if self.precision.name == "fp16" else None
         self.forward_model: Any = wrap_ddp(self.model, self.model_cfg, self.device) if self.dist.enabled else self.model
         if cfg.compile:
-            self.forward_model = compile_for_training(self.forward_model, clusters=bool(self.model_cfg.cutoffs),
+            self.forward_model = compile_for_training(self.forward_model, tgt_len=self.model_cfg.tgt_len,
                                                       device=self.device, main=self.dist.main)
         self.train_iter = train_iterator(corpus, cfg, self.model_cfg, rank=self.dist.rank,
                                          world_size=self.dist.world_size, device=self.device)

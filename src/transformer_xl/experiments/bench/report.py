@@ -122,6 +122,8 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
         row = res["train"][r.name]
         row["mfu"] = flops * row["tok_per_s"] / tokens / peaks[r.dtype]
         row["warmup_s"] = warm[r.name]  # compiled runners: the compilation of their graphs, plus warm-up steps
+    log(f"[{case_name}] warm-up, {opts.warmup} training steps (compilation included): "
+        + ", ".join(f"{r.name} {warm[r.name]:.1f} s" for r in train_runners))
     for r in variants:
         res["train"][f"speedup_{r.name}"] = res["train"][r.name]["tok_per_s"] / res["train"]["txl"]["tok_per_s"]
     log(f"[{case_name}] train: " + _fmt(res["train"]))
@@ -235,11 +237,12 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
 
 
 def profile_train_step(case_name: str, impl: str = "txl", *, steps: int = 3, row_limit: int = 15,
-                       batch: int | None = None, dtype: str = "fp32") -> str:
-    """``torch.profiler`` table (self CPU time) of ``steps`` training steps of one implementation."""
+                       batch: int | None = None, dtype: str = "fp32", compile: bool = False) -> str:
+    """``torch.profiler`` table (self CPU time) of ``steps`` training steps of one implementation (txl compiled with
+    ``compile``: its graphs are made in the two warm-up steps, outside the profile)."""
     from torch.profiler import ProfilerActivity, profile
 
-    runner, x, y = setup(case_name, impl, device="cpu", dtype=dtype, compile=False, batch=batch, seed=0)
+    runner, x, y = setup(case_name, impl, device="cpu", dtype=dtype, compile=compile, batch=batch, seed=0)
     for _ in range(2):
         runner.train_step(x, y)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

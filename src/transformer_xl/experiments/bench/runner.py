@@ -22,8 +22,7 @@ class Runner:
         self.is_hf = name == "hf"
         self.dtype, self.compiled = dtype, compile
         self.autocast = dtype == "bf16"
-        clusters = bool(getattr(getattr(model, "config", None), "cutoffs", None))
-        self.fn = compiled(model, clusters=clusters) if compile else model  # training: one whole graph
+        self.fn = compiled(model) if compile else model  # training: one whole graph
         # evaluation goes through the inference cache, whose Python-side state breaks the graph there
         self.eval_fn = torch.compile(model, dynamic=False) if compile else model
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4)
