@@ -102,7 +102,8 @@ def test_streamed_evaluation_equals_the_plain_path(attn_type: int, kw: dict, tin
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A memory of 14 where training had 6 (Shaw's table, built for 6 + 4, is read past its end), blocks of one
     head so that every segment runs many; the first segment has no memory, the others a growing then full one."""
-    monkeypatch.setattr(blocked_mod, "BLOCK_BYTES_PER_THREAD", 1)
+    monkeypatch.setattr(blocked_mod, "BLOCK_BYTES_ONE_THREAD", 1)
+    monkeypatch.setattr(blocked_mod, "BLOCK_BYTES_THREADS", 1)
     model = tiny_model(attn_type=attn_type, tgt_len=4, mem_len=6 if attn_type != 3 else 0).eval()
     lengths = model.config.lengths(mem_len=14 if attn_type != 3 else 0, **kw)
     gen = torch.Generator().manual_seed(5)

@@ -33,10 +33,15 @@ from torch import Tensor
 from transformer_xl.model.fastpath import attend as attend_dense
 from transformer_xl.model.fastpath import shift_padded
 
-#: Bytes of ``P`` formed at once per CPU thread by :func:`attend_blocked` (a block of whole batch rows, or of heads
-#: of one): about a core's L2 (measured on a 2-core AMD EPYC, 1 MiB L2 per core: 1 MiB blocks evaluated the ``char``
-#: case at ``mem_len`` 1,600 1.2x faster than 8 MiB blocks and 1.9x faster than ``P`` whole, one thread).
-BLOCK_BYTES_PER_THREAD = 1 << 20
+#: Bytes of ``P`` formed at once by :func:`attend_blocked` (a block of whole batch rows, or of heads of one) with one
+#: CPU thread: about a core's L2 (2-core AMD EPYC, 1 MiB L2 per core: 1 MiB blocks evaluated the ``char`` case at
+#: ``mem_len`` 1,600 1.3x faster than 8 MiB blocks and 1.9x faster than ``P`` whole, one thread, CPU time).
+BLOCK_BYTES_ONE_THREAD = 1 << 20
+#: ... with several threads: every operation on a block is a parallel region whose barrier waits for the slowest
+#: thread, and on a shared machine a descheduled thread costs each barrier a time slice (1 MiB blocks ran 3x slower
+#: than ``P`` whole at 2 threads beside other processes). Blocks of 16 MiB keep the regions few and each block
+#: under glibc's largest ``mmap`` threshold (32 MiB), the cliff that ``P`` whole falls off at long memories.
+BLOCK_BYTES_THREADS = 16 << 20
 
 
 class ShiftedScores(NamedTuple):
@@ -85,8 +90,8 @@ def padded_mask(mask_bias: Tensor, rows: int) -> Tensor:
 def attend_blocked(q: Tensor, k: Tensor, v: Tensor, p: ShiftedScores, mask_bias: Tensor, *, scale: float,
                    block_bytes: int | None = None) -> Tensor:
     """``softmax(scale (q k^T + P) + mask_bias) v``, ``[B, H, Q, E]``, without a gradient or dropout, ``P`` made
-    a block of at most ``block_bytes`` at a time (default :data:`BLOCK_BYTES_PER_THREAD` per torch thread): whole
-    batch rows, or heads of one row when a row is larger.
+    a block of at most ``block_bytes`` at a time (default :data:`BLOCK_BYTES_ONE_THREAD` with one torch thread,
+    :data:`BLOCK_BYTES_THREADS` with more): whole batch rows, or heads of one row when a row is larger.
 
     Per block: ``bias = padded_mask + scale x y^T`` (one ``baddbmm``; Shaw's ``d`` added in place), shifted as a
     view, is the additive mask of ``scaled_dot_product_attention``, whose CPU kernel goes over the keys in
@@ -95,7 +100,7 @@ def attend_blocked(q: Tensor, k: Tensor, v: Tensor, p: ShiftedScores, mask_bias:
     bsz, n_head, qlen, _ = q.shape
     klen = k.size(2)
     if block_bytes is None:
-        block_bytes = BLOCK_BYTES_PER_THREAD * torch.get_num_threads()
+        block_bytes = BLOCK_BYTES_ONE_THREAD if torch.get_num_threads() == 1 else BLOCK_BYTES_THREADS
     row_bytes = qlen * (klen + 1) * q.element_size()  # one [Q, K+1] block of one head
     rows = max(1, min(bsz, block_bytes // (n_head * row_bytes)))  # batch rows per block
     heads = n_head if rows > 1 or n_head * row_bytes <= block_bytes else max(1, block_bytes // row_bytes)
