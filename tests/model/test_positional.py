@@ -61,7 +61,7 @@ def test_relative_sinusoid_terms_b_and_d(clamp_len: int, tiny_model) -> None:
     q = torch.randn(2, 2, qlen, 8, generator=torch.Generator().manual_seed(1))  # [B, H, Q, E]
     seg = _segment(model, qlen, mlen, clamp_len)
     with torch.no_grad():
-        p = pos.position_scores(0, q, r_net, seg)
+        p = pos.position_scores(0, q, r_net, seg).dense()  # [B, H, Q, K]
         for i in range(qlen):
             for j in range(mlen + i + 1):
                 dist = mlen + i - j
@@ -89,7 +89,7 @@ def test_relative_learned_shaw_reuses_the_farthest_row_beyond_the_table(tiny_mod
     qlen, mlen = 2, 5  # K = 7 > 4
     q = torch.randn(1, 2, qlen, 8, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        p = pos.position_scores(0, q, None, _segment(model, qlen, mlen))
+        p = pos.position_scores(0, q, None, _segment(model, qlen, mlen)).dense()  # [B, H, Q, K]
     table_rows = pos.r_emb.size(1)
     for i in range(qlen):
         for j in range(mlen + i + 1):

@@ -10,7 +10,8 @@ For layer ``n`` (paper, Sec. 3.3 "the computational procedure"):
     h^n  = LayerNorm(o + FF(o))                          FF = Linear -> ReLU -> Dropout -> Linear -> Dropout
 
 The position strategy (:mod:`transformer_xl.model.positional`) supplies ``u`` and ``P``; the masked softmax with
-attention dropout is :func:`transformer_xl.model.fastpath.attend`. Parameter names (``qkv_net``, ``r_net``,
+attention dropout is :func:`transformer_xl.model.blocked.attend` (``P`` whole, or in blocks when it comes as its
+factors and no gradient is needed). Parameter names (``qkv_net``, ``r_net``,
 ``o_net``, ``layer_norm``, ``CoreNet``) are those of the official code.
 
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``M`` memory length, ``K = M + Q``, ``D`` d_model,
@@ -24,7 +25,8 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_xl.model.fastpath import CompactDropout, ReLUDropout, attend, recomputed
+from transformer_xl.model.blocked import attend
+from transformer_xl.model.fastpath import CompactDropout, ReLUDropout, recomputed
 from transformer_xl.model.segment import Segment
 
 
@@ -90,7 +92,7 @@ class MultiHeadAttention(nn.Module):
         """Scores (a)-(d), masked softmax and values: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``, ``k, v``."""
         u = seg.pos.content_bias(self.index)  # [H, E] or None, term (c)
         q_u = q if u is None else q + u[:, None, :]  # terms (a) + (c) use q + u
-        p = seg.pos.position_scores(self.index, q, self.r_net, seg)  # [B, H, Q, K] or None, terms (b) + (d)
+        p = seg.pos.position_scores(self.index, q, self.r_net, seg)  # [B, H, Q, K], its factors or None: (b) + (d)
         return attend(q_u, k, v, p, seg.mask_bias, scale=self.scale, dropatt=self.dropatt if self.training else 0.0)
 
 

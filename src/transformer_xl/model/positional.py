@@ -35,8 +35,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_xl.errors import ConfigError
+from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.config import TXLConfig
-from transformer_xl.model.fastpath import shift_padded, zero_row_in_front
+from transformer_xl.model.fastpath import zero_row_in_front
 from transformer_xl.model.segment import Segment
 
 
@@ -91,8 +92,10 @@ class PositionalEncoding(nn.Module):
         """Global content bias ``u`` of term (c), ``[H, E]``, or None."""
         return None
 
-    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> Tensor | None:
-        """Position term ``P`` of the score, ``[B, H, Q, K]`` (unscaled; may be a strided view), or None."""
+    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None,
+                        seg: Segment) -> Tensor | ShiftedScores | None:
+        """Position term ``P`` of the score, ``[B, H, Q, K]`` (unscaled; may be a strided view), or its factors
+        (:class:`~transformer_xl.model.blocked.ShiftedScores`, formed where the attention reads it), or None."""
         return None
 
 
@@ -132,7 +135,8 @@ class RelativeSinusoid(_SinusoidTable):
     def content_bias(self, layer: int) -> Tensor:
         return self.r_w_bias[layer] if self.untie_r else self.r_w_bias
 
-    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> Tensor:
+    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None,
+                        seg: Segment) -> Tensor | ShiftedScores:
         assert r_net is not None
         v = self.r_r_bias[layer] if self.untie_r else self.r_r_bias  # [H, E]
         bsz, n_head, qlen, d_head = q.shape
@@ -147,9 +151,7 @@ class RelativeSinusoid(_SinusoidTable):
             return torch.bmm(q_v, r_k.view(klen, n_head, d_head).permute(1, 2, 0)).view(
                 n_head, bsz, 1, klen).transpose(0, 1)  # [B, H, 1, K]
         r_k = zero_row_in_front(r_k.view(klen, n_head, d_head))  # [K+1, H, E]: its scores suit the shift
-        # One matmul per head ([H, B*Q, E] @ [H, E, K+1]); a [B, H]-batched one would expand R over B.
-        bd = torch.bmm(q_v, r_k.permute(1, 2, 0)).view(n_head, bsz, qlen, klen + 1)  # [H, B, Q, K+1]
-        return shift_padded(bd).transpose(0, 1)  # [B, H, Q, K], a view (head-major in memory)
+        return ShiftedScores(q_v, r_k.permute(1, 2, 0), bsz)  # shift((q + v) (W_kR R)^T): [B, H, Q, K]
 
 
 class RelativeLearned(PositionalEncoding):
@@ -164,7 +166,7 @@ class RelativeLearned(PositionalEncoding):
     def content_bias(self, layer: int) -> Tensor:
         return self.r_w_bias[layer]
 
-    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> Tensor:
+    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> ShiftedScores:
         r_emb, r_bias = self.r_emb[layer], self.r_bias[layer]  # [R, H, E], [R, H]
         clamp_len, klen = seg.lengths.clamp_len, seg.klen
         if clamp_len > 0:
@@ -176,9 +178,9 @@ class RelativeLearned(PositionalEncoding):
         else:
             r_emb, r_bias = r_emb[-klen:], r_bias[-klen:]
         r_emb, r_bias = zero_row_in_front(r_emb), zero_row_in_front(r_bias)  # [K+1, H, E], [K+1, H]
-        b = q @ r_emb.permute(1, 2, 0)  # [B, H, Q, E] @ [H, E, K+1] -> [B, H, Q, K+1]
-        d = r_bias.t()[None, :, None, :]  # [1, H, 1, K+1]
-        return shift_padded(b + d)  # [B, H, Q, K]
+        bsz, n_head, qlen, d_head = q.shape
+        q_rows = q.transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
+        return ShiftedScores(q_rows, r_emb.permute(1, 2, 0), bsz, r_bias.t())  # shift(q E^T + b): [B, H, Q, K]
 
 
 class AbsoluteSinusoid(_SinusoidTable):

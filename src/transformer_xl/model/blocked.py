@@ -1,0 +1,121 @@
+"""The relative position term kept as its factors, and evaluation attention over a long memory in blocks (issue 26).
+
+The relative encodings' position term is a shifted product (paper Appendix B):
+
+    P = shift(X Y^T + d)        X: a row per query, [H, B*Q, E]; Y: the position keys, zero row in front,
+                                [H, E, K+1]; d: a bias per distance, [H, K+1] (Shaw et al.) or none
+
+:class:`ShiftedScores` holds ``X``, ``Y`` and ``d`` instead of the ``[B, H, Q, K]`` tensor they make, and
+:func:`attend` decides where ``P`` is formed:
+
+* **with a gradient** (training), or under ``torch.compile`` (inductor fuses on its own): whole
+  (:meth:`ShiftedScores.dense`, the formulas of :mod:`transformer_xl.model.positional` as before), then
+  :func:`transformer_xl.model.fastpath.attend`;
+* **without one** (evaluation): block by block over the batch, each block of ``P`` written next to the causal
+  mask by one ``baddbmm`` and read back at once by the fused ``scaled_dot_product_attention``
+  (:func:`attend_blocked`). Formed whole, ``P`` is 56 MB per layer at the ``char`` case's ``mem_len`` 1,600
+  (``B`` 8, ``H`` 8, ``Q`` 128): above glibc's 32 MiB ``mmap`` threshold, so every allocation of it is fresh
+  pages that fault in, and the product writes it to DRAM for the attention to read back; that is where
+  evaluation lost its utilisation at long memories (``docs/performance.md``). A block is a few MB: it comes
+  from the heap, stays in cache between its product and the attention, and the mask costs no pass of its own.
+
+Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_xl.model.fastpath import attend as attend_dense
+from transformer_xl.model.fastpath import shift_padded
+
+#: Bytes of ``P`` formed at once by :func:`attend_blocked` (a block of whole batch rows, or of heads of one) with one
+#: CPU thread: about a core's L2 (2-core AMD EPYC, 1 MiB L2 per core: 1 MiB blocks evaluated the ``char`` case at
+#: ``mem_len`` 1,600 1.3x faster than 8 MiB blocks and 1.9x faster than ``P`` whole, one thread, CPU time).
+BLOCK_BYTES_ONE_THREAD = 1 << 20
+#: ... with several threads: every operation on a block is a parallel region whose barrier waits for the slowest
+#: thread, and on a shared machine a descheduled thread costs each barrier a time slice (1 MiB blocks ran 3x slower
+#: than ``P`` whole at 2 threads beside other processes). Blocks of 16 MiB keep the regions few and each block
+#: under glibc's largest ``mmap`` threshold (32 MiB), the cliff that ``P`` whole falls off at long memories.
+BLOCK_BYTES_THREADS = 16 << 20
+
+
+class ShiftedScores(NamedTuple):
+    """``P = shift(x y^T + d)``, ``[B, H, Q, K]``, kept as its factors (module docstring)."""
+
+    x: Tensor  # [H, B*Q, E]: a row per query, head-major
+    y: Tensor  # [H, E, K+1]: position keys for distances K..0, the first (distance K) a zero row
+    bsz: int
+    d: Tensor | None = None  # [H, K+1]: a bias per distance (zero first), or None
+
+    def dense(self) -> Tensor:
+        """``P`` whole, ``[B, H, Q, K]``: one matmul per head over the ``B*Q`` rows (a ``[B, H]``-batched one
+        would expand ``y`` over ``B``), the shift as a view (head-major in memory)."""
+        n_head, rows, _ = self.x.shape
+        padded = torch.bmm(self.x, self.y).view(n_head, self.bsz, rows // self.bsz, -1)  # [H, B, Q, K+1]
+        if self.d is not None:
+            padded = padded + self.d[:, None, None, :]
+        return shift_padded(padded).transpose(0, 1)  # [B, H, Q, K]
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | ShiftedScores | None, mask_bias: Tensor, *, scale: float,
+           dropatt: float) -> Tensor:
+    """:func:`transformer_xl.model.fastpath.attend` for a position term given whole or as its factors: the
+    factors on the CPU, for more than one query, without a gradient, dropout or compilation go to
+    :func:`attend_blocked`; otherwise ``P`` is made whole (a GPU's fused kernel wants it so, and one query, a
+    generation step, is bound by reading the keys)."""
+    if isinstance(p, ShiftedScores):
+        factors = (p.x, p.y) if p.d is None else (p.x, p.y, p.d)
+        blocked = (q.device.type == "cpu" and dropatt == 0.0 and q.size(2) > 1 and not torch.compiler.is_compiling()
+                   and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *factors))))
+        if blocked:
+            return attend_blocked(q, k, v, p, mask_bias, scale=scale)
+        p = p.dense()
+    return attend_dense(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+
+
+def padded_mask(mask_bias: Tensor, rows: int) -> Tensor:
+    """The mask in the layout of the shift's input: ``[Q, K] -> [rows * Q, K+1]`` (``rows`` copies), such that
+    ``shift_padded(t + padded)`` is ``shift_padded(t) + mask_bias`` for any ``[..., Q, K+1]`` blocks ``t``
+    (the shift reads the flat ``[Q, K+1]`` block from element ``Q`` on; the first ``Q`` are never read)."""
+    qlen, klen = mask_bias.shape
+    one = torch.cat([mask_bias.new_zeros(qlen), mask_bias.reshape(-1)]).view(qlen, klen + 1)  # [Q, K+1]
+    return one.repeat(rows, 1)  # [rows*Q, K+1]
+
+
+def attend_blocked(q: Tensor, k: Tensor, v: Tensor, p: ShiftedScores, mask_bias: Tensor, *, scale: float,
+                   block_bytes: int | None = None) -> Tensor:
+    """``softmax(scale (q k^T + P) + mask_bias) v``, ``[B, H, Q, E]``, without a gradient or dropout, ``P`` made
+    a block of at most ``block_bytes`` at a time (default :data:`BLOCK_BYTES_ONE_THREAD` with one torch thread,
+    :data:`BLOCK_BYTES_THREADS` with more): whole batch rows, or heads of one row when a row is larger.
+
+    Per block: ``bias = padded_mask + scale x y^T`` (one ``baddbmm``; Shaw's ``d`` added in place), shifted as a
+    view, is the additive mask of ``scaled_dot_product_attention``, whose CPU kernel goes over the keys in
+    tiles with an online softmax and never forms the probabilities.
+    """
+    bsz, n_head, qlen, _ = q.shape
+    klen = k.size(2)
+    if block_bytes is None:
+        block_bytes = BLOCK_BYTES_ONE_THREAD if torch.get_num_threads() == 1 else BLOCK_BYTES_THREADS
+    row_bytes = qlen * (klen + 1) * q.element_size()  # one [Q, K+1] block of one head
+    rows = max(1, min(bsz, block_bytes // (n_head * row_bytes)))  # batch rows per block
+    heads = n_head if rows > 1 or n_head * row_bytes <= block_bytes else max(1, block_bytes // row_bytes)
+    mask = padded_mask(mask_bias, rows)  # [rows*Q, K+1]
+    out = q.new_empty(bsz, n_head, qlen, v.size(3))  # [B, H, Q, E]
+    for b0 in range(0, bsz, rows):
+        b1 = min(bsz, b0 + rows)
+        x = p.x[:, b0 * qlen:b1 * qlen]  # [H, b*Q, E]
+        for h0 in range(0, n_head, heads):
+            h1 = min(n_head, h0 + heads)
+            bias = torch.baddbmm(mask[:(b1 - b0) * qlen], x[h0:h1], p.y[h0:h1], alpha=scale)  # [h, b*Q, K+1]
+            bias = bias.view(h1 - h0, b1 - b0, qlen, klen + 1)  # [h, b, Q, K+1]
+            if p.d is not None:
+                bias.add_(p.d[h0:h1, None, None, :], alpha=scale)
+            bias = shift_padded(bias).transpose(0, 1).to(q.dtype)  # [b, h, Q, K]
+            out[b0:b1, h0:h1] = F.scaled_dot_product_attention(q[b0:b1, h0:h1], k[b0:b1, h0:h1], v[b0:b1, h0:h1],
+                                                               attn_mask=bias, scale=scale)
+    return out
