@@ -143,7 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(OSError, ValueError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-        print(f"{command}: error: {' '.join(line.split())}", file=sys.stderr)
+        # One write, so that the lines of several processes sharing a stderr (torchrun's workers) never interleave.
+        sys.stderr.write(f"{command}: error: {' '.join(line.split())}\n")
+        sys.stderr.flush()
         return 2 if isinstance(exc, TXLError) else 1
 
 
