@@ -26,18 +26,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.decode import check_supported, linear, pack, spec_of, step
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.model import Lengths, TransformerXLLM
 from transformer_xl.model.fastpath import compile_unavailable
 from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
 KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How a generation builds its captured decoder (``stream(..., captured=CaptureOptions(int8=True))``; ``True``
+    is ``CaptureOptions()``): int8 weights, and the type of the key/value ring (:data:`KV_DTYPES`)."""
+
+    int8: bool = False
+    kv_dtype: str = "float32"
+
 
 _COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
 
@@ -79,6 +91,7 @@ class CapturedDecoder:
             raise ConfigError(f"unknown kv_dtype {kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
         lengths = model.config.lengths(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length, ext_len=0)
         self.mem_len = check_int("mem_len", lengths.mem_len, 1)
+        self.lengths: Lengths = lengths  # the lengths this decoder computes with (ext_len 0)
         self.batch = check_int("batch", batch, 1)
         self.model, self.int8, self.kv_dtype = model, int8, kv_dtype
         p = next(model.parameters())
