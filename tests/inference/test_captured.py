@@ -151,7 +151,7 @@ def test_a_generation_builds_its_decoder_from_options_and_checks_a_given_one() -
     ids = _prompt()
     for other in ({"clamp_len": 2}, {"same_length": True}, {"mem_len": 5}):
         given = _eager(model, **{"mem_len": 4, "clamp_len": 3, **other})
-        with pytest.raises(ConfigError, match="another model, batch .* or lengths"):
+        with pytest.raises(ConfigError, match=r"another model, batch .* or lengths"):
             generate(model, ids, max_new_tokens=2, mem_len=4, clamp_len=3, captured=given)
     same = _eager(model, mem_len=4, clamp_len=3)
     plain = generate(model, ids, max_new_tokens=6, mem_len=4, clamp_len=3)
