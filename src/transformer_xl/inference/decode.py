@@ -11,10 +11,11 @@ one graph serves every step:
   ``C`` slots with an additive mask for the empty ones (and, under ``same_length``, the farthest one).
   ``slot_pos [C]`` holds the position in every slot (-1: empty), ``cur`` the position of the new token: tensors,
   not Python ints, so no step recompiles.
-* **terms (b)+(d) without ``W_kR R`` per layer.** ``(q + v)^T W_kR R_d = (W_kR^T (q + v))^T R_d``: the query is
-  taken to ``d_model`` through ``W_kR`` (a ``[D, H*E]`` read) and dotted with the sinusoid rows of the slots'
-  distances, ``R_slot [C, D]``, gathered once per step from ``R_dist`` (row ``d`` = distance ``min(d, clamp_len)``)
-  and shared by every layer (it stays in the CPU's cache).
+* **terms (b)+(d) from a table of position keys.** The distances a step needs are ``0 .. C - 1`` at every step,
+  so ``W_kR R_d`` is a constant: :func:`position_keys` computes it once per decoder, ``[H, C, E]`` per layer in
+  the ring's type (row ``d`` = distance ``min(d, clamp_len)``). A step dots ``q + v`` with every row, in distance
+  order (one read of the table for all rows of the batch, ``E`` multiply-adds per head and distance), and takes
+  each slot's score by the slot's distance (a gather of ``[B, H, C]`` scores).
 * **attention as reductions.** ``q . k`` and ``p . v`` are written as a multiply and a sum over ``E`` and over
   ``C``, which the compiler fuses into one pass over the ring that converts a narrower ring (bf16) on the fly.
 * **packed weights** (:func:`pack`): the weights are read as ``[out, in]`` matrices for batch-1 matrix-vector
@@ -109,15 +110,11 @@ def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
     """The weights a step reads, laid out for it (module docstring); tensors only, in nested dicts/tuples."""
     cfg = model.config
     crit, emb, pos = model.crit, model.word_emb, model.pos_enc
-    h, e = cfg.n_head, cfg.d_head
     layers = []
     for i, layer in enumerate(model.layers):
         att, ff = layer.dec_attn, layer.pos_ff
         layers.append({
             "qkv": pack_linear(att.qkv_net.weight, None, int8),
-            # W_kR^T per head: [H, E, D] (kept float: it is a fraction of the layer, and the position term is
-            # sensitive to rounding)
-            "r": att.r_net.weight.detach().view(h, e, -1),
             "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
             "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
             "o": pack_linear(att.o_net.weight, None, int8),
@@ -219,6 +216,22 @@ def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
     return (q[:, :, None, :] * k).sum(-1)
 
 
+def position_keys(model: TransformerXLLM, r_dist: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    """``W_kR R_d`` for every distance row of ``r_dist [C, D]`` (sinusoids), per layer ``[H, C, E]`` in ``dtype``
+    (module docstring)."""
+    cfg = model.config
+    with torch.no_grad():
+        return [F.linear(r_dist, layer.dec_attn.r_net.weight).view(-1, cfg.n_head, cfg.d_head)
+                .transpose(0, 1).to(dtype).contiguous() for layer in model.layers]
+
+
+def _dot_positions(qv: Tensor, pos: Tensor) -> Tensor:
+    """``qv . pos_d`` per distance: ``qv [B, H, E]``, ``pos [H, C, E]`` (shared by the batch) -> ``[B, H, C]``."""
+    if pos.dtype == qv.dtype:  # one [H, C, E] x [H, E, B] product
+        return torch.matmul(pos, qv.permute(1, 2, 0)).permute(2, 0, 1)
+    return (qv[:, :, None, :] * pos).sum(-1)
+
+
 def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
     """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
     if v.dtype == prob.dtype:
@@ -227,10 +240,11 @@ def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
 
 
 def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
-         cur: Tensor, r_dist: Tensor) -> tuple[Tensor, Tensor]:
+         cur: Tensor, pos_keys: list[Tensor]) -> tuple[Tensor, Tensor]:
     """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
     position ``[L + 1, B, D]`` (every layer's input and the output). Writes the keys/values into the rings
-    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place)."""
+    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place).
+    ``pos_keys``: :func:`position_keys` of the model for ``C`` distances."""
     n_slot = slot_pos.size(0)
     bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
     slot = torch.remainder(cur, n_slot).view(1)  # [1]
@@ -240,7 +254,7 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
     if spec.same_length:  # every query sees mem_len keys, itself included
         visible = visible & (dist < spec.mem_len)
     bias = torch.where(visible, 0.0, float("-inf"))  # [C]
-    r_slot = r_dist[dist.clamp(0, n_slot - 1)]  # [C, D] sinusoid rows of the slots' distances
+    by_slot = dist.clamp(0, n_slot - 1)  # [C] the distance row of every slot
 
     h = embed(spec, weights["emb"], tok)  # [B, D]
     hids = [h]
@@ -250,8 +264,7 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
         ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
         vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
         ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
-        rq = torch.matmul((q + w["v"]).transpose(0, 1), w["r"]).transpose(0, 1)  # W_kR^T (q + v): [B, H, D]
-        bd = torch.matmul(rq, r_slot.t())  # terms (b)+(d): [B, H, C]
+        bd = _dot_positions(q + w["v"], pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
         prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]
         a = _mix_values(prob, vs[i])  # [B, H, E]
         out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]
