@@ -17,7 +17,8 @@ returns the next ones, which stay what they were when returned. Internally:
   counters) first loads them: their keys/values are projected once into the ring. So branches from an older
   state and several texts interleaved over one decoder give the plain path's values (``tests/inference``).
 
-The weights are packed when the decoder is made (:func:`transformer_xl.inference.decode.pack`): build a new
+The weights are packed, and the position keys ``W_kR R_d`` of every distance tabulated, when the decoder is made
+(:func:`transformer_xl.inference.decode.pack`, :func:`~transformer_xl.inference.decode.position_keys`): build a new
 decoder after changing them. The compiled graph is keyed by the step's constants and shapes, so a second
 decoder of the same model shape (another generation) reuses it without compiling again.
 """
@@ -39,7 +40,6 @@ from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
 KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
 
 
 @dataclass(frozen=True)
