@@ -8,8 +8,8 @@ import torch
 
 from tests.helpers import generation_model
 from transformer_xl import ConfigError, TransformerXLLM
-from transformer_xl.inference.captured import CapturedDecoder
-from transformer_xl.inference.generate import generate, reference_generate, stream
+from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
+from transformer_xl.inference.generate import _decoder, generate, reference_generate, stream
 from transformer_xl.model import Recurrence
 
 V = 40
@@ -137,6 +137,28 @@ def test_bad_input_is_one_line() -> None:
         dec.step(torch.tensor([1, 2]), mems[:-1])
     with pytest.raises(ConfigError, match="another model, batch"):
         generate(model, _prompt(b=1), max_new_tokens=2, mem_len=4, captured=dec)
+
+
+def test_a_generation_builds_its_decoder_from_options_and_checks_a_given_one() -> None:
+    """``captured=CaptureOptions(...)`` is built by the library for the generation's batch and lengths; a decoder
+    given must have been made for the same model, batch, mem_len, clamp_len and same_length."""
+    model = _model()
+    lengths = model.config.lengths(mem_len=4, clamp_len=3, ext_len=0)
+    dec = _decoder(model, CaptureOptions(int8=True, kv_dtype="bfloat16"), batch=2, lengths=lengths)
+    assert dec is not None and dec.int8 and dec.kv_dtype == "bfloat16" and dec.batch == 2
+    assert dec.lengths == lengths and dec.ks[0].dtype == torch.bfloat16
+    assert _decoder(model, False, batch=2, lengths=lengths) is None
+    ids = _prompt()
+    for other in ({"clamp_len": 2}, {"same_length": True}, {"mem_len": 5}):
+        given = _eager(model, **{"mem_len": 4, "clamp_len": 3, **other})
+        with pytest.raises(ConfigError, match=r"another model, batch .* or lengths"):
+            generate(model, ids, max_new_tokens=2, mem_len=4, clamp_len=3, captured=given)
+    same = _eager(model, mem_len=4, clamp_len=3)
+    plain = generate(model, ids, max_new_tokens=6, mem_len=4, clamp_len=3)
+    cap = generate(model, ids, max_new_tokens=6, mem_len=4, clamp_len=3, captured=same)
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    with pytest.raises(ConfigError, match="captured must be"):
+        generate(model, ids, max_new_tokens=2, mem_len=4, captured="int8")
 
 
 def test_no_compiler_is_one_line_before_anything_is_compiled(monkeypatch) -> None:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tests.helpers import tiny_model
-from transformer_xl.inference.decode import embed, head_log_probs, linear, pack, pack_linear, spec_of, supported
+from transformer_xl.inference.decode import (
+    INT8_BLOCK,
+    embed,
+    head_log_probs,
+    linear,
+    pack,
+    pack_linear,
+    spec_of,
+    supported,
+)
 
 
 @pytest.mark.parametrize("overrides, fused", [
@@ -31,12 +45,55 @@ def test_int8_linear_is_close_and_reads_int8() -> None:
     torch.manual_seed(0)
     w, b, x = torch.randn(64, 48), torch.randn(64), torch.randn(3, 48)
     packed = pack(tiny_model(0), int8=True)["layers"][0]["ff1"]
-    assert packed[0].dtype == torch.int8 and packed[1] is not None
+    assert packed[0].dtype == torch.int8 and packed[1].dtype == torch.bfloat16
     q = pack_linear(w, b, int8=True)
     ref = F.linear(x, w, b)
     err = (linear(x, q) - ref).abs().max() / ref.abs().max()
     assert 0 < err < 0.02
     assert torch.equal(linear(x, pack_linear(w, b, int8=False)), ref)
+    # the scales are bf16 numbers before the weights are divided by them: q * scale is the weight the kernel uses
+    assert (q[0][:, :48].float() * q[1].float()[:, None] - w).abs().max() <= q[1].float().max() / 2 + 1e-6
+
+
+def test_int8_weights_are_padded_to_the_kernels_block() -> None:
+    w = torch.randn(7, 41)
+    q = pack_linear(w, None, int8=True)[0]
+    assert q.shape == (7, 48) and 48 % INT8_BLOCK == 0 and not q[:, 41:].any()
+    assert pack_linear(torch.randn(7, 32), None, int8=True)[0].shape == (7, 32)  # a multiple already: as it is
+
+
+# aten._weight_int8pack_mm (torch 2.13, CPU) segfaults at batch >= 2, and returns garbage at batch 1, when the input
+# width is not a multiple of 16. pack_linear/linear pad it; this runs in a child process, so that a regression
+# fails this test instead of killing the test run.
+_UNALIGNED = textwrap.dedent("""
+    import torch, torch.nn.functional as F
+    from tests.helpers import generation_model
+    from transformer_xl.inference.captured import CapturedDecoder
+    from transformer_xl.inference.decode import linear, pack_linear
+    from transformer_xl.inference.generate import generate
+    torch.manual_seed(0)
+    for k in (41, 410, 2100):
+        w, b = torch.randn(410, k), torch.randn(410)
+        lin = pack_linear(w, b, int8=True)
+        for bsz in (1, 2, 3, 8):
+            x = torch.randn(bsz, k)
+            ref = F.linear(x, w, b)
+            err = float((linear(x, lin) - ref).abs().max() / ref.abs().max())
+            assert err < 0.02, (k, bsz, err)
+    model = generation_model(0, d_model=40, n_head=4, d_head=10, d_inner=50, cutoffs=[10, 25])  # 40, 50: not 16s
+    ids = torch.randint(0, 40, (3, 6), generator=torch.Generator().manual_seed(1))
+    plain = generate(model, ids, max_new_tokens=6, mem_len=4)
+    dec = CapturedDecoder(model, batch=3, mem_len=4, int8=True, compile=False)
+    cap = generate(model, ids, max_new_tokens=6, mem_len=4, captured=dec)
+    assert float((cap.log_probs - plain.log_probs).abs().max()) < 0.15
+    print("ok")
+""")
+
+
+def test_int8_kernel_never_sees_an_unaligned_width() -> None:
+    done = subprocess.run([sys.executable, "-c", _UNALIGNED], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
 
 
 def test_supported_says_why_not() -> None:

@@ -67,7 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
     p.add_argument("--captured", action="store_true",
                    help="decode with the captured (compiled) one-token step: the same tokens, faster per token after "
-                   "a one-off compilation; with --quantize int8 its int8 weights (docs/generation.md)")
+                   "a one-off compilation; with --quantize int8 its int8 weights and a bf16 key/value cache "
+                   "(docs/generation.md)")
     add_device(p)
     add_no_verify(p)
     add_quantize(p)
@@ -85,13 +86,14 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise DataError(f"cannot read prompt file {args.prompt_file}: {exc}") from None
 
 
-def _captured(model: Any, args: argparse.Namespace, int8: bool) -> Any:
-    """``captured=`` of the generation: False, True, or a decoder with int8 weights."""
-    if not args.captured or not int8:
-        return bool(args.captured)
-    from transformer_xl.inference.captured import CapturedDecoder
+def _captured(args: argparse.Namespace, int8: bool) -> Any:
+    """``captured=`` of the generation: False, or the options the library builds its decoder with (with int8
+    weights: a bf16 key/value ring too, the configuration ``txl bench generate`` measures)."""
+    if not args.captured:
+        return False
+    from transformer_xl.inference.captured import CaptureOptions
 
-    return CapturedDecoder(model, batch=args.num_samples, mem_len=args.mem_len, clamp_len=args.clamp_len, int8=True)
+    return CaptureOptions(int8=True, kv_dtype="bfloat16") if int8 else CaptureOptions()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                          stop_tokens=args.stop_token, results=results, max_new_tokens=args.max_new_tokens,
                          do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
                          top_p=args.top_p, seed=args.seed, mem_len=args.mem_len,
-                         clamp_len=args.clamp_len, captured=_captured(model, args, int8))
+                         clamp_len=args.clamp_len, captured=_captured(args, int8))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptWarning)
         if args.stream:

@@ -17,7 +17,8 @@ returns the next ones, which stay what they were when returned. Internally:
   counters) first loads them: their keys/values are projected once into the ring. So branches from an older
   state and several texts interleaved over one decoder give the plain path's values (``tests/inference``).
 
-The weights are packed when the decoder is made (:func:`transformer_xl.inference.decode.pack`): build a new
+The weights are packed, and the position keys ``W_kR R_d`` of every distance tabulated, when the decoder is made
+(:func:`transformer_xl.inference.decode.pack`, :func:`~transformer_xl.inference.decode.position_keys`): build a new
 decoder after changing them. The compiled graph is keyed by the step's constants and shapes, so a second
 decoder of the same model shape (another generation) reuses it without compiling again.
 """
@@ -26,18 +27,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
-from transformer_xl.inference.decode import check_supported, linear, pack, spec_of, step
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.inference.decode import check_supported, linear, pack, position_keys, spec_of, step
+from transformer_xl.model import Lengths, TransformerXLLM
 from transformer_xl.model.fastpath import compile_unavailable
 from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
 KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How a generation builds its captured decoder (``stream(..., captured=CaptureOptions(int8=True))``; ``True``
+    is ``CaptureOptions()``): int8 weights, and the type of the key/value ring (:data:`KV_DTYPES`)."""
+
+    int8: bool = False
+    kv_dtype: str = "float32"
+
 
 _COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
 
@@ -79,6 +91,7 @@ class CapturedDecoder:
             raise ConfigError(f"unknown kv_dtype {kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
         lengths = model.config.lengths(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length, ext_len=0)
         self.mem_len = check_int("mem_len", lengths.mem_len, 1)
+        self.lengths: Lengths = lengths  # the lengths this decoder computes with (ext_len 0)
         self.batch = check_int("batch", batch, 1)
         self.model, self.int8, self.kv_dtype = model, int8, kv_dtype
         p = next(model.parameters())
@@ -98,9 +111,11 @@ class CapturedDecoder:
         if lengths.clamp_len > 0:
             dist = dist.clamp(max=lengths.clamp_len)
         inv_freq = model.pos_enc.inv_freq.to(self.device)
-        self.r_dist = sinusoid(dist, inv_freq).to(dtype)  # [C, D]: row d = distance min(d, clamp_len)
+        r_dist = sinusoid(dist, inv_freq).to(dtype)  # [C, D]: row d = distance min(d, clamp_len)
+        self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C, E] per layer
+        self.dtype = dtype
         if self.device.type == "cuda":  # the buffers keep their addresses: CUDA graphs may write them
-            for t in [*self.ks, *self.vs, self.slot_pos, self.cur, self.r_dist]:
+            for t in [*self.ks, *self.vs, self.slot_pos, self.cur, *self.pos_keys]:
                 torch._dynamo.mark_static_address(t)
         if compile and (why := compile_unavailable(self.device.type)):
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
@@ -144,14 +159,14 @@ class CapturedDecoder:
         self.slot_pos.fill_(-1)
         self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
         self.cur.fill_(mlen)
-        self._new_hist(torch.stack([m.to(self.r_dist.dtype) for m in mems]) if mlen else None, mlen)
+        self._new_hist(torch.stack([m.to(self.dtype) for m in mems]) if mlen else None, mlen)
         self._mems, self._stamps = list(mems), _stamps(mems)  # a step over these mems continues from here
 
     def _new_hist(self, window: Tensor | None, mlen: int) -> None:
         """New append-only memory buffers holding ``window [L + 1, B, M, D]`` in front (old ones untouched)."""
         cfg = self.model.config
         cap = self.mem_len + max(self.mem_len // 2, 64)
-        self._hist = torch.empty(cfg.n_layer + 1, self.batch, cap, cfg.d_model, dtype=self.r_dist.dtype,
+        self._hist = torch.empty(cfg.n_layer + 1, self.batch, cap, cfg.d_model, dtype=self.dtype,
                                  device=self.device)
         if window is not None:
             self._hist[:, :, :mlen].copy_(window)
@@ -168,7 +183,7 @@ class CapturedDecoder:
             self.load(mems)
         start = time.perf_counter() if self.compile_s is None and self._fn is not step else None
         log_probs, rows = self._fn(self.spec, self.weights, tokens.to(self.device), self.ks, self.vs,
-                                   self.slot_pos, self.cur, self.r_dist)  # [B, V], [L + 1, B, D]
+                                   self.slot_pos, self.cur, self.pos_keys)  # [B, V], [L + 1, B, D]
         if start is not None:
             self.compile_s = time.perf_counter() - start
         assert self._hist is not None

@@ -11,17 +11,21 @@ one graph serves every step:
   ``C`` slots with an additive mask for the empty ones (and, under ``same_length``, the farthest one).
   ``slot_pos [C]`` holds the position in every slot (-1: empty), ``cur`` the position of the new token: tensors,
   not Python ints, so no step recompiles.
-* **terms (b)+(d) without ``W_kR R`` per layer.** ``(q + v)^T W_kR R_d = (W_kR^T (q + v))^T R_d``: the query is
-  taken to ``d_model`` through ``W_kR`` (a ``[D, H*E]`` read) and dotted with the sinusoid rows of the slots'
-  distances, ``R_slot [C, D]``, gathered once per step from ``R_dist`` (row ``d`` = distance ``min(d, clamp_len)``)
-  and shared by every layer (it stays in the CPU's cache).
+* **terms (b)+(d) from a table of position keys.** The distances a step needs are ``0 .. C - 1`` at every step,
+  so ``W_kR R_d`` is a constant: :func:`position_keys` computes it once per decoder, ``[H, C, E]`` per layer in
+  the ring's type (row ``d`` = distance ``min(d, clamp_len)``). A step dots ``q + v`` with every row, in distance
+  order (one read of the table for all rows of the batch, ``E`` multiply-adds per head and distance), and takes
+  each slot's score by the slot's distance (a gather of ``[B, H, C]`` scores).
 * **attention as reductions.** ``q . k`` and ``p . v`` are written as a multiply and a sum over ``E`` and over
   ``C``, which the compiler fuses into one pass over the ring that converts a narrower ring (bf16) on the fly.
 * **packed weights** (:func:`pack`): the weights are read as ``[out, in]`` matrices for batch-1 matrix-vector
   products; the adaptive softmax's clusters without projections (the WT103 shape) are one matrix
   ``[head words; cluster rows; tail words]``, read once per step; with ``int8=True`` every matrix of the blocks
-  and of the softmax is int8 with one scale per output row, its input quantized per row at every call
-  (``torch._int_mm``, int32 accumulation).
+  and of the softmax is int8 ``[out, in]`` with one bf16 scale per output row, multiplied by the input cast to
+  bf16 (weight-only int8: ``aten._weight_int8pack_mm``, float accumulation, a bf16 result). That kernel reads
+  ``in`` in blocks of 16 and fails (a segfault, or garbage at batch 1) when ``in`` is not a multiple of 16, so
+  :func:`pack_linear` pads ``in`` with zero columns (``d_model`` 410 -> 416, ``d_inner`` 2100 -> 2112) and
+  :func:`linear` pads the input with zeros inside the graph (``tests/inference/test_decode.py`` guards it).
 
 Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots, ``L`` layers, ``V`` words.
 """
@@ -37,9 +41,12 @@ from torch import Tensor
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXLLM
 
-#: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W^T [in, out] int8 view,
-#: scales [out], b)``.
+#: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W [out, in_16] int8, scales
+#: [out] bf16, b)`` with ``in_16`` = ``in`` rounded up to a multiple of :data:`INT8_BLOCK` (zero columns).
 Linear = tuple[Tensor, Tensor | None, Tensor | None]
+
+#: The int8 kernel reads the input dimension in blocks of this many (module docstring).
+INT8_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -75,10 +82,14 @@ def supported(model: TransformerXLLM) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- packing
 def _int8(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric per-row int8 of ``weight [out, in]``: ``(W^T [in, out] int8 view, scales [out])``."""
-    scale = weight.abs().amax(1).clamp(min=1e-12) / 127.0  # [out]
-    q = torch.round(weight / scale[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
-    return q.t(), scale.float()
+    """Symmetric per-row int8 of ``weight [out, in]``: ``(W [out, in_16] int8, scales [out] bf16)``, the input
+    dimension padded with zero columns to a multiple of :data:`INT8_BLOCK`. The scales are rounded to bf16 before
+    the weights are divided by them, so ``q * scale`` is exactly what the kernel multiplies by (a scale rounded
+    down by at most 2^-9 leaves ``|q| <= 127.25`` before rounding: no clipping)."""
+    scale = (weight.abs().amax(1).clamp(min=1e-12) / 127.0).to(torch.bfloat16)  # [out]
+    q = torch.round(weight / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
+    pad = -weight.size(1) % INT8_BLOCK
+    return F.pad(q, (0, pad)).contiguous(), scale
 
 
 def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
@@ -86,8 +97,8 @@ def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
-        q_t, scale = _int8(weight)
-        return q_t, scale, bias
+        q, scale = _int8(weight)
+        return q, scale, bias
     return weight.contiguous(), None, bias
 
 
@@ -99,15 +110,11 @@ def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
     """The weights a step reads, laid out for it (module docstring); tensors only, in nested dicts/tuples."""
     cfg = model.config
     crit, emb, pos = model.crit, model.word_emb, model.pos_enc
-    h, e = cfg.n_head, cfg.d_head
     layers = []
     for i, layer in enumerate(model.layers):
         att, ff = layer.dec_attn, layer.pos_ff
         layers.append({
             "qkv": pack_linear(att.qkv_net.weight, None, int8),
-            # W_kR^T per head: [H, E, D] (kept float: it is a fraction of the layer, and the position term is
-            # sensitive to rounding)
-            "r": att.r_net.weight.detach().view(h, e, -1),
             "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
             "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
             "o": pack_linear(att.o_net.weight, None, int8),
@@ -116,13 +123,14 @@ def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
             "ff2": pack_linear(ff.CoreNet[3].weight, ff.CoreNet[3].bias, int8),
             "ln2": _layer_norm(ff.layer_norm),
         })
-    embs = tuple((layer.weight.detach(), emb.emb_projs[j].detach() if len(emb.emb_projs) else None)
+    embs = tuple((layer.weight.detach(), pack_linear(emb.emb_projs[j], None, int8) if len(emb.emb_projs) else None)
                  for j, layer in enumerate(emb.emb_layers))
     return {"layers": tuple(layers), "emb": embs, "head": _pack_head(crit, int8)}
 
 
 def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
-    """One linear map per cluster (``(proj, linear)``), or one fused matrix when no cluster is projected."""
+    """One pair ``(projection, linear)`` per cluster (the projection ``[D, d_i]`` packed as the map ``D -> d_i``),
+    or one fused matrix when no cluster is projected."""
     pieces = []
     for i in range(len(crit.bounds)):
         weight, bias, proj = crit._cluster_params(i)
@@ -134,7 +142,8 @@ def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
         weight = torch.cat([w for w, _, _ in pieces], 0)
         bias = torch.cat([b for _, b, _ in pieces], 0)
         return ((None, pack_linear(weight, bias, int8)),)
-    return tuple((None if p is None else p.detach(), pack_linear(w, b, int8)) for w, b, p in pieces)
+    return tuple((None if p is None else pack_linear(p.t(), None, int8), pack_linear(w, b, int8))
+                 for w, b, p in pieces)
 
 
 def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
@@ -160,13 +169,13 @@ def check_supported(model: TransformerXLLM) -> None:
 
 # ---------------------------------------------------------------------------------------------- the math
 def linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights with ``x`` quantized per row (symmetric)."""
+    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights times ``x`` in bf16 (zero-padded to the packed
+    width: the kernel needs a multiple of :data:`INT8_BLOCK`), the result back in ``x``'s type."""
     weight, scale, bias = lin
     if scale is None:
         return F.linear(x, weight, bias)
-    x_scale = x.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127.0  # [N, 1]
-    xq = torch.round(x / x_scale).clamp(-127, 127).to(torch.int8)
-    y = torch._int_mm(xq, weight).to(x.dtype) * (x_scale * scale)  # [N, out], int32 accumulation
+    xb = F.pad(x, (0, weight.size(1) - x.size(-1))).to(torch.bfloat16).contiguous()  # [N, in_16]
+    y = torch.ops.aten._weight_int8pack_mm(xb, weight, scale).to(x.dtype)  # [N, out]
     return y if bias is None else y + bias
 
 
@@ -177,7 +186,7 @@ def embed(spec: StepSpec, embs: tuple, tok: Tensor) -> Tensor:
     for (lo, hi), (table, proj) in zip(spec.emb_bounds, embs):
         e = table[(tok - lo).clamp(0, hi - lo - 1)]  # [B, d_i]
         if proj is not None:
-            e = F.linear(e, proj)  # [B, D]
+            e = linear(e, proj)  # [B, D]
         if len(spec.emb_bounds) > 1:
             e = torch.where(((tok >= lo) & (tok < hi))[:, None], e, 0.0)
         out = e if out is None else out + e
@@ -190,7 +199,7 @@ def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
     if spec.head_sizes:
         logits = list(linear(h, heads[0][1]).split(spec.head_sizes, dim=-1))
     else:
-        logits = [linear(h if proj is None else h @ proj, lin) for proj, lin in heads]
+        logits = [linear(h if proj is None else linear(h, proj), lin) for proj, lin in heads]
     head = F.log_softmax(logits[0], dim=-1)  # [B, shortlist + n_clusters]
     if not spec.n_clusters:
         return head
@@ -207,6 +216,22 @@ def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
     return (q[:, :, None, :] * k).sum(-1)
 
 
+def position_keys(model: TransformerXLLM, r_dist: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    """``W_kR R_d`` for every distance row of ``r_dist [C, D]`` (sinusoids), per layer ``[H, C, E]`` in ``dtype``
+    (module docstring)."""
+    cfg = model.config
+    with torch.no_grad():
+        return [F.linear(r_dist, layer.dec_attn.r_net.weight).view(-1, cfg.n_head, cfg.d_head)
+                .transpose(0, 1).to(dtype).contiguous() for layer in model.layers]
+
+
+def _dot_positions(qv: Tensor, pos: Tensor) -> Tensor:
+    """``qv . pos_d`` per distance: ``qv [B, H, E]``, ``pos [H, C, E]`` (shared by the batch) -> ``[B, H, C]``."""
+    if pos.dtype == qv.dtype:  # one [H, C, E] x [H, E, B] product
+        return torch.matmul(pos, qv.permute(1, 2, 0)).permute(2, 0, 1)
+    return (qv[:, :, None, :] * pos).sum(-1)
+
+
 def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
     """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
     if v.dtype == prob.dtype:
@@ -215,10 +240,11 @@ def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
 
 
 def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
-         cur: Tensor, r_dist: Tensor) -> tuple[Tensor, Tensor]:
+         cur: Tensor, pos_keys: list[Tensor]) -> tuple[Tensor, Tensor]:
     """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
     position ``[L + 1, B, D]`` (every layer's input and the output). Writes the keys/values into the rings
-    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place)."""
+    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place).
+    ``pos_keys``: :func:`position_keys` of the model for ``C`` distances."""
     n_slot = slot_pos.size(0)
     bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
     slot = torch.remainder(cur, n_slot).view(1)  # [1]
@@ -228,7 +254,7 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
     if spec.same_length:  # every query sees mem_len keys, itself included
         visible = visible & (dist < spec.mem_len)
     bias = torch.where(visible, 0.0, float("-inf"))  # [C]
-    r_slot = r_dist[dist.clamp(0, n_slot - 1)]  # [C, D] sinusoid rows of the slots' distances
+    by_slot = dist.clamp(0, n_slot - 1)  # [C] the distance row of every slot
 
     h = embed(spec, weights["emb"], tok)  # [B, D]
     hids = [h]
@@ -238,8 +264,7 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
         ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
         vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
         ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
-        rq = torch.matmul((q + w["v"]).transpose(0, 1), w["r"]).transpose(0, 1)  # W_kR^T (q + v): [B, H, D]
-        bd = torch.matmul(rq, r_slot.t())  # terms (b)+(d): [B, H, C]
+        bd = _dot_positions(q + w["v"], pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
         prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]
         a = _mix_values(prob, vs[i])  # [B, H, E]
         out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
-from transformer_xl.inference.captured import CapturedDecoder
+from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
 from transformer_xl.inference.sampling import check_sampling, choose_next
 from transformer_xl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
 
@@ -105,7 +105,7 @@ def stream(
     pad_token_id: int | None = None,
     seed: int | None = None,
     generator: torch.Generator | None = None,
-    captured: bool | CapturedDecoder = False,
+    captured: bool | CaptureOptions | CapturedDecoder = False,
 ) -> Iterator[GenerationStep]:
     """Yield one :class:`GenerationStep` per new token (incremental decoding, see the module docstring).
 
@@ -122,7 +122,9 @@ def stream(
         seed / generator: randomness of sampling (a ``torch.Generator`` on the model's device or the CPU).
         captured: decode every token after the prompt with the captured step
             (:class:`~transformer_xl.inference.captured.CapturedDecoder`, compiled once per model shape): ``True``
-            builds one for these lengths and this batch, or give your own (int8 weights, a bf16 key/value ring).
+            builds one for these lengths and this batch, a
+            :class:`~transformer_xl.inference.captured.CaptureOptions` one with int8 weights and/or a bf16
+            key/value ring, or give your own decoder (made for this model, batch and lengths).
             Same tokens and log-probabilities as the plain step (to float rounding).
     """
     check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -143,17 +145,23 @@ def stream(
                    stop=stop, pad=pad_token_id, generator=generator, decoder=decoder)
 
 
-def _decoder(model: TransformerXLLM, captured: bool | CapturedDecoder, *, batch: int,
+def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedDecoder, *, batch: int,
              lengths: Lengths) -> CapturedDecoder | None:
-    """The captured decoder of a generation (None: the plain step), checked against its lengths and batch."""
+    """The captured decoder of a generation (None: the plain step): the one place a generation builds one; a
+    decoder given is checked against the generation's model, batch and lengths."""
     if captured is False:
         return None
-    if captured is True:
+    if captured is True or isinstance(captured, CaptureOptions):
+        opts = CaptureOptions() if captured is True else captured
         return CapturedDecoder(model, batch=batch, mem_len=lengths.mem_len, clamp_len=lengths.clamp_len,
-                               same_length=lengths.same_length)
-    if captured.model is not model or captured.batch != batch or captured.mem_len != lengths.mem_len:
-        raise ConfigError(f"the captured decoder was made for another model, batch ({captured.batch}) or mem_len "
-                          f"({captured.mem_len}) than this generation's (batch {batch}, mem_len {lengths.mem_len})")
+                               same_length=lengths.same_length, int8=opts.int8, kv_dtype=opts.kv_dtype)
+    if not isinstance(captured, CapturedDecoder):
+        raise ConfigError(f"captured must be a bool, CaptureOptions or CapturedDecoder, got {type(captured).__name__}")
+    ours = (lengths.mem_len, lengths.clamp_len, lengths.same_length)
+    theirs = (captured.lengths.mem_len, captured.lengths.clamp_len, captured.lengths.same_length)
+    if captured.model is not model or captured.batch != batch or theirs != ours:
+        raise ConfigError(f"the captured decoder was made for another model, batch ({captured.batch}) or lengths "
+                          f"(mem_len, clamp_len, same_length {theirs}) than this generation's (batch {batch}, {ours})")
     return captured
 
 

@@ -29,6 +29,14 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     opts = G.GenerateBenchOptions(shapes=[tiny_shape], mem_lens=[12], batches=[2], new_tokens=5, hf_tokens=3,
                                   repeats=2)
     lines: list[str] = []
+    calls = {"prefill": 0}
+    stream = G.stream
+
+    def counting(model, ids, **kw):
+        calls["prefill"] += "mems" not in kw
+        return stream(model, ids, **kw)
+
+    monkeypatch.setattr(G, "stream", counting)
     report = G.run_generate_bench(opts, log=lines.append)
     (row,) = report["rows"]
     assert row["tok_per_s"]["txl"] > 0 and row["tok_per_s"]["txl-int8"] > 0 and len(row["rounds"]["txl"]) == 2
@@ -39,9 +47,13 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     if hf_available():  # the same greedy tokens as Hugging Face from the same weights and an empty memory
         assert row["hf_same_tokens"] == "8/8" and row["txl_over_hf"] > 0
     assert len(lines) == 2 * len(row["rounds"])
+    # the prompt read once per model (fp32, int8) for all rounds, once per captured decoder (its compile), and by
+    # the prefill timing (2 repeats)
+    assert calls["prefill"] == 2 + 2 + 2
     # the captured steps: the plain step's greedy tokens (fp32), their shares of the same limit, the prefill
     assert row["tok_per_s"]["captured"] > 0 and row["tok_per_s"]["captured-int8"] > 0
-    assert row["captured_same_tokens"] == "12/12" and row["kv_dtype"] == "bfloat16"
+    # 2 rows x (the prompt's token, the plain step's, 5 timed steps)
+    assert row["captured_same_tokens"] == "14/14" and row["kv_dtype"] == "bfloat16"
     assert row["fraction_captured"]["weights+cache"] == pytest.approx(
         row["tok_per_s"]["captured"] / row["limit_tok_per_s"]["weights+cache"])
     pre = row["prefill"]
