@@ -38,10 +38,11 @@ from transformer_xl.model.fastpath import shift_padded
 #: ``mem_len`` 1,600 1.3x faster than 8 MiB blocks and 1.9x faster than ``P`` whole, one thread, CPU time).
 BLOCK_BYTES_ONE_THREAD = 1 << 20
 #: ... with several threads: every operation on a block is a parallel region whose barrier waits for the slowest
-#: thread, and on a shared machine a descheduled thread costs each barrier a time slice (1 MiB blocks ran 3x slower
-#: than ``P`` whole at 2 threads beside other processes). Blocks of 16 MiB keep the regions few and each block
-#: under glibc's largest ``mmap`` threshold (32 MiB), the cliff that ``P`` whole falls off at long memories.
-BLOCK_BYTES_THREADS = 16 << 20
+#: thread, so blocks are larger than one core's L2: on the quiet 2-core EPYC (2 threads, ``char``, mem 1,600,
+#: ``benchmarks/blocked_eval_ab.py``, two runs) 2 and 4 MiB blocks ran 1.66-2.04x ``P`` whole, 16 MiB 1.44-1.61x;
+#: beside other processes 1-2 MiB blocks fell below ``P`` whole (a descheduled thread costs each barrier a time
+#: slice). 4 MiB keeps both the barriers few and each block far under glibc's ``mmap`` threshold (32 MiB).
+BLOCK_BYTES_THREADS = 4 << 20
 
 
 class ShiftedScores(NamedTuple):
