@@ -21,8 +21,7 @@ def launcher(nproc: int = 2, *extra: str) -> list[str]:
 
 
 def workers(agent: int) -> dict[int, int]:
-    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set); also used
-    by tests/train/test_elastic.py."""
+    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set)."""
     found = {}
     for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
         try:
