@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from transformer_xl.model import blocked
 from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
+from transformer_xl.model.int8 import is_quantized
 from transformer_xl.model.positional import PositionScores
 
 
@@ -152,9 +153,9 @@ def _whole(p: Scores) -> Tensor | None:
 def project_rows(linear: nn.Module, x: Tensor, rows: slice) -> Tensor:
     """Rows ``rows`` of ``linear(x)`` (no bias): a float layer multiplies by those rows of its weight only; an int8
     layer (:mod:`transformer_xl.model.int8`) runs whole and its output is sliced."""
-    if isinstance(linear, nn.Linear):
-        return F.linear(x, linear.weight[rows])
-    return linear(x)[..., rows]
+    if is_quantized(linear):
+        return linear(x)[..., rows]
+    return F.linear(x, linear.weight[rows])
 
 
 def feed_forward(core: nn.Sequential, x: Tensor, training: bool) -> Tensor:
