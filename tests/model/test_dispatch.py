@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.helpers import tiny_model
-from transformer_xl.model import blocked, dispatch, positional
+from transformer_xl.model import blocked, dispatch, fastpath, positional
 from transformer_xl.model.dispatch import BLOCKED, EXPLICIT, FUSED, ONE_QUERY, PLAIN, attend, choose
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
@@ -110,3 +110,14 @@ def test_the_model_on_the_paper_formulas_equals_its_fast_paths(attn_type: int, m
     torch.testing.assert_close(outs[1][2], outs[0][2], rtol=1e-5, atol=1e-5)
     for g_ref, g_fast in zip(outs[1][1], outs[0][1]):
         torch.testing.assert_close(g_ref, g_fast, rtol=1e-4, atol=1e-5)
+
+
+def test_compiling_makes_the_mask_in_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager: the cached mask itself; compiling: a mask made anew (a cache lookup would guard on the cache's
+    contents and compile every segment shape twice), equal to it."""
+    kw = dict(qlen=3, mlen=4, mem_len=4, same_length=True, device=CPU, dtype=torch.float32)
+    cached = fastpath.mask_bias(**kw)
+    assert dispatch.mask_bias(**kw) is cached
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    made = dispatch.mask_bias(**kw)
+    assert made is not cached and torch.equal(made, cached)

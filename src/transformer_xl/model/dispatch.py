@@ -17,6 +17,7 @@ with the position term     :data:`BLOCKED`, :data:`FUSED`
 feed-forward ``CoreNet``   its modules one by one (dropout fused with the ReLU,   :func:`feed_forward`: training or
                            :class:`~.fastpath.ReLUDropout`), or in evaluation     not
                            two linear layers and a ReLU (fewer module calls)
+causal mask ``[Q, K]``     made, or taken from a cache bounded in bytes           :func:`mask_bias`: compiling or not
 attention scores kept      kept, or recomputed in backward                        :func:`recompute`:
 for backward                                                                      ``TransformerXLLM.recompute`` and
                                                                                   a recorded gradient
@@ -37,10 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_xl.model import blocked
+from transformer_xl.model import blocked, fastpath
 from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
 from transformer_xl.model.int8 import is_quantized
+from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
 
 
@@ -172,3 +174,16 @@ def recompute(enabled: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
     if enabled and torch.is_grad_enabled():
         return recomputed(fn, *args)
     return fn(*args)
+
+
+def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
+              dtype: torch.dtype) -> Tensor:
+    """The additive causal mask ``additive_mask(causal_mask(...))``, ``[Q, K]`` (0 / -inf; not to be modified):
+    from the cache of :func:`~transformer_xl.model.fastpath.mask_bias`, or, compiling, made in the graph (a lookup in
+    the cache would be traced with a guard on its contents, which the first call's own insertion fails: a second
+    compilation of every segment shape)."""
+    if torch.compiler.is_compiling():
+        return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
+                                         device=device), dtype)
+    return fastpath.mask_bias(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device,
+                              dtype=dtype)

@@ -226,12 +226,7 @@ _MASKS = MaskCache()
 def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
               dtype: torch.dtype) -> Tensor:
     """``additive_mask(causal_mask(...))`` (``[Q, K]``, 0 / -inf) from a process-wide cache of at most
-    64 MiB (callers must not modify it). Compiled, the mask is made in the graph: a lookup in the cache would be
-    traced with a guard on the cache's contents, which the first call's own insertion fails (a second compilation of
-    every segment shape)."""
-    if torch.compiler.is_compiling():
-        return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
-                                         device=device), dtype)
+    64 MiB (callers must not modify it)."""
     return _MASKS.get(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device, dtype=dtype)
 
 

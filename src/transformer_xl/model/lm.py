@@ -35,7 +35,7 @@ from transformer_xl.model.adaptive import (
 from transformer_xl.model.attention import DecoderLayer
 from transformer_xl.model.cache import InferenceCache
 from transformer_xl.model.config import Lengths, TXLConfig
-from transformer_xl.model.fastpath import mask_bias
+from transformer_xl.model.dispatch import mask_bias
 from transformer_xl.model.int8 import check_scheme, quantize_linears
 from transformer_xl.model.memory import kept_range, update_mems
 from transformer_xl.model.positional import build_positional
