@@ -21,32 +21,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import corpus_dir, subprocess_env
+from tests.helpers import corpus_dir, ended, subprocess_env, workers
 from tests.helpers import tiny_train_config as tiny_cfg
 from transformer_xl.train.distributed import REPORT_WAIT
-
-
-def workers(agent: int) -> dict[int, int]:
-    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set)."""
-    found = {}
-    for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
-        try:
-            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        rank = [e[5:] for e in env if e.startswith(b"RANK=")]
-        if rank:
-            found[int(rank[0])] = int(child)
-    return found
-
-
-def ended(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")]
