@@ -71,6 +71,17 @@ def _integer(name: str, value: Any, minimum: int) -> int | None:
     return number
 
 
+def _device(device: str | None) -> str:
+    """The torch device to run on: ``device``, except that a CUDA device (the harness's default ``cuda:0``) falls
+    back to the CPU, with a note on stderr, where CUDA is not available."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        print(f"transformer-xl: device {device} asked for but CUDA is not available; using the CPU", file=sys.stderr)
+        return "cpu"
+    return str(device)
+
+
 class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
     """A txl model answering the harness's requests (see the module docstring).
 
@@ -84,7 +95,7 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
                  tokenizer: str | None = None, vocab: str | None = None, **ignored: Any) -> None:
         if _Base is not object:
             super().__init__()
-        self.model, directory = load_model(str(pretrained), device=device or "cpu")
+        self.model, directory = load_model(str(pretrained), device=_device(device))
         self.encoder = LineEncoder.for_model(directory, vocab=vocab, level=level, tokenizer=tokenizer)
         if len(self.encoder.vocab) != self.model.config.n_token:
             raise ConfigError(f"the vocabulary has {len(self.encoder.vocab)} symbols but the model predicts "
@@ -94,6 +105,22 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
                             same_length=_flag("same_length", same_length))
         auto = str(batch_size).startswith("auto")
         self.batch_size = 16 if auto else _integer("batch_size", batch_size, 1) or 1
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict[str, Any],
+                            additional_config: dict[str, Any] | None = None) -> TransformerXLHarness:
+        """The backend of ``--model_args`` (a dict): the harness's own options (``--batch_size``, ``--device``) fill
+        in what the model arguments leave out, and a ``batch_size`` given in the model arguments wins."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str,
+                               additional_config: dict[str, Any] | None = None) -> TransformerXLHarness:
+        """The backend of ``--model_args pretrained=DIR,mem_len=N,...`` (as :meth:`create_from_arg_obj`)."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     # -- the harness's requests -----------------------------------------------------------------
     def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -127,8 +154,9 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
 
     # -- pieces ---------------------------------------------------------------------------------
     def split_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """The ids of ``context`` and of ``continuation`` after it: the ids of the joined text past the context's,
-        when the context's ids begin them (a word cut in two stays one word), else each encoded alone."""
+        """The ids of ``context`` and of ``continuation`` after it: the ids of the joined text past the context's
+        when the context's ids begin them (always for characters and bytes; for words, when the context ends between
+        two words), else each encoded alone (a word the request cuts in two is then two words)."""
         ctx = self.encoder.string_ids(context)
         whole = self.encoder.string_ids(context + continuation)
         if len(whole) > len(ctx) and whole[:len(ctx)] == ctx:
