@@ -11,8 +11,7 @@ start symbol).
 :func:`score_text` cuts a text into units, lines or blank-line-separated documents, and reads them with
 ``memory="carry"`` (one stream per document, the whole text without documents: each line sees the lines before)
 or ``memory="reset"`` (one stream per line: each line alone). :func:`score_ids` scores any streams of ids as a
-batch: streams of different lengths are padded and masked (grouped by segment length where ``same_length`` makes
-the attention mask depend on it), with results equal to scoring them one at a time.
+batch: streams of different lengths are padded and masked, with results equal to scoring them one at a time.
 """
 
 from __future__ import annotations
@@ -170,7 +169,10 @@ def score_ids(model: TransformerXLLM, streams: Sequence[Sequence[int]], *, batch
 
 def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, lengths: Any, greedy: bool,
                  device: torch.device, bar: Any) -> list[TokenScores]:
-    """Streams read side by side, segment by segment; a stream that ends leaves the batch (and its memory)."""
+    """Streams read side by side, segment by segment; a stream that ends leaves the batch (and its memory).
+
+    A shorter last segment is padded after its end to the longest one: a query never attends to a later key, and
+    with ``same_length`` the keys a real query loses to the window do not depend on the padded length either."""
     n_targets = [r.numel() - 1 for r in rows]
     log_probs = [np.zeros(n) for n in n_targets]
     hits = [np.zeros(n, dtype=bool) for n in n_targets]
@@ -178,30 +180,23 @@ def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, len
     rec = Recurrence(model, lengths)
     pos = 0
     while active:
-        seg = {r: min(tgt, n_targets[r] - pos) for r in active}
-        # same_length masks keys by the segment's length: rows of another length go in their own forward
-        groups = ([[r for r in active if seg[r] == n] for n in sorted(set(seg.values()), reverse=True)]
-                  if lengths.same_length else [active])
-        keep = [r for r in active if n_targets[r] > pos + tgt]  # all of them in the first, full-length group
-        prev = rec
-        for group in groups:
-            width = max(seg[r] for r in group)
-            x = torch.zeros(len(group), width, dtype=torch.long)  # padded after each row's end, masked below
-            y = torch.zeros(len(group), width, dtype=torch.long)
-            for k, r in enumerate(group):
-                x[k, :seg[r]] = rows[r][pos:pos + seg[r]]
-                y[k, :seg[r]] = rows[r][pos + 1:pos + 1 + seg[r]]
-            step = prev if group == active else Recurrence(model, lengths, mems=_rows_of(prev.mems, active, group))
-            out = step(x.to(device), y.to(device), return_log_probs=greedy)
-            nll = out.nll.double().cpu()  # [G, width]
-            best = out.log_probs.argmax(-1).cpu() if greedy else None  # [G, width]
-            for k, r in enumerate(group):
-                log_probs[r][pos:pos + seg[r]] = -nll[k, :seg[r]].numpy()
-                if best is not None:
-                    hits[r][pos:pos + seg[r]] = (best[k, :seg[r]] == y[k, :seg[r]]).numpy()
-            if keep and keep[0] in group:
-                rec = step if keep == group else Recurrence(model, lengths, mems=_rows_of(step.mems, group, keep))
-        bar.update(sum(seg.values()))
+        seg = [min(tgt, n_targets[r] - pos) for r in active]
+        x = torch.zeros(len(active), max(seg), dtype=torch.long)  # [B, Q], padded after each row's end
+        y = torch.zeros_like(x)
+        for k, (r, n) in enumerate(zip(active, seg)):
+            x[k, :n] = rows[r][pos:pos + n]
+            y[k, :n] = rows[r][pos + 1:pos + 1 + n]
+        out = rec(x.to(device), y.to(device), return_log_probs=greedy)
+        nll = out.nll.double().cpu()  # [B, Q]
+        best = out.log_probs.argmax(-1).cpu() if greedy else None  # [B, Q]
+        for k, (r, n) in enumerate(zip(active, seg)):
+            log_probs[r][pos:pos + n] = -nll[k, :n].numpy()
+            if best is not None:
+                hits[r][pos:pos + n] = (best[k, :n] == y[k, :n]).numpy()
+        bar.update(sum(seg))
+        keep = [r for r in active if n_targets[r] > pos + tgt]
+        if keep and keep != active:
+            rec = Recurrence(model, lengths, mems=_rows_of(rec.mems, active, keep))
         active, pos = keep, pos + tgt
     return [TokenScores(lp, h if greedy else None) for lp, h in zip(log_probs, hits)]
 
