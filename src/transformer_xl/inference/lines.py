@@ -55,7 +55,7 @@ class LineEncoder:
             self.level = "subword"
         else:
             self.level = codec.level
-        self.lower = codec.lower and self.level != "subword"
+        self.lower = codec.lower and self.level not in ("subword", "byte")  # bytes are never lower-cased
         self._start = codec.start_ids() if self.tokenizer is None else None
         end = vocab.eos
         if self.level == "char" and end is None:
