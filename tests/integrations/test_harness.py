@@ -36,7 +36,7 @@ def _req(*args):
 def wiki(tmp_path_factory) -> tuple[Path, list[str]]:
     """A tiny random model over the words of the first lines of the embedded WikiText-2 valid text (a tenth of them
     left out, so that some words are <unk>), saved to a directory; and that text's documents."""
-    text = lzma.open(VALID, "rt", encoding="utf-8").read()
+    text = lzma.decompress(VALID.read_bytes()).decode("utf-8")
     docs = split_documents("\n".join(text.split("\n")[:30]))
     words = sorted({w for d in docs for w in d.split()} - {"<unk>"})
     vocab = Vocab(["<eos>", "<unk>", *words[: len(words) * 9 // 10]], special=["<eos>", "<unk>"], eos="<eos>",
