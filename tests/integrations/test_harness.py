@@ -131,6 +131,22 @@ doc_to_target: label
 metric_list:
   - metric: acc
 """
+GENERATE_TASK = """task: txl_generate
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: [","]
+  max_gen_toks: 6
+  do_sample: false
+metric_list:
+  - metric: exact_match
+"""
 
 
 def _write_tasks(root: Path, docs: list[str]) -> Path:
@@ -146,6 +162,7 @@ def _write_tasks(root: Path, docs: list[str]) -> Path:
     (root / "choice.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
     (tasks / "rolling.yaml").write_text(ROLLING_TASK.format(data=root / "docs.jsonl"))
     (tasks / "choice.yaml").write_text(CHOICE_TASK.format(data=root / "choice.jsonl"))
+    (tasks / "generate.yaml").write_text(GENERATE_TASK.format(data=root / "choice.jsonl").replace("answer", "label"))
     return tasks
 
 
@@ -165,7 +182,7 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
            "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "-m", "transformer_xl.integrations.harness", "--model", "transformer-xl",
            "--model_args", f"pretrained={model_dir},mem_len=24,batch_size=4", "--device", "cpu",
-           "--tasks", "txl_wikitext_rolling,txl_continuation_choice", "--include_path", str(tasks),
+           "--tasks", "txl_wikitext_rolling,txl_continuation_choice,txl_generate", "--include_path", str(tasks),
            "--output_path", str(tmp_path / "out"), "--log_samples"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -195,3 +212,8 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
             assert float(resp[0][0]) == pytest.approx(lls[-1], rel=1e-6, abs=0)  # batched with padding: float32
         chosen.append(int(np.argmax(lls)) == s["doc"]["label"])
     assert results["txl_continuation_choice"]["acc,none"] == pytest.approx(np.mean(chosen), abs=1e-12)
+    # generation: the backend's text for each context, cut before the "until" string
+    lm = TransformerXLHarness(str(model_dir), mem_len=24)
+    generated = samples("txl_generate")
+    want = lm.generate_until([_req(s["doc"]["context"], {"until": [","], "max_gen_toks": 6}) for s in generated])
+    assert [s["resps"][0][0] for s in generated] == want and all("," not in w for w in want)
