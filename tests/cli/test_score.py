@@ -88,3 +88,10 @@ def test_bad_input_is_one_line(scored_model, tmp_path, capsys, content, message)
     assert main(["score", str(model), str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("txl score: error:") and err.count("\n") == 1
+
+
+def test_errors_replace_reads_bad_bytes(scored_model, tmp_path, capsys) -> None:
+    model, _, _ = scored_model
+    (tmp_path / "input.txt").write_bytes(b"the cat \xff sat\n")
+    assert main(["score", str(model), str(tmp_path / "input.txt"), "--errors", "replace"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == ["the", "cat", "<unk>", "sat", "<eos>"]

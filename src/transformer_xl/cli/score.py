@@ -58,15 +58,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="how a line becomes tokens (default: the run's, else read from the vocabulary)")
     p.add_argument("--tokenizer", metavar="TOK_JSON", default=None,
                    help="the tokenizers JSON of a model trained with --tokenizer (default: the one its run recorded)")
+    p.add_argument("--errors", choices=("strict", "replace"), default="strict",
+                   help="bytes that are not UTF-8: strict refuses the file (default), replace reads them as U+FFFD")
     add_device(p)
     add_progress(p)
     add_no_verify(p)
     p.set_defaults(func=run)
 
 
-def read_text(source: str) -> str:
-    """The text of ``source`` (``-``: standard input) as strict UTF-8; a one-line :class:`DataError` for a missing
-    file or bytes that are not UTF-8."""
+def read_text(source: str, errors: str = "strict") -> str:
+    """The text of ``source`` (``-``: standard input) as UTF-8; a one-line :class:`DataError` for a missing file or,
+    with ``errors="strict"``, bytes that are not UTF-8."""
     from transformer_xl.data.rawtext import decode_utf8
 
     name = "standard input" if source == "-" else source
@@ -74,7 +76,7 @@ def read_text(source: str) -> str:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read {name}: {exc.strerror or exc}") from None
-    return decode_utf8(data, name).replace("\r\n", "\n").replace("\r", "\n")
+    return decode_utf8(data, name, errors=errors).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def write_tsv(records: list, out: TextIO, unit: str) -> None:
@@ -95,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tokenizer is not None and args.level is not None:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
-    text = read_text(args.file)  # a bad file is refused before the model loads
+    text = read_text(args.file, args.errors)  # a bad or empty file is refused before the model loads
+    if not text.strip():
+        raise DataError(f"nothing to score: {'standard input' if args.file == '-' else args.file} is empty")
     model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
                                   note=stderr_note("txl score"))
     encoder = LineEncoder.for_model(directory, vocab=args.vocab, level=args.level, tokenizer=args.tokenizer)
