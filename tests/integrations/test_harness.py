@@ -150,15 +150,16 @@ metric_list:
 
 
 def _write_tasks(root: Path, docs: list[str]) -> Path:
-    """The two local tasks: every document's perplexity, and for each long paragraph, its own next five words
-    against five words of another paragraph at the same place."""
+    """The local tasks: every document's perplexity; for each long paragraph, its own next five words after its first
+    half against the five words after the first half of the paragraph before; the same contexts to generate after."""
     tasks = root / "tasks"
     tasks.mkdir()
     (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     paras = [d.split() for d in docs if len(d.split()) > 40]
-    items = [{"context": " ".join(p[:len(p) // 2]), "label": 1,
-              "choices": [" ".join(paras[(i + 1) % len(paras)][len(p) // 2:len(p) // 2 + 5]),
-                          " ".join(p[len(p) // 2:len(p) // 2 + 5])]} for i, p in enumerate(paras)]
+    half = [len(p) // 2 for p in paras]
+    items = [{"context": " ".join(p[:half[i]]), "label": 1,
+              "choices": [" ".join(paras[i - 1][half[i - 1]:half[i - 1] + 5]), " ".join(p[half[i]:half[i] + 5])]}
+             for i, p in enumerate(paras)]
     (root / "choice.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
     (tasks / "rolling.yaml").write_text(ROLLING_TASK.format(data=root / "docs.jsonl"))
     (tasks / "choice.yaml").write_text(CHOICE_TASK.format(data=root / "choice.jsonl"))
