@@ -36,7 +36,9 @@ def _records(capsys) -> list[dict]:
 def test_scoring_a_file_equals_txl_eval_on_the_same_text(scored_model, tmp_path, capsys) -> None:
     model, corpus, text = scored_model
     assert main(["score", str(model), str(text)]) == 0
-    records = _records(capsys)
+    out = capsys.readouterr()
+    assert "warning: 2 tokens are not in the vocabulary and were scored as <unk>" in out.err
+    records = [json.loads(line) for line in out.out.splitlines()]
     assert [r["text"] for r in records] == TEXT.splitlines()
     assert records[0]["tokens"] == ["the", "cat", "sat", "on", "the", "mat", "<eos>"]
     assert records[2]["tokens"] == ["<eos>"] and records[4]["tokens"] == ["<unk>", "<eos>"]

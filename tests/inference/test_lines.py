@@ -46,3 +46,22 @@ def test_split_lines_as_a_file_holds_them() -> None:
     assert split_lines("a\nb\n") == ["a", "b"]
     assert split_lines("a\r\nb\rc") == ["a", "b", "c"]
     assert split_lines("") == [] and split_lines("\n") == [""]
+
+
+def test_a_tokenizer_model_encodes_lines_as_its_prepared_corpus(tmp_path) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from transformer_xl.data.builders import Source
+    from transformer_xl.data.subword import build_with_tokenizer
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "one": 1, "two": 2, "<eos>": 3}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tok.json"))
+    text = "one two\n  two three one \n\n"
+    (tmp_path / "t.txt").write_text(text)
+    built = build_with_tokenizer("t", {s: [Source(tmp_path / "t.txt")] for s in ("train", "valid", "test")},
+                                 tmp_path / "tok.json")
+    enc = LineEncoder(Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>"), tokenizer=tmp_path / "tok.json")
+    assert enc.level == "subword" and not enc.char_level and enc.start_ids() == [3]
+    assert enc.text_ids(text) == built.splits["valid"].tolist() == [1, 2, 3, 2, 0, 1, 3, 3]
