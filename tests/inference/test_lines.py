@@ -62,6 +62,7 @@ def test_a_tokenizer_model_encodes_lines_as_its_prepared_corpus(tmp_path) -> Non
     (tmp_path / "t.txt").write_text(text)
     built = build_with_tokenizer("t", {s: [Source(tmp_path / "t.txt")] for s in ("train", "valid", "test")},
                                  tmp_path / "tok.json")
-    enc = LineEncoder(Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>"), tokenizer=tmp_path / "tok.json")
+    vocab = Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>")
+    enc = LineEncoder(vocab, tokenizer=tmp_path / "tok.json")
     assert enc.level == "subword" and not enc.char_level and enc.start_ids() == [3]
     assert enc.text_ids(text) == built.splits["valid"].tolist() == [1, 2, 3, 2, 0, 1, 3, 3]
