@@ -77,13 +77,14 @@ def test_every_exported_name_exists_and_has_a_docstring() -> None:
             assert name == "__version__" or inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
 
 
-def test_docs_api_documents_every_public_module() -> None:
-    """The API reference (``docs/api.md``) renders each public module from its docstrings (mkdocstrings ``:::``
-    blocks); ``tests/test_docs.py`` checks in the built site that every exported name has its entry."""
+def test_docs_api_documents_every_exported_name() -> None:
+    """The API reference (``docs/api.md``) renders every exported name from its docstring (a mkdocstrings ``:::``
+    line under its module; a name the root re-exports from ``transformer_xl.model`` is documented there once).
+    ``tests/test_docs.py`` builds the site and finds each entry in the HTML."""
     text = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
-    missing = [m for m in MODULES if f"\n::: {m}\n" not in text]
+    missing = [f"{m}.{name}" for m in MODULES for name in importlib.import_module(m).__all__
+               if name != "__version__" and not any(f"\n::: {home}.{name}\n" in text for home in MODULES)]
     assert not missing, f"docs/api.md does not render {missing}"
-
 
 if __name__ == "__main__":
     PINNED.write_text("\n".join(public_api()) + "\n", encoding="utf-8")
