@@ -38,10 +38,10 @@ lint: $(TESTDEPS)
 
 # --strict: a broken link, a missing page or an unresolved API reference fails the build.
 docs: $(DOCSDEPS)
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 docs-serve: $(DOCSDEPS)
-	$(BIN)/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 test: lint docs
 	bash .ci/pytest.sh -m "not slow"
