@@ -6,7 +6,7 @@ of what it observed. Each command declares its expected exit code and a substrin
 refusal must be one error line without a traceback. A case that does not behave so keeps its row, marked
 FAILED, and the script exits 1. Regenerate the page with::
 
-    .venv/bin/python benchmarks/reliability_tour.py --out docs/reliability.md
+    .venv/bin/python benchmarks/reliability_tour.py --out docs/reliability-tour.md
 """
 
 from __future__ import annotations
@@ -390,14 +390,14 @@ def report(rows: list[Row], seconds: float, command: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Reliability tour", "",
-        "What the README's *Reliability* section promises, observed through the real `txl` command line by "
+        "What the [Reliability](reliability.md) page promises, observed through the real `txl` command line by "
         "`benchmarks/reliability_tour.py`: each row runs `python -m transformer_xl` in subprocesses "
         "(`OMP_NUM_THREADS=1`, umask 022, a private `TXL_CACHE_DIR` and work directory under a temporary root, "
         "shown as `$TMP`) and shows "
         "the exit codes and the line txl printed that matters (the one with the expected words, else the last), or "
         "what the tour observed. A row whose expectation (exit code, expected words, a refusal in one error line "
         "without a traceback) does not hold is marked **FAILED** and the script exits 1. Regenerate this page "
-        "with `.venv/bin/python benchmarks/reliability_tour.py --out docs/reliability.md` (or `> FILE`).",
+        "with `.venv/bin/python benchmarks/reliability_tour.py --out docs/reliability-tour.md` (or `> FILE`).",
         "", f"{now} · txl {__version__} · torch {metadata.version('torch')} · Python {sys.version.split()[0]} · "
         f"{os.cpu_count()} CPUs · `{command}` · {seconds:.0f} s", "",
         f"`$TINY` = `{' '.join(TINY)}`; `corpus` is a folder of `train.txt`, `valid.txt` and `test.txt` (640 words "
