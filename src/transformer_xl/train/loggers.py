@@ -40,6 +40,9 @@ from transformer_xl.store.layout import RunDir
 
 #: logger name -> (the module it needs, the extra that installs it)
 LOGGERS: dict[str, tuple[str, str]] = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+#: how often W&B writes its ``.wandb`` file (its default, 15 s, loses that much of a killed offline run); the
+#: environment variable ``WANDB__TRANSACTION_LOG_FLUSH_INTERVAL`` still decides when set
+FLUSH_SETTING, FLUSH_SECONDS = "x_transaction_log_flush_interval", 1.0
 #: the scalars a logger receives; ``{metric}`` is ``ppl`` or ``bpc``
 TAGS = ("train/loss", "train/{metric}", "train/lr", "train/tokens_per_s", "train/grad_norm", "valid/loss",
         "valid/{metric}")
@@ -129,8 +132,11 @@ class _WandB:
             where = {"id": run_id, "resume": "allow"}
             write_json(state_path, {**state, "wandb": {"id": run_id}})
         run.wandb.mkdir(exist_ok=True)
+        settings: dict[str, Any] = {"console": "off"}
+        if FLUSH_SETTING in wandb.Settings.model_fields and f"WANDB__{FLUSH_SETTING[2:].upper()}" not in os.environ:
+            settings[FLUSH_SETTING] = FLUSH_SECONDS
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "txl"), name=run_dir.resolve().name,
-                              dir=str(run_dir), config=hparams, settings=wandb.Settings(console="off"), **where)
+                              dir=str(run_dir), config=hparams, settings=wandb.Settings(**settings), **where)
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         self.run.log(scalars, step=step)
