@@ -76,7 +76,7 @@ def _wandb_segments(run: Path) -> list[tuple[dict, dict[int, dict]]]:
         out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(directory)],
                              capture_output=True, text=True, timeout=60, check=True).stdout
         records = [json.loads(line) for line in out.splitlines()]
-        head = next(r["run"] for r in records if r["type"] == "run")
+        head = next((r["run"] for r in records if r["type"] == "run"), {})  # {}: nothing was written
         rows: dict[int, dict] = {}
         for r in records:
             if r["type"] == "history":
