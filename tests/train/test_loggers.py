@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,19 @@ from transformer_xl.train.loggers import LOGGERS, TAGS, metric_value
 
 
 @pytest.fixture
-def offline(tmp_path, monkeypatch) -> dict[str, str]:
-    """W&B offline, its settings and caches under ``tmp_path`` (no network, no account)."""
+def offline(tmp_path, monkeypatch) -> Iterator[dict[str, str]]:
+    """W&B offline, its settings and caches under ``tmp_path`` (no network, no account). W&B puts the address of the
+    service it starts in ``WANDB_SERVICE``, which child processes would share: the test's own is removed after it."""
     env = {"WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
            "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data")}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return env
+    monkeypatch.setenv("WANDB_SERVICE", "")
+    monkeypatch.delenv("WANDB_SERVICE")  # recorded as absent: monkeypatch removes what W&B sets in the test
+    yield env
+    import wandb
+
+    wandb.teardown()
 
 
 def _expected(run: Path, metric: str = "ppl") -> dict[str, list[tuple[int, float]]]:
@@ -73,9 +80,10 @@ def _wandb_segments(run: Path) -> list[tuple[dict, dict[int, dict]]]:
     history rows by step."""
     segments = []
     for directory in sorted((run / "wandb").glob("offline-run-*")):
-        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(directory)],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-        records = [json.loads(line) for line in out.splitlines()]
+        read = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(directory)],
+                              capture_output=True, text=True, timeout=60)
+        assert read.returncode == 0, f"{directory}: {read.stderr}"
+        records = [json.loads(line) for line in read.stdout.splitlines()]
         head = next((r["run"] for r in records if r["type"] == "run"), {})  # {}: nothing was written
         rows: dict[int, dict] = {}
         for r in records:
@@ -200,18 +208,27 @@ def test_metric_value() -> None:
 
 
 # The killed run: a Trainer that SIGKILLs its own process before step K + 1 (steps up to K were logged, the last
-# checkpoint is older), after a pause in which W&B writes what it was given to the .wandb file (txl asks for every
-# second; W&B's default, 15 s, would leave the killed run's file empty).
+# checkpoint is older), once W&B's reader finds step K - 1 in the .wandb file (txl asks W&B to write it every second;
+# W&B's default, 15 s, would leave the killed run's file empty; W&B writes a step's row when the next one begins).
 KILLER = """
-import os, signal, sys, time, torch
+import glob, json, os, signal, subprocess, sys, time, torch
 torch.set_num_threads(1)
 from transformer_xl.train import Trainer, TrainConfig
 cfg = TrainConfig.from_json(open(sys.argv[1]).read())
 K = int(sys.argv[2])
+def written(step):
+    for d in glob.glob(cfg.out_dir + "/wandb/offline-run-*"):
+        out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", d], capture_output=True,
+                             text=True).stdout
+        return any(r["type"] == "history" and int(r["history"]["step"]["num"]) == step
+                   for r in map(json.loads, out.splitlines()))
+    return False
 class Killed(Trainer):
     def train_step(self, *a, **kw):
         if self.step == K:
-            time.sleep(2)
+            deadline = time.monotonic() + 60
+            while not written(K - 1) and time.monotonic() < deadline:
+                time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().train_step(*a, **kw)
 Killed(cfg).fit()
