@@ -1,17 +1,19 @@
 # One command for each job; each sets itself up from a fresh clone (Python >= 3.10 needed).
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
-#   make test   lint + the test suite (CPU, a few minutes)
+#   make test   lint + the documentation site + the test suite (CPU, a few minutes)
+#   make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
-# Two stamps: the demo needs the runtime dependencies only; the tests add the test extra (either order works).
+# Stamps: the demo needs the runtime dependencies only; the tests add the test extra, the docs the docs extra.
 RUNTIME := $(VENV)/.txl-runtime
 TESTDEPS := $(VENV)/.txl-test
+DOCSDEPS := $(VENV)/.txl-docs
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-all lint demo clean
+.PHONY: install test test-all lint docs docs-serve demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,16 +26,27 @@ $(TESTDEPS): $(RUNTIME)
 	$(PIP) -e ".[test]"
 	touch $@
 
+$(DOCSDEPS): $(RUNTIME)
+	$(PIP) -e ".[docs]"
+	touch $@
+
 install: $(RUNTIME)
 
 lint: $(TESTDEPS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
 
-test: lint
+# --strict: a broken link, a missing page or an unresolved API reference fails the build.
+docs: $(DOCSDEPS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCSDEPS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+test: lint docs
 	bash .ci/pytest.sh -m "not slow"
 
-test-all: lint
+test-all: lint docs
 	bash .ci/pytest.sh
 
 # Never deletes a run: trains into runs/demo, or runs/demo-2, -3, ... when it exists (resume one with
@@ -45,4 +58,4 @@ demo: $(RUNTIME)
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache  # never runs/
+	rm -rf $(VENV) .pytest_cache .ruff_cache site  # never runs/

@@ -6,7 +6,7 @@ of what it observed. Each command declares its expected exit code and a substrin
 refusal must be one error line without a traceback. A case that does not behave so keeps its row, marked
 FAILED, and the script exits 1. Regenerate the page with::
 
-    .venv/bin/python benchmarks/reliability_tour.py --out docs/reliability.md
+    .venv/bin/python benchmarks/reliability_tour.py --out docs/reliability-tour.md
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The tiny run the cases train (a 1-layer d_model 16 model on a 640-word corpus: seconds on one CPU thread).
 TINY = ["--preset", "tiny", "--dataset", "corpus", "--n-layer", "1", "--d-model", "16", "--d-head", "8", "--n-head",
         "2", "--d-inner", "32", "--tgt-len", "8", "--mem-len", "8", "--scheduler", "constant", "--no-progress",
-        "--no-final-eval", "--no-tensorboard", "--eval-max-tokens", "200", "--eval-interval", "2", "--save-interval",
+        "--no-final-eval", "--eval-max-tokens", "200", "--eval-interval", "2", "--save-interval",
         "2", "--log-interval", "1"]
 WORDS = ["the", "cat", "dog", "sat", "ran", "on", "under", "a", "mat", "log", "big", "small", "red", "blue", "one",
          "two", "three", "and", "then", "it", "was", "very"]
@@ -390,14 +390,14 @@ def report(rows: list[Row], seconds: float, command: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Reliability tour", "",
-        "What the README's *Reliability* section promises, observed through the real `txl` command line by "
+        "What the [Reliability](reliability.md) page promises, observed through the real `txl` command line by "
         "`benchmarks/reliability_tour.py`: each row runs `python -m transformer_xl` in subprocesses "
         "(`OMP_NUM_THREADS=1`, umask 022, a private `TXL_CACHE_DIR` and work directory under a temporary root, "
         "shown as `$TMP`) and shows "
         "the exit codes and the line txl printed that matters (the one with the expected words, else the last), or "
         "what the tour observed. A row whose expectation (exit code, expected words, a refusal in one error line "
         "without a traceback) does not hold is marked **FAILED** and the script exits 1. Regenerate this page "
-        "with `.venv/bin/python benchmarks/reliability_tour.py --out docs/reliability.md` (or `> FILE`).",
+        "with `.venv/bin/python benchmarks/reliability_tour.py --out docs/reliability-tour.md` (or `> FILE`).",
         "", f"{now} · txl {__version__} · torch {metadata.version('torch')} · Python {sys.version.split()[0]} · "
         f"{os.cpu_count()} CPUs · `{command}` · {seconds:.0f} s", "",
         f"`$TINY` = `{' '.join(TINY)}`; `corpus` is a folder of `train.txt`, `valid.txt` and `test.txt` (640 words "

@@ -2,7 +2,7 @@
 (``inspect.signature``; for a class, its constructor and public methods), equals ``tests/assets/public_api.txt``.
 
 A change to the public API is then deliberate: regenerate the list with ``python -m tests.test_public_api`` and say
-what moved, was renamed or removed in ``CHANGELOG.md`` (docs/api.md lists the API for users)."""
+what moved, was renamed or removed in ``CHANGELOG.md`` (docs/api.md renders the API for users)."""
 
 from __future__ import annotations
 
@@ -77,12 +77,14 @@ def test_every_exported_name_exists_and_has_a_docstring() -> None:
             assert name == "__version__" or inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
 
 
-def test_docs_api_lists_every_exported_name() -> None:
+def test_docs_api_documents_every_exported_name() -> None:
+    """The API reference (``docs/api.md``) renders every exported name from its docstring (a mkdocstrings ``:::``
+    line under its module; a name the root re-exports from ``transformer_xl.model`` is documented there once).
+    ``tests/test_docs.py`` builds the site and finds each entry in the HTML."""
     text = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
     missing = [f"{m}.{name}" for m in MODULES for name in importlib.import_module(m).__all__
-               if f"## `{m}`" not in text or f"| `{name}` (" not in text.split(f"## `{m}`", 1)[1].split("\n## ", 1)[0]]
-    assert not missing, f"docs/api.md does not list {missing}"
-
+               if name != "__version__" and not any(f"\n::: {home}.{name}\n" in text for home in MODULES)]
+    assert not missing, f"docs/api.md does not render {missing}"
 
 if __name__ == "__main__":
     PINNED.write_text("\n".join(public_api()) + "\n", encoding="utf-8")

@@ -1,0 +1,101 @@
+"""The user documentation: written by topic (no project history in it), its tested examples run as printed, and
+the site builds with ``mkdocs build --strict`` with every public name in the API reference.
+
+A fenced code block preceded by the line ``<!-- tested -->`` is run by these tests: the blocks of one page in
+order, in one temporary directory, ``bash`` blocks with ``bash -euo pipefail`` and ``python`` blocks with this
+interpreter, ``txl`` on the ``PATH`` and one thread (``tests.helpers.subprocess_env``)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, subprocess_env
+from tests.test_public_api import MODULES
+
+MARK = "<!-- tested -->"
+FENCE = re.compile(r"^" + re.escape(MARK) + r"\n```(python|bash)\n(.*?)^```$", re.M | re.S)
+
+#: History has no place in user docs (it belongs in CHANGELOG.md): issue numbers, work rounds, task items.
+HISTORY = re.compile(
+    r"\bissues? ?#?\d+|\bpre-issue|\bitems? \d+\b|\b(?:round|pass|session) (?:\d+|one|two|three)\b"
+    r"|\b(?:first|second|third|previous|this|next|last|final) (?:round|pass|session)\b|\bthe lead\b",
+    re.I)
+
+
+def user_docs() -> list[Path]:
+    """README, CONTRIBUTING (shown on the site) and every page under ``docs/``."""
+    return [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def marked_blocks(page: Path) -> list[tuple[str, str]]:
+    """``(language, code)`` of each block of ``page`` marked to be run."""
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(page.read_text(encoding="utf-8"))]
+
+
+def history_lines(text: str) -> list[str]:
+    """The lines of ``text`` that speak of the project's history rather than of its use."""
+    return [line.strip() for line in text.splitlines() if HISTORY.search(line)]
+
+
+def test_history_patterns() -> None:
+    """The scanner finds what it is meant to find, and leaves ordinary words alone."""
+    for line in ("as issue 23 asked", "(issue #5)", "issues 25 and 26", "item 4: blocks", "the pre-issue-17 run",
+                 "Second round: int8", "in this session", "the lead's run", "round 2 (below)"):
+        assert history_lines(line), line
+    for line in ("5 rounds of 2 segments", "alternating rounds", "the first evaluation round", "a one-round thing",
+                 "kill-and-resume", "items of a list", "one pass over the whole sequence"):
+        assert not history_lines(line), line
+
+
+def test_user_docs_tell_no_history() -> None:
+    found = {str(p.relative_to(REPO)): history_lines(p.read_text(encoding="utf-8")) for p in user_docs()}
+    found = {k: v for k, v in found.items() if v}
+    assert not found, f"project history in user docs (move it to CHANGELOG.md): {found}"
+
+
+def run_blocks(blocks: list[tuple[str, str]], cwd: Path) -> None:
+    env = subprocess_env(cwd, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for i, (lang, code) in enumerate(blocks):
+        cmd = ["bash", "-euo", "pipefail", "-c", code] if lang == "bash" else [sys.executable, "-c", code]
+        out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, f"block {i + 1} ({lang}) failed:\n{code}\n--- stderr:\n{out.stderr[-3000:]}"
+
+
+@pytest.mark.integration
+def test_getting_started_runs_as_printed(tmp_path: Path) -> None:
+    blocks = marked_blocks(REPO / "docs" / "getting-started.md")
+    code = "\n".join(c for _, c in blocks)
+    assert {lang for lang, _ in blocks} == {"bash", "python"} and "txl train" in code and "generate" in code
+    run_blocks(blocks, tmp_path)
+    assert (tmp_path / "runs" / "first" / "best" / "model.safetensors").is_file()
+
+
+@pytest.mark.integration
+def test_readme_example_runs_as_printed(tmp_path: Path) -> None:
+    blocks = marked_blocks(REPO / "README.md")
+    assert [lang for lang, _ in blocks] == ["python"]
+    assert len([line for line in blocks[0][1].splitlines() if line.strip()]) <= 12  # a short example
+    run_blocks(blocks, tmp_path)
+
+
+@pytest.mark.integration
+def test_the_site_builds_strict_with_the_whole_public_api(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (a broken link or an unresolved reference fails it), and every name the package
+    exports has its entry (an HTML anchor) in the API reference."""
+    pytest.importorskip("mkdocs", reason="the docs extra (make docs installs it)")
+    site = tmp_path / "site"
+    env = subprocess_env(tmp_path, NO_MKDOCS_2_WARNING="1")  # without Material's end-of-life banner
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    html = (site / "api" / "index.html").read_text(encoding="utf-8")
+    missing = [f"{m}.{name}" for m in MODULES for name in importlib.import_module(m).__all__  # re-exports: once
+               if name != "__version__" and not any(f'id="{home}.{name}"' in html for home in MODULES)]
+    assert not missing, f"the API reference lacks {missing}"
