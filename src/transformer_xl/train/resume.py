@@ -60,6 +60,12 @@ _WHY = {
 }
 
 
+def fixed_field_changed(run_root: str | Path, key: str, old: Any) -> ConfigError:
+    """The one-line error for a change of ``key`` (a field that fixes something of the run) on ``--resume``."""
+    return ConfigError(f"cannot change {key} on --resume: {run_root} was trained with {key}={old!r} (it fixes "
+                       f"{_WHY[key]}); start a new run with another --out-dir")
+
+
 @dataclass
 class ResumePlan:
     """Where a resume starts: ``checkpoint`` (``None``: again from step 0) and what it was written with."""
@@ -88,8 +94,7 @@ class ResumePlan:
                 continue
             fixed = key in FIXED or (key == "precision" and "fp16" in (old, new[key]))
             if fixed:
-                raise ConfigError(f"cannot change {key} on --resume: {self.run.root} was trained with {key}={old!r} "
-                                  f"(it fixes {_WHY[key]}); start a new run with another --out-dir")
+                raise fixed_field_changed(self.run.root, key, old)
             changes[key] = [old, new[key]]
         self.changes = changes
         return changes
