@@ -76,6 +76,7 @@ class ResumePlan:
     model: dict[str, Any] = field(default_factory=dict)  # the TXLConfig of the checkpoint
     vocab_sha256: str | None = None
     changes: dict[str, list[Any]] = field(default_factory=dict)  # field -> [run's value, new value]
+    precision: str | None = None  # the precision the checkpoint was trained in (``auto`` resolved)
 
     def check(self, cfg: TrainConfig, model: dict[str, Any], vocab_sha256: str) -> dict[str, list[Any]]:
         """Refuse a fixed field's change or another vocabulary (one line each); returns the changes."""
@@ -129,6 +130,7 @@ def plan_resume(path: str | Path) -> ResumePlan:
         plan.model = model
         plan.train = state.get("train_config", plan.train)  # older checkpoints: the run's config.json
         plan.vocab_sha256 = state.get("vocab_sha256", plan.vocab_sha256)
+        plan.precision = state.get("precision")
     if plan.vocab_sha256 is None and run.vocab.is_file():
         from transformer_xl.data.vocab import Vocab
 
