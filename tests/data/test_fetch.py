@@ -142,6 +142,72 @@ def test_fetch_dataset_from_mirror_verifies_members(
 
 
 
+def _ptb_without_member_checksums(monkeypatch: pytest.MonkeyPatch, archive: bytes) -> None:
+    """PTB whose archive has a published SHA-256 (``archive``'s) and whose members have none, as WikiText-103."""
+    spec = corpora.DATASETS["ptb"]
+    res = spec.resources[0]
+    members = tuple(dataclasses.replace(m, sha256=None, size=None) for m in res.members)
+    res = dataclasses.replace(res, members=members, sha256=hashlib.sha256(archive).hexdigest(), size=None)
+    monkeypatch.setitem(corpora.DATASETS, "ptb", dataclasses.replace(spec, resources=(res,)))
+
+
+def test_a_wrong_archive_already_there_is_refused_removed_and_fetched_again(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An archive placed by hand is checked against the published SHA-256 like a download: with members that have
+    no checksums of their own, nothing else would notice the wrong text."""
+    url, root = server
+    good = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    wrong = {"train": b"x\n", "valid": b"y\n", "test": b"z\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(good))
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "simple-examples.tgz").write_bytes(_ptb_tgz(wrong))  # a corrupt or other archive, placed by hand
+    fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert {p.name: p.read_bytes() for p in folder.glob("ptb.*.txt")} == {f"ptb.{k}.txt": v for k, v in good.items()}
+    [line] = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(rf"txl data: {re.escape((folder / 'simple-examples.tgz').as_uri())} failed \(.*sha256 "
+                        rf"[0-9a-f]+ does not match the expected [0-9a-f]+; the archive already there was removed\); "
+                        rf"trying {re.escape(url)}/simple-examples.tgz", line)
+
+
+def test_an_archive_placed_by_hand_is_used_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the offline error advises (download the archive by hand and place it in the folder) works offline."""
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # the network URLs are skipped
+    bodies = {"train": b"a b c\n", "valid": b"a b\n", "test": b"c a\n"}
+    archive = _ptb_tgz(bodies)
+    _ptb_without_member_checksums(monkeypatch, archive)
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "simple-examples.tgz").write_bytes(archive)
+    files = fetch("ptb", tmp_path / "data", progress=False)
+    assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert (folder / "ptb.valid.txt").read_bytes() == bodies["valid"] and not (folder / "simple-examples.tgz").exists()
+    (folder / "ptb.train.txt").unlink()
+    (folder / "simple-examples.tgz").write_bytes(archive[:-1] + bytes([archive[-1] ^ 1]))  # one wrong bit: removed
+    with pytest.raises(DataError, match=r"sha256 \w+ does not match .*; the archive already there was removed"):
+        fetch("ptb", tmp_path / "data", progress=False)
+    assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.train.txt").exists()
+
+
+def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+    url, root = server
+    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(bodies))
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "ptb.train.txt").write_bytes(bodies["train"])
+    files = fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert (folder / "ptb.test.txt").read_bytes() == bodies["test"]
+    (root / "simple-examples.tgz").unlink()  # every member there: nothing is fetched (the mirror has nothing now)
+    assert fetch("ptb", tmp_path / "data", mirror=url, progress=False) == files
+
 
 def _wt2_zip(path: Path) -> Path:
     """A ``wikitext-2-v1.zip`` laid out as the official one, from the embedded WikiText-2 (real member checksums)."""

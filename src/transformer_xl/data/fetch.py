@@ -193,11 +193,15 @@ def _resource_done(res: Resource, folder: Path) -> bool:
 def _from_url(res: Resource, url: str, folder: Path, *, force: bool, progress: bool) -> None:
     """Download ``res`` from ``url`` (or verify the archive already there) and extract its verified members."""
     archive = folder / res.filename
-    if force or not archive.exists():
-        download(url, archive, sha256=res.sha256, size=res.size, progress=progress)
-    else:
-        verify_file(archive, sha256=res.sha256, size=res.size)
+    there = archive.exists() and not force  # placed by hand, or left by a fetch stopped before extracting
+    if not there:
+        download(url, archive, sha256=res.sha256, size=res.size, progress=progress)  # verified as it lands
     try:
+        if there:  # verified like a download (WikiText-103's members have no checksums of their own)
+            try:
+                verify_file(archive, sha256=res.sha256, size=res.size)
+            except DataError as exc:
+                raise DataError(f"{exc}; the archive already there was removed") from None
         for member in res.members:
             _extract_member(archive, member, folder)
     except DataError:
@@ -249,6 +253,8 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
         if not force and _resource_done(res, folder):
             continue
         urls = [f"{mirror.rstrip('/')}/{res.filename}"] if mirror else [u for u in res.urls if not _offline_skip(u)]
+        if not force and (folder / res.filename).is_file():  # an archive already there (placed by hand) comes first,
+            urls.insert(0, (folder / res.filename).as_uri())  # offline too: verified, removed if wrong
         nexts = [*urls[1:], spec.hub.describe() if spec.hub and not mirror else None]
         for url, after in zip(urls, nexts):
             try:
