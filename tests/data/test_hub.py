@@ -65,6 +65,21 @@ def build_hub_cache(root: Path, edit: dict[str, tuple[int, str]] | None = None) 
     return root
 
 
+def move_main(cache: Path, edit: dict[str, tuple[int, str]]) -> str:
+    """Push a commit to ``main`` in the fixture cache built by :func:`build_hub_cache`: the shards with ``edit``
+    applied, as another snapshot, and ``refs/main`` naming it; the pinned revision's snapshot stays. Returns it."""
+    other = build_hub_cache(cache.parent / "other", edit=edit)
+    src = other / f"datasets--{HUB.repo_id.replace('/', '--')}"
+    repo = cache / src.name
+    commit = "f" * 40
+    for blob in (src / "blobs").iterdir():
+        if not (repo / "blobs" / blob.name).exists():
+            blob.rename(repo / "blobs" / blob.name)
+    (src / "snapshots" / HUB.revision).rename(repo / "snapshots" / commit)
+    (repo / "refs" / "main").write_text(commit)
+    return commit
+
+
 @pytest.fixture
 def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HF_HUB_OFFLINE with HF_HUB_CACHE at a fresh fixture cache (as huggingface_hub reads them at import)."""
@@ -113,6 +128,25 @@ def test_fetch_falls_back_to_the_hub_and_records_it_in_the_cache_manifest(
     assert record["wiki.valid.tokens"]["source"] == f"hf://datasets/Salesforce/wikitext@{HUB.revision}/wikitext-2-v1"
     manifest = load_corpus("wt2-char", tmp_path / "data", cache_dir=tmp_path / "c").manifest
     assert manifest["fetched_from"]["wiki.test.tokens"]["sha256"] == HUB.splits[2].sha256
+
+
+def test_the_pinned_revision_is_read_when_the_branch_has_moved(offline_hub: Path, tmp_path: Path) -> None:
+    """``main`` moved on to a commit whose text differs: the dataset is still rebuilt from the pinned revision."""
+    move_main(offline_hub, edit={"test": (3, "a line pushed later\n")})
+    fetch_from_hub(HUB, tmp_path / "out")
+    assert (tmp_path / "out" / "wiki.test.tokens").read_bytes() == original("test")
+
+
+def test_files_already_there_are_kept_unless_forced(offline_hub: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "wiki.valid.tokens").write_bytes(b"kept\n")
+    records = fetch_from_hub(HUB, out)
+    assert sorted(records) == ["wiki.test.tokens", "wiki.train.tokens"]  # nothing said of the file kept
+    assert (out / "wiki.valid.tokens").read_bytes() == b"kept\n"
+    records = fetch_from_hub(HUB, out, force=True)
+    assert sorted(records) == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+    assert (out / "wiki.valid.tokens").read_bytes() == original("valid")
 
 
 def test_a_rebuilt_text_unlike_the_original_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -183,3 +183,31 @@ def test_cuda_graph_step_equals_the_plain_step() -> None:
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=True)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+
+
+def test_memories_longer_than_mem_len_keep_their_newest_rows() -> None:
+    """Given more rows than ``mem_len`` (another decoder's memories, a longer prompt's), a step attends to the
+    newest ``mem_len`` of them, as the plain step cuts them."""
+    model = _model()
+    long = generate(model, _prompt(p=12), max_new_tokens=1, mem_len=9).mems  # 9 rows, for a decoder of 4
+    assert long[0].size(1) == 9
+    dec = _eager(model, mem_len=4)
+    tok = torch.tensor([5, 6])
+    lp, mems = dec.step(tok, long)
+    ref, ref_mems = _plain_step(model, tok, [m[:, -4:] for m in long], 4)
+    assert (lp - ref).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(mems, ref_mems))
+
+
+def test_a_memory_edited_in_place_after_it_was_returned_is_loaded_again() -> None:
+    """The same tensor objects, changed in place (their version counters moved): the step reloads them instead of
+    continuing from the state it kept."""
+    model = _model()
+    dec = _eager(model, mem_len=4)
+    _, mems = dec.step(torch.tensor([1, 2]), generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems)
+    for m in mems:
+        m.mul_(0.5)  # edited in place: same objects
+    tok = torch.tensor([3, 4])
+    ref, _ = _plain_step(model, tok, [m.clone() for m in mems], 4)
+    lp, _ = dec.step(tok, mems)
+    assert (lp - ref).abs().max() <= 1e-5
