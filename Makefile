@@ -1,6 +1,7 @@
 # One command for each job; each sets itself up from a fresh clone (Python >= 3.10 needed).
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
 #   make test   lint + the test suite (CPU, a few minutes)
+#   make mutate MODULE=src/transformer_xl/train/resume.py   mutation testing of one module (minutes; not in `make test`)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,10 +9,11 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 # Two stamps: the demo needs the runtime dependencies only; the tests add the test extra (either order works).
 RUNTIME := $(VENV)/.txl-runtime
 TESTDEPS := $(VENV)/.txl-test
+MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-all lint demo clean
+.PHONY: install test test-all lint demo clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +24,10 @@ $(RUNTIME): pyproject.toml constraints.txt | $(BIN)/python
 
 $(TESTDEPS): $(RUNTIME)
 	$(PIP) -e ".[test]"
+	touch $@
+
+$(MUTATEDEPS): $(TESTDEPS)
+	$(PIP) -e ".[test,mutation]"
 	touch $@
 
 install: $(RUNTIME)
@@ -36,6 +42,17 @@ test: lint
 test-all: lint
 	bash .ci/pytest.sh
 
+# Mutation testing of MODULE (a file or a package folder) against its mirror tests and related ones (or TESTS="...");
+# writes benchmarks/results/mutation/<module>.json under LABEL (after; REF=main LABEL=before measures main's code).
+MODULE ?=
+TESTS ?=
+LABEL ?= after
+REF ?=
+mutate: $(MUTATEDEPS)
+	@test -n "$(MODULE)" || { echo "make mutate: give MODULE=src/transformer_xl/... (a file or a folder)" >&2; exit 2; }
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/mutate.py $(MODULE) --label $(LABEL) \
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF))
+
 # Never deletes a run: trains into runs/demo, or runs/demo-2, -3, ... when it exists (resume one with
 # `txl train --resume runs/demo`). Capped by steps, not time, so every machine computes the same numbers.
 demo: $(RUNTIME)
@@ -45,4 +62,4 @@ demo: $(RUNTIME)
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache  # never runs/
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mutation  # never runs/
