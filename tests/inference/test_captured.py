@@ -127,8 +127,10 @@ def test_bad_input_is_one_line() -> None:
     model = _model()
     with pytest.raises(ConfigError, match="attn_type 1"):
         _eager(_model(attn_type=1))
-    with pytest.raises(ConfigError, match="kv_dtype"):
+    with pytest.raises(ConfigError, match=r"^unknown kv_dtype 'int4'; known: float32, bfloat16$"):
         _eager(model, kv_dtype="int4")
+    with pytest.raises(ConfigError, match=r"^mem_len must be a positive integer, got 0$"):
+        _eager(model, mem_len=0)
     dec = _eager(model, mem_len=4)
     mems = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
     with pytest.raises(ConfigError, match="tokens must be"):
@@ -211,3 +213,33 @@ def test_a_memory_edited_in_place_after_it_was_returned_is_loaded_again() -> Non
     ref, _ = _plain_step(model, tok, [m.clone() for m in mems], 4)
     lp, _ = dec.step(tok, mems)
     assert (lp - ref).abs().max() <= 1e-5
+
+
+def test_the_memories_keep_the_model_dtype_and_a_long_mem_len() -> None:
+    """A float64 model's memories stay float64; a memory longer than the buffers' minimum spare room (mem_len 200)
+    steps like the plain path."""
+    model = _model().double()
+    mems = generate(model, _prompt(), max_new_tokens=1, mem_len=200).mems
+    tok = torch.tensor([7, 8])
+    lp, new = _eager(model, mem_len=200).step(tok, mems)
+    ref, ref_mems = _plain_step(model, tok, mems, 200)
+    assert all(m.dtype == torch.float64 for m in new) and [m.shape for m in new] == [m.shape for m in ref_mems]
+    assert (lp - ref).abs().max() <= 1e-5  # the position table is built in float32, as for every model
+
+
+def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkeypatch) -> None:
+    """Loading projects every memory row again: a step given the memories it returned last continues from its ring;
+    any other memories (a branch, fewer tensors) are loaded. The decoder's lengths have no ext_len."""
+    model = _model(ext_len=2)
+    dec = _eager(model, mem_len=4)
+    assert dec.lengths.ext_len == 0
+    loads: list[int] = []
+    real = dec.load
+    monkeypatch.setattr(dec, "load", lambda mems: (loads.append(len(mems)), real(mems))[1])
+    start = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
+    _, mems = dec.step(torch.tensor([1, 2]), start)
+    _, mems = dec.step(torch.tensor([3, 4]), mems)
+    _, mems = dec.step(torch.tensor([5, 6]), mems)
+    assert len(loads) == 1
+    dec.step(torch.tensor([5, 6]), start)  # a branch from the first state
+    assert len(loads) == 2

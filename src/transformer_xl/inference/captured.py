@@ -54,7 +54,7 @@ class CaptureOptions:
 _COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
 
 
-def _compiled(device: torch.device) -> object:
+def _compiled(device: torch.device) -> object:  # pragma: no mutate block (left out: each check compiles, ~50 s)
     """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``)."""
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     if mode not in _COMPILED:
