@@ -119,8 +119,11 @@ def count(scratch: Path, module: str) -> dict[str, int]:
                 status = {"segfault": "killed", "caught_by_type_check": "killed", "skipped": "not_checked",
                           "check_was_interrupted_by_user": "not_checked"}.get(status, status)
                 counts[status] += 1
-    marks = [line for f in files for line in f.read_text().splitlines() if PRAGMA.search(line)]
-    counts["left_out"] = sum("left out" in line for line in marks)
+    marks = []  # each mark with the line above it (where a reason too long for the line goes)
+    for f in files:
+        lines = ["", *f.read_text().splitlines()]
+        marks += [lines[i - 1] + lines[i] for i in range(1, len(lines)) if PRAGMA.search(lines[i])]
+    counts["left_out"] = sum("left out" in text for text in marks)
     counts["equivalent"] = len(marks) - counts["left_out"]
     return counts
 

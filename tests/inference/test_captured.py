@@ -119,6 +119,7 @@ def test_narrower_types_stay_close() -> None:
             lp, mems = dec.step(forced[:, t], mems)
             lps.append(lp.gather(1, forced[:, t + 1, None]))
         got = torch.cat(lps, 1)
+        assert (dec.weights["layers"][0]["qkv"][0].dtype == torch.int8) == bool(kw.get("int8")), kw
         assert (got - plain.log_probs[:, 1:]).abs().max() <= tol, kw
         assert (got - plain.log_probs[:, 1:]).abs().max() > 0, kw
 
@@ -131,6 +132,10 @@ def test_bad_input_is_one_line() -> None:
         _eager(model, kv_dtype="int4")
     with pytest.raises(ConfigError, match=r"^mem_len must be a positive integer, got 0$"):
         _eager(model, mem_len=0)
+    with pytest.raises(ConfigError, match=r"^batch must be a positive integer, got 0$"):
+        _eager(model, batch=0)
+    with pytest.raises(ConfigError, match=r"^int8 decoding is for the CPU; the model is on meta$"):
+        _eager(_model().to("meta"), int8=True)
     dec = _eager(model, mem_len=4)
     mems = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
     with pytest.raises(ConfigError, match="tokens must be"):
@@ -216,15 +221,16 @@ def test_a_memory_edited_in_place_after_it_was_returned_is_loaded_again() -> Non
 
 
 def test_the_memories_keep_the_model_dtype_and_a_long_mem_len() -> None:
-    """A float64 model's memories stay float64; a memory longer than the buffers' minimum spare room (mem_len 200)
-    steps like the plain path."""
+    """A float64 model's memories stay float64; a memory longer than the buffers' minimum spare room (mem_len 200),
+    and the shortest one (1), step like the plain path."""
     model = _model().double()
-    mems = generate(model, _prompt(), max_new_tokens=1, mem_len=200).mems
     tok = torch.tensor([7, 8])
-    lp, new = _eager(model, mem_len=200).step(tok, mems)
-    ref, ref_mems = _plain_step(model, tok, mems, 200)
-    assert all(m.dtype == torch.float64 for m in new) and [m.shape for m in new] == [m.shape for m in ref_mems]
-    assert (lp - ref).abs().max() <= 1e-5  # the position table is built in float32, as for every model
+    for mem_len in (200, 1):
+        mems = generate(model, _prompt(), max_new_tokens=1, mem_len=mem_len).mems
+        lp, new = _eager(model, mem_len=mem_len).step(tok, mems)
+        ref, ref_mems = _plain_step(model, tok, mems, mem_len)
+        assert all(m.dtype == torch.float64 for m in new) and [m.shape for m in new] == [m.shape for m in ref_mems]
+        assert (lp - ref).abs().max() <= 1e-5  # the position table is built in float32, as for every model
 
 
 def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkeypatch) -> None:
@@ -243,3 +249,16 @@ def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkey
     assert len(loads) == 1
     dec.step(torch.tensor([5, 6]), start)  # a branch from the first state
     assert len(loads) == 2
+
+
+def test_the_state_lives_on_the_model_device() -> None:
+    """Every buffer of the decoder is made on the model's device (PyTorch's ``meta`` device stands in for an
+    accelerator: shapes and placement without data); positions are integers, the ring has the asked type."""
+    model = _model().to("meta")
+    dec = _eager(model, mem_len=4, kv_dtype="bfloat16")
+    mems = [torch.zeros(2, 3, model.config.d_model, device="meta") for _ in range(model.config.n_layer + 1)]
+    lp, new = dec.step(torch.tensor([1, 2], device="meta"), mems)
+    state = [*dec.ks, *dec.vs, dec.slot_pos, dec.cur, *dec.pos_keys, dec._hist, lp, *new]
+    assert {t.device.type for t in state} == {"meta"}
+    assert {t.dtype for t in [*dec.ks, *dec.vs]} == {torch.bfloat16}
+    assert dec.slot_pos.dtype == dec.cur.dtype == torch.long
