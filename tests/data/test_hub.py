@@ -89,6 +89,30 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"HF_HUB_CACHE": "/c/hub-cache", "HF_HOME": "/h"}, "/c/hub-cache"), ({"HF_HOME": "/h"}, "/h/hub"),
+    ({}, "HOME/.cache/huggingface/hub"),
+])
+def test_without_huggingface_hub_its_cache_and_offline_mode_are_read_as_it_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    """The placement hint names the cache folder even where huggingface_hub is not installed: HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub; HF_HUB_OFFLINE is true for 1/ON/YES/TRUE in any case."""
+    from transformer_xl.data.hub import hub_cache_dir, hub_offline
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # `from huggingface_hub import ...` raises ImportError
+    for name in ("HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert hub_cache_dir() == expected.replace("HOME", str(tmp_path))
+    assert not hub_offline()
+    for value, offline in (("1", True), ("on", True), ("Yes", True), ("TRUE", True), ("0", False), ("no", False)):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert hub_offline() is offline, value
+
+
 def test_registry_lists_the_wikitext_sources_in_order() -> None:
     for name, archive in (("wt2", "wikitext-2-v1.zip"), ("wt103", "wikitext-103-v1.zip")):
         spec = corpora.get_spec(name)

@@ -37,7 +37,8 @@ def hub_cache_dir() -> str:
     try:
         from huggingface_hub import constants
     except ImportError:
-        return os.environ.get("HF_HUB_CACHE") or str(Path.home() / ".cache" / "huggingface" / "hub")
+        home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+        return os.environ.get("HF_HUB_CACHE") or str(Path(home) / "hub")
     return str(constants.HF_HUB_CACHE)
 
 
