@@ -116,9 +116,10 @@ def count(scratch: Path, module: str) -> dict[str, int]:
         if meta.is_file():
             for code in json.loads(meta.read_text())["exit_code_by_key"].values():
                 status = status_by_exit_code[code].replace(" ", "_")
-                status = {"segfault": "killed", "caught_by_type_check": "killed", "skipped": "not_checked",
+                status = {"segfault": "killed", "caught_by_type_check": "killed",
                           "check_was_interrupted_by_user": "not_checked"}.get(status, status)
-                counts[status] += 1
+                if status != "skipped":  # a recheck found its line marked since: not a mutant any more
+                    counts[status] += 1
     marks = []  # each mark with the line above it (where a reason too long for the line goes)
     for f in files:
         lines = ["", *f.read_text().splitlines()]
@@ -138,6 +139,60 @@ def survivors(scratch: Path) -> list[str]:
     out = subprocess.run([str(Path(sys.executable).parent / "mutmut"), "results"], cwd=scratch,
                          capture_output=True, text=True).stdout
     return [ln.split(":")[0].strip() for ln in out.splitlines() if ln.strip().endswith(("survived", "no tests"))]
+
+
+def recheck(module: str, tests: list[str], label: str) -> dict:
+    """Run the survivors of the last run (``label``) again against the current tests, without making the mutants
+    again: each through mutmut's own switch (``MUTANT_UNDER_TEST``) in its ``mutants/`` copy. A survivor whose
+    line has been marked ``# pragma: no mutate`` since is dropped (mutmut's "skipped")."""
+    import mutmut
+
+    scratch = SCRATCH / slug(module) / label
+    mutants = scratch / "mutants"
+    if not mutants.is_dir():
+        raise SystemExit(f"make mutate: no earlier run in {scratch} to recheck")
+    shutil.rmtree(mutants / "tests")
+    shutil.copytree(REPO / "tests", mutants / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": "src"}
+    deselect = [a for t in DESELECT if (mutants / t.split("::")[0]).is_file() for a in ("--deselect", t)]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *deselect, *tests]
+    mutmut_bin = str(Path(sys.executable).parent / "mutmut")
+    src = REPO / module
+    for f in sorted(src.rglob("*.py")) if src.is_dir() else [src]:
+        meta_path = mutants / f"{f.relative_to(REPO)}.meta"
+        if not meta_path.is_file():
+            continue
+        meta = json.loads(meta_path.read_text())
+        lines, marked = f.read_text().splitlines(), []
+        for i, ln in enumerate(lines):
+            if PRAGMA.search(ln):  # the line, and for "no mutate block" the lines indented under it
+                marked.append(ln.strip().split("  # pragma")[0])
+                indent = len(ln) - len(ln.lstrip())
+                for nxt in lines[i + 1:] if "no mutate block" in ln else []:
+                    if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                        break
+                    marked.append(nxt.strip())
+        for name, code in meta["exit_code_by_key"].items():
+            if code not in (0, 5, 33):
+                continue
+            diff = subprocess.run([mutmut_bin, "show", name], cwd=scratch, capture_output=True, text=True).stdout
+            old = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+            if old and any(o in marked for o in old):
+                meta["exit_code_by_key"][name] = 34  # its line is marked now: no such mutant any more
+                continue
+            try:
+                rc = subprocess.run(cmd, cwd=mutants, env={**env, "MUTANT_UNDER_TEST": name}, capture_output=True,
+                                    timeout=600).returncode
+            except subprocess.TimeoutExpired:
+                rc = 36
+            meta["exit_code_by_key"][name] = {5: 33}.get(rc, rc)
+            print(f"  recheck {name}: {'survived' if rc == 0 else 'no tests' if rc == 5 else 'killed'}", flush=True)
+        meta_path.write_text(json.dumps(meta))
+    counts = count(scratch, module)
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    return {**counts, "score": score(counts), "survivors": survivors(scratch), "tests": tests,
+            "source": "working tree (survivors rechecked)", "commit": rev.strip() + "+", "seconds": None,
+            "max_children": 1, "tool": f"mutmut {mutmut.__version__}", "cpu": _cpu()}
 
 
 def slug(module: str) -> str:
@@ -216,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tests", help="space-separated test files or node ids (default: mirror + RELATED)")
     ap.add_argument("--label", default="after", help="the result file's entry to write (before / after)")
     ap.add_argument("--ref", help="take the sources and tests from this git revision (e.g. main)")
+    ap.add_argument("--recheck", action="store_true", help="run the last run's survivors again (current tests)")
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     ap.add_argument("--table", action="store_true", help="print the Markdown table of every result file")
     ap.add_argument("--docs", action="store_true", help="write that table into docs/mutation-testing.md")
@@ -229,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     tests = args.tests.split() if args.tests else tests_for(module)
     if not tests:
         ap.error(f"no tests for {module}: give TESTS=... (its mirror test module is missing)")
-    result = run(module, tests, args.label, args.ref, args.max_children)
+    if args.recheck:
+        result = recheck(module, tests, args.label)
+    else:
+        result = run(module, tests, args.label, args.ref, args.max_children)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{slug(module)}.json"
     data = json.loads(out.read_text()) if out.is_file() else {"module": module.rstrip("/"), "runs": {}}

@@ -8,6 +8,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -153,8 +154,11 @@ def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run
         f.write("a brand new word appears\n")
     edited = load_corpus(str(data), cache_dir=tmp_path / "cache")
     before = _snapshot(run)
-    with pytest.raises(DataError, match=r"vocabulary .* differs from the one .* trained with"):
-        Trainer(_resume_cfg(run, max_step=5), corpus=edited, resume=run)
+    new, old, cfg = edited.vocab.sha256()[:12], corpus.vocab.sha256()[:12], _resume_cfg(run, max_step=5)
+    with pytest.raises(DataError, match=rf"^the vocabulary of dataset '{re.escape(cfg.dataset)}' differs from the one "
+                       rf"{run} was trained with \(sha256 {new} vs {old}\): its text changed since the run started; "
+                       r"restore it, or start a new run with another --out-dir$"):
+        Trainer(cfg, corpus=edited, resume=run)
     assert _snapshot(run) == before
 
 
@@ -338,3 +342,40 @@ def test_resume_target(tmp_path) -> None:
     assert resume_target("auto", tmp_path / "r") == tmp_path / "r"
     assert resume_target("./auto", tmp_path / "r") == Path("auto")  # a run directory named auto
     assert resume_target(tmp_path / "x", tmp_path / "r") == tmp_path / "x"
+
+
+def test_refusals_say_what_the_field_fixes_in_one_line(tmp_path, corpus, tiny_run) -> None:
+    run = _trained(tiny_run, corpus)
+    with pytest.raises(ConfigError, match=rf"^cannot change optim on --resume: {run} was trained with optim='adam' "
+                       r"\(it fixes the optimizer state's form\); start a new run with another --out-dir$"):
+        Trainer(_resume_cfg(run, optim="sgd"), corpus=corpus, resume=run)
+    with pytest.raises(ConfigError, match=rf"^cannot change n_layer on --resume: {run} was trained with n_layer=2 "
+                       r"\(the architecture and training lengths are fixed; evaluation lengths: --test-\*\)$"):
+        Trainer(_resume_cfg(run, n_layer=3), corpus=corpus, resume=run)
+    with pytest.raises(ConfigError, match=rf"^{run} already holds a run: continue it with `txl train --resume {run}`, "
+                       r"or give another --out-dir$"):
+        Trainer(tiny_run(max_step=4, save_interval=2), corpus=corpus)
+
+
+def test_the_schedule_is_retargeted_when_any_schedule_field_changes(tmp_path) -> None:
+    from transformer_xl.store.layout import RunDir
+    from transformer_xl.train.resume import ResumePlan
+
+    plan = ResumePlan(RunDir(tmp_path), None)
+    for changes, retarget in (({}, False), ({"log_interval": [1, 2]}, False), ({"lr": [1, 2]}, True),
+                              ({"lr": [1, 2], "log_interval": [1, 2]}, True)):
+        plan.changes = changes
+        assert plan.schedule_changed is retarget, changes
+
+
+def test_a_corrupt_only_checkpoint_is_refused_without_an_older_one_to_name(tmp_path, corpus, tiny_run) -> None:
+    from tests.helpers import damage_file
+    from transformer_xl.errors import CheckpointError
+
+    cfg = tiny_run(max_step=2, save_interval=2)
+    Trainer(cfg, corpus=corpus).fit()
+    [only] = list_checkpoints(Path(cfg.out_dir) / "checkpoints")
+    damage_file(only / "model.safetensors", "bit-flip")
+    with pytest.raises(CheckpointError, match="SHA-256") as err:
+        Trainer(_resume_cfg(Path(cfg.out_dir), max_step=4), corpus=corpus, resume=cfg.out_dir)
+    assert "older checkpoint" not in str(err.value)
