@@ -9,6 +9,7 @@ import io
 import json
 import lzma
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,6 +172,37 @@ def test_files_already_there_are_kept_unless_forced(offline_hub: Path, tmp_path:
     records = fetch_from_hub(HUB, out, force=True)
     assert sorted(records) == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
     assert (out / "wiki.valid.tokens").read_bytes() == original("valid")
+
+
+def test_a_split_in_several_shards_is_rebuilt_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WikiText-103's training text comes in two shards: the rows of every shard are written, counted and hashed."""
+    cache = build_hub_cache(tmp_path / "hf")
+    snapshot = cache / f"datasets--{HUB.repo_id.replace('/', '--')}" / "snapshots" / HUB.revision / HUB.config
+    rows = hub_rows(original("valid"))
+    files = []
+    for i, part in enumerate((rows[:1000], rows[1000:])):
+        files.append(f"{HUB.config}/validation-0000{i}-of-00002.parquet")
+        pq.write_table(pa.table({"text": part}), snapshot / Path(files[-1]).name)
+    split = dataclasses.replace(HUB.splits[1], files=tuple(files))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    records = fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out")
+    assert (tmp_path / "out" / "wiki.valid.tokens").read_bytes() == original("valid")
+    assert records["wiki.valid.tokens"]["lines"] == len(rows) and records["wiki.valid.tokens"]["tokens"] == 217_646
+    (snapshot / Path(files[1]).name).write_bytes(b"PAR1 not parquet")  # a damaged shard: one line naming the split
+    with pytest.raises(DataError, match=rf"^{re.escape(HUB.describe())}: cannot read {files[0]} \("):
+        fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out2")
+    assert not list((tmp_path / "out2").iterdir())
+
+
+def test_a_wrong_sha1_is_refused(offline_hub: Path, tmp_path: Path) -> None:
+    """WikiText-103's originals are published with SHA-1 sums (and no SHA-256): those are checked too."""
+    split = dataclasses.replace(HUB.splits[2], sha256=None, sha1="0" * 40)
+    with pytest.raises(DataError, match=r"wiki.test.tokens does not match the original \(sha1 [0-9a-f]{40}, "
+                       r"expected 0{40}\)$"):
+        fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out")
+    right = dataclasses.replace(split, sha1=hashlib.sha1(original("test")).hexdigest())
+    assert fetch_from_hub(dataclasses.replace(HUB, splits=(right,)), tmp_path / "out")["wiki.test.tokens"]["lines"]
 
 
 def test_a_rebuilt_text_unlike_the_original_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
