@@ -43,15 +43,18 @@ test-all: lint
 	bash .ci/pytest.sh
 
 # Mutation testing of MODULE (a file or a package folder) against its mirror tests and related ones (or TESTS="...");
-# writes benchmarks/results/mutation/<module>.json under LABEL (after; REF=main LABEL=before measures main's code).
+# writes benchmarks/results/mutation/<module>.json under LABEL (after; REF=main LABEL=before measures main's code)
+# and the table of docs/mutation-testing.md; RECHECK=1 runs the last run's survivors again against the current tests.
 MODULE ?=
 TESTS ?=
 LABEL ?= after
 REF ?=
+RECHECK ?=
 mutate: $(MUTATEDEPS)
 	@test -n "$(MODULE)" || { echo "make mutate: give MODULE=src/transformer_xl/... (a file or a folder)" >&2; exit 2; }
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/mutate.py $(MODULE) --label $(LABEL) \
-		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF))
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF)) $(if $(RECHECK),--recheck)
+	$(BIN)/python benchmarks/mutate.py --docs
 
 # Never deletes a run: trains into runs/demo, or runs/demo-2, -3, ... when it exists (resume one with
 # `txl train --resume runs/demo`). Capped by steps, not time, so every machine computes the same numbers.

@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{slug(module)}.json"
     data = json.loads(out.read_text()) if out.is_file() else {"module": module.rstrip("/"), "runs": {}}
+    if args.recheck and args.label == "after" and "before" not in data["runs"]:
+        data["runs"]["before"] = data["runs"]["after"]  # the whole run whose survivors were rechecked
     data["runs"][args.label] = result
     out.write_text(json.dumps(data, indent=2) + "\n")
     r = result

@@ -278,3 +278,26 @@ def test_an_unreachable_hub_is_one_line_without_its_retry_warnings(
                        r"Hugging Face cache; place wikitext-2-v1/train-00000-of-00001.parquet, "):
         fetch_from_hub(HUB, tmp_path)
     assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
+
+
+def test_a_missing_shard_or_a_failed_download_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stubbed hf_hub_download failures as huggingface_hub raises them: the file is not in the repository; an HTTP
+    error with a several-line message (its first line is kept)."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def missing(*args: object, **kwargs: object) -> str:
+        raise EntryNotFoundError("404 Client Error: Entry Not Found for url")
+
+    def failing(*args: object, **kwargs: object) -> str:
+        raise OSError("500 Server Error\nmore detail")
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", missing)
+    shard = HUB.splits[0].files[0]
+    where = re.escape(HUB.describe())
+    with pytest.raises(DataError, match=rf"^{where}: {shard} not found \(EntryNotFoundError\)$"):
+        fetch_from_hub(HUB, tmp_path)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", failing)
+    with pytest.raises(DataError, match=rf"^{where}: cannot download {shard} \(500 Server Error\)$"):
+        fetch_from_hub(HUB, tmp_path)
