@@ -18,6 +18,7 @@ then makes no mutant of that line, and the marks are counted as ``equivalent``.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -151,13 +152,18 @@ def recheck(module: str, tests: list[str], label: str) -> dict:
     mutants = scratch / "mutants"
     if not mutants.is_dir():
         raise SystemExit(f"make mutate: no earlier run in {scratch} to recheck")
+    src = REPO / module
+    for f in sorted(src.rglob("*.py")) if src.is_dir() else [src]:  # the mutants are of the code as it was then
+        then = scratch / f.relative_to(REPO)
+        if not then.is_file() or ast.dump(ast.parse(then.read_text())) != ast.dump(ast.parse(f.read_text())):
+            raise SystemExit(f"make mutate: {f.relative_to(REPO)} changed since the run in {scratch} (more than its "
+                             "comments): run it whole again")
     shutil.rmtree(mutants / "tests")
     shutil.copytree(REPO / "tests", mutants / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": "src"}
     deselect = [a for t in DESELECT if (mutants / t.split("::")[0]).is_file() for a in ("--deselect", t)]
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *deselect, *tests]
     mutmut_bin = str(Path(sys.executable).parent / "mutmut")
-    src = REPO / module
     for f in sorted(src.rglob("*.py")) if src.is_dir() else [src]:
         meta_path = mutants / f"{f.relative_to(REPO)}.meta"
         if not meta_path.is_file():
@@ -292,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{slug(module)}.json"
     data = json.loads(out.read_text()) if out.is_file() else {"module": module.rstrip("/"), "runs": {}}
-    if args.recheck and args.label == "after" and "before" not in data["runs"]:
-        data["runs"]["before"] = data["runs"]["after"]  # the whole run whose survivors were rechecked
+    if args.label == "after" and "after" in data["runs"] and "before" not in data["runs"]:
+        data["runs"]["before"] = data["runs"]["after"]  # the first whole run: rechecked, or run again
     data["runs"][args.label] = result
     out.write_text(json.dumps(data, indent=2) + "\n")
     r = result

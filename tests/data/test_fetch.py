@@ -272,3 +272,75 @@ def test_every_source_dead_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(DataError, match=r"^ptb: file://\S+/p.tgz: \[Errno 2\] .*; download file://\S+ by hand "
                        r"and place it in \S+/ptb/$"):
         fetch("ptb", tmp_path / "data", progress=False)
+
+
+def test_verify_file_checks_the_size_and_a_checksum_in_any_case(tmp_path: Path) -> None:
+    from transformer_xl.data.fetch import verify_file
+
+    path = tmp_path / "blob.bin"
+    path.write_bytes(PAYLOAD)
+    verify_file(path, sha256=SHA.upper(), size=len(PAYLOAD))  # published sums come in either case
+    with pytest.raises(DataError, match=rf"^{path}: 1024000 bytes, expected 1024001 \(truncated or wrong file\)$"):
+        verify_file(path, size=len(PAYLOAD) + 1)
+
+
+def test_a_part_already_complete_or_too_long_or_ignored_by_the_server(tmp_path: Path) -> None:
+    """A complete ``.part`` is verified and renamed without a request; one longer than the file is started over;
+    a source that ignores the ``Range`` request (file://) sends everything again, written from the start."""
+    src = tmp_path / "blob.bin"
+    src.write_bytes(PAYLOAD)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.bin.part").write_bytes(PAYLOAD)
+    gone = (tmp_path / "gone.bin").as_uri()  # never opened: nothing is left to download
+    assert download(gone, out / "a.bin", sha256=SHA, size=len(PAYLOAD), progress=False).read_bytes() == PAYLOAD
+    (out / "b.bin.part").write_bytes(PAYLOAD + b"extra")
+    assert download(src.as_uri(), out / "b.bin", sha256=SHA, size=len(PAYLOAD), progress=False).read_bytes() == \
+        PAYLOAD
+    (out / "c.bin.part").write_bytes(b"garbage from an older try")
+    assert download(src.as_uri(), out / "c.bin", sha256=SHA, progress=False).read_bytes() == PAYLOAD
+    assert sorted(p.name for p in out.iterdir()) == ["a.bin", "b.bin", "c.bin"]
+
+
+@pytest.mark.parametrize("kind", ["tgz", "zip"])
+def test_an_archive_without_a_member_or_unreadable_is_one_line_and_removed(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import zipfile
+
+    url, root = server
+    if kind == "tgz":
+        (root / "simple-examples.tgz").write_bytes(_ptb_tgz({"train": b"a\n", "valid": b"b\n"}))  # no test split
+    else:  # a zip under the name, with the first two members only
+        with zipfile.ZipFile(root / "simple-examples.tgz", "w") as zf:
+            for split in ("train", "valid"):
+                zf.writestr(f"simple-examples/data/ptb.{split}.txt", b"a\n")
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    with pytest.raises(DataError, match=rf"^ptb: {url}/simple-examples.tgz: {folder}/simple-examples.tgz: archive has "
+                       r"no member simple-examples/data/ptb.test.txt; download "):
+        fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.test.txt").exists()
+    (root / "simple-examples.tgz").write_bytes(b"not an archive at all")
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    with pytest.raises(DataError, match=rf"^ptb: {url}/simple-examples.tgz: {folder}/simple-examples.tgz: cannot read "
+                       r"archive \(.*\); delete it and fetch again; download ") as err:
+        fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert "\n" not in str(err.value)  # tarfile's reason spans several lines: its first is kept
+    assert not (folder / "simple-examples.tgz").exists()
+
+
+def test_the_sources_record_is_merged_and_an_unreadable_one_is_no_record(tmp_path: Path) -> None:
+    from transformer_xl.data.fetch import read_sources, record_sources
+
+    assert read_sources(tmp_path) == {}
+    record_sources(tmp_path, {"a.txt": {"source": "u1"}})
+    record_sources(tmp_path, {"b.txt": {"source": "u2"}})
+    record_sources(tmp_path, {})
+    got = read_sources(tmp_path)
+    assert {k: v["source"] for k, v in got.items()} == {"a.txt": "u1", "b.txt": "u2"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", got["a.txt"]["fetched"])
+    for text, expected in (("{torn", {}), ("[1, 2]", {}), ('{"a.txt": "no dict", "b.txt": {"source": "u"}}',
+                                                           {"b.txt": {"source": "u"}})):
+        (tmp_path / "sources.json").write_text(text)
+        assert read_sources(tmp_path) == expected

@@ -23,7 +23,7 @@ from typing import Any
 from transformer_xl.data.hub import fetch_from_hub, hub_offline, placement_hint
 from transformer_xl.data.paths import resolve_data_dir
 from transformer_xl.data.registry import DatasetSpec, Member, Resource, get_spec
-from transformer_xl.errors import DataError
+from transformer_xl.errors import DataError, one_line
 from transformer_xl.store.files import sha256_file, write_json
 
 BLOCK = 1 << 16
@@ -158,7 +158,7 @@ def _extract_member(archive: Path, member: Member, folder: Path) -> None:
                 n += len(block)
                 out.write(block)
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise DataError(f"{archive}: cannot read archive ({exc}); delete it and fetch again") from None
+        raise DataError(f"{archive}: cannot read archive ({one_line(exc)}); delete it and fetch again") from None
     if (member.size is not None and n != member.size) or (member.sha256 and h.hexdigest() != member.sha256):
         if tmp:
             tmp.unlink(missing_ok=True)
@@ -181,7 +181,7 @@ def _extract_all(archive: Path, folder: Path) -> None:
                         raise DataError(f"{archive}: unsafe member path {m.name}")
                 tf.extractall(folder)
     except (OSError, tarfile.TarError, EOFError) as exc:
-        raise DataError(f"{archive}: cannot extract ({exc}); delete it and fetch again") from None
+        raise DataError(f"{archive}: cannot extract ({one_line(exc)}); delete it and fetch again") from None
 
 
 def _resource_done(res: Resource, folder: Path) -> bool:
