@@ -189,3 +189,31 @@ def test_a_conversion_stopped_before_its_manifest_is_made_again(tmp_path, hub_ca
     assert hub.hub_model_dir("transfo-xl/tiny-wt103", note=notes.append) == out
     assert len(notes) == 1 and (out / "MANIFEST.json").is_file()
     assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
+
+
+def test_hub_model_dir_reads_the_revision_asked_for(tmp_path, hub_cache) -> None:
+    _, commit_a = txl_repo(tmp_path, hub_cache)
+    tiny_model(4).save_pretrained(tmp_path / "b", vocab=None)
+    commit_b = hub_repo(hub_cache, "org/tiny", tmp_path / "b")  # main moves on to another commit
+    snapshots = hub_cache / "models--org--tiny" / "snapshots"
+    assert hub.hub_model_dir("org/tiny", revision=commit_a) == snapshots / commit_a
+    assert hub.hub_model_dir("org/tiny") == snapshots / commit_b
+
+
+def test_what_is_missing_says_whether_the_hub_was_offline_or_unreachable(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    with pytest.raises(CheckpointError, match=r"holds no config\.json of nobody/nothing \(HF_HUB_OFFLINE is set: "
+                       r"download it once online, or copy the cache\)$"):
+        hub.fetch("nobody/nothing")
+
+    def unreachable(*args, **kwargs):
+        raise LocalEntryNotFoundError("cannot reach the Hub")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    with pytest.raises(CheckpointError, match=r"holds no config\.json of nobody/nothing \(the Hub could not be "
+                       r"reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache only\)$"):
+        hub.fetch("nobody/nothing")
