@@ -217,3 +217,20 @@ def test_what_is_missing_says_whether_the_hub_was_offline_or_unreachable(tmp_pat
     with pytest.raises(CheckpointError, match=r"holds no config\.json of nobody/nothing \(the Hub could not be "
                        r"reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache only\)$"):
         hub.fetch("nobody/nothing")
+
+
+def test_the_layout_is_told_by_the_config() -> None:
+    for config, layout in (({"model_type": "transfo-xl"}, "hf"), ({"vocab_size": 10}, "hf"), ({"n_token": 10}, "txl"),
+                           ({"model_type": "transfo-xl", "n_token": 3}, "hf")):
+        assert hub._layout(config, "org/x") == layout, config
+
+
+@needs_transformers
+def test_a_hf_repository_without_a_vocabulary_converts_its_weights_alone(tmp_path, hub_cache) -> None:
+    model, commit = hf_repo(tmp_path, hub_cache)
+    (hub_cache / "models--transfo-xl--tiny-wt103" / "snapshots" / commit / "vocab.pkl").unlink()
+    assert hub.fetch("transfo-xl/tiny-wt103").layout == "hf"
+    out = hub.hub_model_dir("transfo-xl/tiny-wt103", cache_dir=tmp_path / "elsewhere")
+    assert out == tmp_path / "elsewhere" / "hub" / "models--transfo-xl--tiny-wt103" / commit
+    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors"]
+    assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
