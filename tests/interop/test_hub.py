@@ -234,3 +234,75 @@ def test_a_hf_repository_without_a_vocabulary_converts_its_weights_alone(tmp_pat
     assert out == tmp_path / "elsewhere" / "hub" / "models--transfo-xl--tiny-wt103" / commit
     assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors"]
     assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
+
+
+def _answers(hub_cache, errors: dict):
+    """A stand-in for hf_hub_download online: files of the fixture cache's snapshot of main, ``errors`` (file ->
+    exception) raised as huggingface_hub raises them."""
+    def download(repo_id, filename, revision=None, **kwargs):
+        if filename in errors:
+            raise errors[filename]
+        repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+        commit = revision if revision and (repo / "snapshots" / revision).is_dir() else \
+            (repo / "refs" / "main").read_text()
+        return str(repo / "snapshots" / commit / filename)
+    return download
+
+
+def test_each_hub_failure_is_one_line_naming_it(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    cases = [
+        (EntryNotFoundError("404"), "and the Hub repository org/tiny has no config.json"),
+        (RevisionNotFoundError("404"), "and the Hub repository org/tiny has no revision None"),
+        (RepositoryNotFoundError("401"), "and the Hugging Face Hub has no model org/tiny (or it is private or gated: "
+                                         "log in or set HF_TOKEN)"),
+        (HfHubHTTPError("500 Server Error\nmore"), "and the Hugging Face Hub gave: 500 Server Error"),
+        (OSError(""), "and the Hugging Face Hub gave: OSError"),
+    ]
+    for exc, why in cases:
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, {"config.json": exc}))
+        with pytest.raises(CheckpointError) as err:
+            hub.fetch("org/tiny")
+        assert str(err.value) == f"org/tiny: no local directory of that name, {why}", type(exc)
+
+
+def test_optional_files_the_repository_lacks_are_skipped_online(tmp_path, hub_cache, monkeypatch) -> None:
+    """Online, a file the repository does not have is EntryNotFoundError: the manifest and vocabulary are optional,
+    the weights are not."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError
+
+    _, commit = txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    absent = {"MANIFEST.json": EntryNotFoundError("404"), "vocab.json": EntryNotFoundError("404")}
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent))
+    assert hub.fetch("org/tiny").commit == commit
+    absent["model.safetensors"] = EntryNotFoundError("404")
+    with pytest.raises(CheckpointError, match=rf"^org/tiny@{commit}: no local directory of that name, and the Hub "
+                       r"repository org/tiny@\w+ has no model.safetensors$"):
+        hub.fetch("org/tiny")
+
+
+def test_a_config_that_is_not_json_or_not_transformer_xl_is_one_line(tmp_path, hub_cache) -> None:
+    (tmp_path / "gpt").mkdir()
+    (tmp_path / "gpt" / "config.json").write_text('{"model_type": "gpt2"}')
+    hub_repo(hub_cache, "openai/gpt", tmp_path / "gpt")
+    with pytest.raises(CheckpointError, match=r"^the Hub repository openai/gpt is not a Transformer-XL model \(config"
+                       r"\.json has model_type 'gpt2', not transfo-xl, and no n_token\)$"):
+        hub.fetch("openai/gpt")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "config.json").write_text('{"n_token": ')
+    hub_repo(hub_cache, "org/torn", tmp_path / "torn")
+    with pytest.raises(CheckpointError):
+        hub.fetch("org/torn")
