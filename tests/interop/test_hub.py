@@ -23,7 +23,7 @@ needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers
     ("org/name@" + "a" * 40, ("org/name", "a" * 40)),
     ("org/name@refs/pr/1", ("org/name", "refs/pr/1")),
     ("name", None), ("/abs/path", None), ("a/b/c", None), ("../x", None), ("org/..", None), ("./x", None),
-    ("org/name@", None), ("-org/name", None),
+    ("org/name@", None), ("-org/name", None), ("org/na..me", None),
 ])
 def test_parse_hub_id(name: str, expected, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -236,10 +236,12 @@ def test_a_hf_repository_without_a_vocabulary_converts_its_weights_alone(tmp_pat
     assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
 
 
-def _answers(hub_cache, errors: dict):
+def _answers(hub_cache, errors: dict, asked: list | None = None):
     """A stand-in for hf_hub_download online: files of the fixture cache's snapshot of main, ``errors`` (file ->
-    exception) raised as huggingface_hub raises them."""
+    exception) raised as huggingface_hub raises them; ``asked`` collects the files asked for."""
     def download(repo_id, filename, revision=None, **kwargs):
+        if asked is not None:
+            asked.append(filename)
         if filename in errors:
             raise errors[filename]
         repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
@@ -306,3 +308,25 @@ def test_a_config_that_is_not_json_or_not_transformer_xl_is_one_line(tmp_path, h
     hub_repo(hub_cache, "org/torn", tmp_path / "torn")
     with pytest.raises(CheckpointError):
         hub.fetch("org/torn")
+
+
+def test_the_manifest_names_the_files_fetched_and_each_is_required(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError
+
+    txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    asked: list[str] = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, {}, asked))
+    hub.fetch("org/tiny")
+    assert asked == ["config.json", "MANIFEST.json", "config.json", "model.safetensors", "vocab.json"]
+    absent = {"vocab.json": EntryNotFoundError("404")}  # listed by the manifest: required
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent))
+    with pytest.raises(CheckpointError, match=r"has no vocab\.json$"):
+        hub.fetch("org/tiny")
+    asked.clear()
+    absent = {"MANIFEST.json": EntryNotFoundError("404")}  # no manifest: the weights, and a vocabulary if any
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent, asked))
+    hub.fetch("org/tiny")
+    assert asked == ["config.json", "MANIFEST.json", "model.safetensors", "vocab.json"]
