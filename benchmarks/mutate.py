@@ -172,17 +172,18 @@ def recheck(module: str, tests: list[str], label: str) -> dict:
         lines, marked = f.read_text().splitlines(), []
         for i, ln in enumerate(lines):
             if PRAGMA.search(ln):  # the line, and for "no mutate block" the lines indented under it
-                marked.append(ln.strip().split("  # pragma")[0])
+                marked.append(ln.split("  #")[0].strip())
                 indent = len(ln) - len(ln.lstrip())
                 for nxt in lines[i + 1:] if "no mutate block" in ln else []:
                     if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
                         break
-                    marked.append(nxt.strip())
+                    marked.append(nxt.split("  #")[0].strip())
         for name, code in meta["exit_code_by_key"].items():
             if code not in (0, 5, 33):
                 continue
             diff = subprocess.run([mutmut_bin, "show", name], cwd=scratch, capture_output=True, text=True).stdout
-            old = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+            old = [ln[1:].split("  #")[0].strip() for ln in diff.splitlines()
+                   if ln.startswith("-") and not ln.startswith("---")]
             if old and any(o in marked for o in old):
                 meta["exit_code_by_key"][name] = 34  # its line is marked now: no such mutant any more
                 continue
