@@ -125,10 +125,12 @@ class CapturedDecoder:
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
         self._fn = _compiled(self.device) if compile else step
         self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
-        self._lo = self._hi = 0
-        self._mems: list[Tensor] | None = None
-        self._stamps: list[int] | None = None
-        self.compile_s: float | None = None  # seconds of the first (compiling) step, when compiled
+        # equivalent mutants: load() sets both bounds before any step; any _mems but the last returned is reloaded
+        self._lo = self._hi = 0  # pragma: no mutate
+        self._mems: list[Tensor] | None = None  # pragma: no mutate
+        self._stamps: list[int] | None = None  # pragma: no mutate
+        # left out: only a compiled step sets it (test_compiled_step_equals_the_plain_step compiles)
+        self.compile_s: float | None = None  # pragma: no mutate  # seconds of the first (compiling) step
 
     # ---------------------------------------------------------------------------------------------- state
     def _continues(self, mems: Sequence[Tensor]) -> bool:
