@@ -215,6 +215,8 @@ def run(module: str, tests: list[str], label: str, ref: str | None, children: in
     if not (scratch / module).exists():
         raise SystemExit(f"make mutate: {module} is not in {'the working tree' if ref is None else ref}")
     _configure(scratch, module, tests)
+    rev = subprocess.run(["git", "rev-parse", "--short", ref or "HEAD"], cwd=REPO, capture_output=True,
+                         text=True).stdout.strip()  # what was copied, before the run (the tree may move on)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTHONPATH", None)
     cmd = [str(Path(sys.executable).parent / "mutmut"), "run", "--max-children", str(children)]
@@ -229,8 +231,6 @@ def run(module: str, tests: list[str], label: str, ref: str | None, children: in
         raise SystemExit(f"make mutate: mutmut exited with {proc.returncode} (log: {scratch / 'mutmut.log'}); "
                          "nothing recorded")
     counts = count(scratch, module)
-    rev = subprocess.run(["git", "rev-parse", "--short", ref or "HEAD"], cwd=REPO, capture_output=True,
-                         text=True).stdout.strip()
     return {**counts, "score": score(counts), "survivors": survivors(scratch), "tests": tests,
             "source": ref or "working tree", "commit": rev + ("" if ref else "+"), "seconds": round(seconds),
             "max_children": children, "tool": f"mutmut {mutmut.__version__}", "cpu": _cpu()}
