@@ -54,7 +54,7 @@ class CaptureOptions:
 _COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
 
 
-def _compiled(device: torch.device) -> object:
+def _compiled(device: torch.device) -> object:  # pragma: no mutate block (left out: each check compiles, ~50 s)
     """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``)."""
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     if mode not in _COMPILED:
@@ -105,26 +105,32 @@ class CapturedDecoder:
         shape = (batch, cfg.n_head, slots, cfg.d_head)
         self.ks = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
         self.vs = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
-        self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)
+        # equivalent mutants: load() fills slot_pos before any step
+        self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # pragma: no mutate
         self.cur = torch.zeros((), dtype=torch.long, device=self.device)
-        dist = torch.arange(slots, dtype=torch.float32, device=self.device)
+        # equivalent mutants: integer distances give the same sinusoid
+        dist = torch.arange(slots, dtype=torch.float32, device=self.device)  # pragma: no mutate
         if lengths.clamp_len > 0:
             dist = dist.clamp(max=lengths.clamp_len)
-        inv_freq = model.pos_enc.inv_freq.to(self.device)
-        r_dist = sinusoid(dist, inv_freq).to(dtype)  # [C, D]: row d = distance min(d, clamp_len)
+        # equivalent mutants: inv_freq is a buffer of the model (on its device); position_keys casts r_dist
+        inv_freq = model.pos_enc.inv_freq.to(self.device)  # pragma: no mutate
+        r_dist = sinusoid(dist, inv_freq).to(dtype)  # pragma: no mutate  # [C, D]: row d = distance min(d, clamp_len)
         self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C, E] per layer
         self.dtype = dtype
-        if self.device.type == "cuda":  # the buffers keep their addresses: CUDA graphs may write them
+        # left out: CUDA only, checked by test_cuda_graph_step_equals_the_plain_step on a GPU
+        if self.device.type == "cuda":  # pragma: no mutate block  (the buffers keep their addresses for CUDA graphs)
             for t in [*self.ks, *self.vs, self.slot_pos, self.cur, *self.pos_keys]:
                 torch._dynamo.mark_static_address(t)
         if compile and (why := compile_unavailable(self.device.type)):
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
         self._fn = _compiled(self.device) if compile else step
         self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
-        self._lo = self._hi = 0
-        self._mems: list[Tensor] | None = None
-        self._stamps: list[int] | None = None
-        self.compile_s: float | None = None  # seconds of the first (compiling) step, when compiled
+        # equivalent mutants: load() sets both bounds before any step; any _mems but the last returned is reloaded
+        self._lo = self._hi = 0  # pragma: no mutate
+        self._mems: list[Tensor] | None = None  # pragma: no mutate
+        self._stamps: list[int] | None = None  # pragma: no mutate
+        # left out: only a compiled step sets it (test_compiled_step_equals_the_plain_step compiles)
+        self.compile_s: float | None = None  # pragma: no mutate  # seconds of the first (compiling) step
 
     # ---------------------------------------------------------------------------------------------- state
     def _continues(self, mems: Sequence[Tensor]) -> bool:
