@@ -2,6 +2,7 @@
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
 #   make test   lint + the documentation site + the test suite (CPU, a few minutes)
 #   make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it
+#   make mutate MODULE=src/transformer_xl/train/resume.py   mutation testing of one module (minutes; not in `make test`)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,10 +11,11 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c const
 RUNTIME := $(VENV)/.txl-runtime
 TESTDEPS := $(VENV)/.txl-test
 DOCSDEPS := $(VENV)/.txl-docs
+MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-all lint docs docs-serve demo clean
+.PHONY: install test test-all lint docs docs-serve demo clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +30,10 @@ $(TESTDEPS): $(RUNTIME)
 
 $(DOCSDEPS): $(RUNTIME)
 	$(PIP) -e ".[docs]"
+	touch $@
+
+$(MUTATEDEPS): $(TESTDEPS)
+	$(PIP) -e ".[test,mutation]"
 	touch $@
 
 install: $(RUNTIME)
@@ -49,6 +55,20 @@ test: lint docs
 test-all: lint docs
 	bash .ci/pytest.sh
 
+# Mutation testing of MODULE (a file or a package folder) against its mirror tests and related ones (or TESTS="...");
+# writes benchmarks/results/mutation/<module>.json under LABEL (after; REF=main LABEL=before measures main's code)
+# and the table of docs/mutation-testing.md; RECHECK=1 runs the last run's survivors again against the current tests.
+MODULE ?=
+TESTS ?=
+LABEL ?= after
+REF ?=
+RECHECK ?=
+mutate: $(MUTATEDEPS)
+	@test -n "$(MODULE)" || { echo "make mutate: give MODULE=src/transformer_xl/... (a file or a folder)" >&2; exit 2; }
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/mutate.py $(MODULE) --label $(LABEL) \
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF)) $(if $(RECHECK),--recheck)
+	$(BIN)/python benchmarks/mutate.py --docs
+
 # Never deletes a run: trains into runs/demo, or runs/demo-2, -3, ... when it exists (resume one with
 # `txl train --resume runs/demo`). Capped by steps, not time, so every machine computes the same numbers.
 demo: $(RUNTIME)
@@ -58,4 +78,4 @@ demo: $(RUNTIME)
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache site  # never runs/
+	rm -rf $(VENV) .pytest_cache .ruff_cache site .mutation  # never runs/

@@ -142,6 +142,72 @@ def test_fetch_dataset_from_mirror_verifies_members(
 
 
 
+def _ptb_without_member_checksums(monkeypatch: pytest.MonkeyPatch, archive: bytes) -> None:
+    """PTB whose archive has a published SHA-256 (``archive``'s) and whose members have none, as WikiText-103."""
+    spec = corpora.DATASETS["ptb"]
+    res = spec.resources[0]
+    members = tuple(dataclasses.replace(m, sha256=None, size=None) for m in res.members)
+    res = dataclasses.replace(res, members=members, sha256=hashlib.sha256(archive).hexdigest(), size=None)
+    monkeypatch.setitem(corpora.DATASETS, "ptb", dataclasses.replace(spec, resources=(res,)))
+
+
+def test_a_wrong_archive_already_there_is_refused_removed_and_fetched_again(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An archive placed by hand is checked against the published SHA-256 like a download: with members that have
+    no checksums of their own, nothing else would notice the wrong text."""
+    url, root = server
+    good = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    wrong = {"train": b"x\n", "valid": b"y\n", "test": b"z\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(good))
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "simple-examples.tgz").write_bytes(_ptb_tgz(wrong))  # a corrupt or other archive, placed by hand
+    fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert {p.name: p.read_bytes() for p in folder.glob("ptb.*.txt")} == {f"ptb.{k}.txt": v for k, v in good.items()}
+    [line] = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(rf"txl data: {re.escape((folder / 'simple-examples.tgz').as_uri())} failed \(.*sha256 "
+                        rf"[0-9a-f]+ does not match the expected [0-9a-f]+; the archive already there was removed\); "
+                        rf"trying {re.escape(url)}/simple-examples.tgz", line)
+
+
+def test_an_archive_placed_by_hand_is_used_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the offline error advises (download the archive by hand and place it in the folder) works offline."""
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # the network URLs are skipped
+    bodies = {"train": b"a b c\n", "valid": b"a b\n", "test": b"c a\n"}
+    archive = _ptb_tgz(bodies)
+    _ptb_without_member_checksums(monkeypatch, archive)
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "simple-examples.tgz").write_bytes(archive)
+    files = fetch("ptb", tmp_path / "data", progress=False)
+    assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert (folder / "ptb.valid.txt").read_bytes() == bodies["valid"] and not (folder / "simple-examples.tgz").exists()
+    (folder / "ptb.train.txt").unlink()
+    (folder / "simple-examples.tgz").write_bytes(archive[:-1] + bytes([archive[-1] ^ 1]))  # one wrong bit: removed
+    with pytest.raises(DataError, match=r"sha256 \w+ does not match .*; the archive already there was removed"):
+        fetch("ptb", tmp_path / "data", progress=False)
+    assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.train.txt").exists()
+
+
+def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+    url, root = server
+    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(bodies))
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    (folder / "ptb.train.txt").write_bytes(bodies["train"])
+    files = fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert (folder / "ptb.test.txt").read_bytes() == bodies["test"]
+    (root / "simple-examples.tgz").unlink()  # every member there: nothing is fetched (the mirror has nothing now)
+    assert fetch("ptb", tmp_path / "data", mirror=url, progress=False) == files
+
 
 def _wt2_zip(path: Path) -> Path:
     """A ``wikitext-2-v1.zip`` laid out as the official one, from the embedded WikiText-2 (real member checksums)."""
@@ -206,3 +272,75 @@ def test_every_source_dead_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(DataError, match=r"^ptb: file://\S+/p.tgz: \[Errno 2\] .*; download file://\S+ by hand "
                        r"and place it in \S+/ptb/$"):
         fetch("ptb", tmp_path / "data", progress=False)
+
+
+def test_verify_file_checks_the_size_and_a_checksum_in_any_case(tmp_path: Path) -> None:
+    from transformer_xl.data.fetch import verify_file
+
+    path = tmp_path / "blob.bin"
+    path.write_bytes(PAYLOAD)
+    verify_file(path, sha256=SHA.upper(), size=len(PAYLOAD))  # published sums come in either case
+    with pytest.raises(DataError, match=rf"^{path}: 1024000 bytes, expected 1024001 \(truncated or wrong file\)$"):
+        verify_file(path, size=len(PAYLOAD) + 1)
+
+
+def test_a_part_already_complete_or_too_long_or_ignored_by_the_server(tmp_path: Path) -> None:
+    """A complete ``.part`` is verified and renamed without a request; one longer than the file is started over;
+    a source that ignores the ``Range`` request (file://) sends everything again, written from the start."""
+    src = tmp_path / "blob.bin"
+    src.write_bytes(PAYLOAD)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.bin.part").write_bytes(PAYLOAD)
+    gone = (tmp_path / "gone.bin").as_uri()  # never opened: nothing is left to download
+    assert download(gone, out / "a.bin", sha256=SHA, size=len(PAYLOAD), progress=False).read_bytes() == PAYLOAD
+    (out / "b.bin.part").write_bytes(PAYLOAD + b"extra")
+    assert download(src.as_uri(), out / "b.bin", sha256=SHA, size=len(PAYLOAD), progress=False).read_bytes() == \
+        PAYLOAD
+    (out / "c.bin.part").write_bytes(b"garbage from an older try")
+    assert download(src.as_uri(), out / "c.bin", sha256=SHA, progress=False).read_bytes() == PAYLOAD
+    assert sorted(p.name for p in out.iterdir()) == ["a.bin", "b.bin", "c.bin"]
+
+
+@pytest.mark.parametrize("kind", ["tgz", "zip"])
+def test_an_archive_without_a_member_or_unreadable_is_one_line_and_removed(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import zipfile
+
+    url, root = server
+    if kind == "tgz":
+        (root / "simple-examples.tgz").write_bytes(_ptb_tgz({"train": b"a\n", "valid": b"b\n"}))  # no test split
+    else:  # a zip under the name, with the first two members only
+        with zipfile.ZipFile(root / "simple-examples.tgz", "w") as zf:
+            for split in ("train", "valid"):
+                zf.writestr(f"simple-examples/data/ptb.{split}.txt", b"a\n")
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    with pytest.raises(DataError, match=rf"^ptb: {url}/simple-examples.tgz: {folder}/simple-examples.tgz: archive has "
+                       r"no member simple-examples/data/ptb.test.txt; download "):
+        fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.test.txt").exists()
+    (root / "simple-examples.tgz").write_bytes(b"not an archive at all")
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    with pytest.raises(DataError, match=rf"^ptb: {url}/simple-examples.tgz: {folder}/simple-examples.tgz: cannot read "
+                       r"archive \(.*\); delete it and fetch again; download ") as err:
+        fetch("ptb", tmp_path / "data", mirror=url, progress=False)
+    assert "\n" not in str(err.value)  # tarfile's reason spans several lines: its first is kept
+    assert not (folder / "simple-examples.tgz").exists()
+
+
+def test_the_sources_record_is_merged_and_an_unreadable_one_is_no_record(tmp_path: Path) -> None:
+    from transformer_xl.data.fetch import read_sources, record_sources
+
+    assert read_sources(tmp_path) == {}
+    record_sources(tmp_path, {"a.txt": {"source": "u1"}})
+    record_sources(tmp_path, {"b.txt": {"source": "u2"}})
+    record_sources(tmp_path, {})
+    got = read_sources(tmp_path)
+    assert {k: v["source"] for k, v in got.items()} == {"a.txt": "u1", "b.txt": "u2"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", got["a.txt"]["fetched"])
+    for text, expected in (("{torn", {}), ("[1, 2]", {}), ('{"a.txt": "no dict", "b.txt": {"source": "u"}}',
+                                                           {"b.txt": {"source": "u"}})):
+        (tmp_path / "sources.json").write_text(text)
+        assert read_sources(tmp_path) == expected

@@ -9,6 +9,7 @@ import io
 import json
 import lzma
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,21 @@ def build_hub_cache(root: Path, edit: dict[str, tuple[int, str]] | None = None) 
     return root
 
 
+def move_main(cache: Path, edit: dict[str, tuple[int, str]]) -> str:
+    """Push a commit to ``main`` in the fixture cache built by :func:`build_hub_cache`: the shards with ``edit``
+    applied, as another snapshot, and ``refs/main`` naming it; the pinned revision's snapshot stays. Returns it."""
+    other = build_hub_cache(cache.parent / "other", edit=edit)
+    src = other / f"datasets--{HUB.repo_id.replace('/', '--')}"
+    repo = cache / src.name
+    commit = "f" * 40
+    for blob in (src / "blobs").iterdir():
+        if not (repo / "blobs" / blob.name).exists():
+            blob.rename(repo / "blobs" / blob.name)
+    (src / "snapshots" / HUB.revision).rename(repo / "snapshots" / commit)
+    (repo / "refs" / "main").write_text(commit)
+    return commit
+
+
 @pytest.fixture
 def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HF_HUB_OFFLINE with HF_HUB_CACHE at a fresh fixture cache (as huggingface_hub reads them at import)."""
@@ -72,6 +88,30 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
     return cache
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"HF_HUB_CACHE": "/c/hub-cache", "HF_HOME": "/h"}, "/c/hub-cache"), ({"HF_HOME": "/h"}, "/h/hub"),
+    ({}, "HOME/.cache/huggingface/hub"),
+])
+def test_without_huggingface_hub_its_cache_and_offline_mode_are_read_as_it_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    """The placement hint names the cache folder even where huggingface_hub is not installed: HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub; HF_HUB_OFFLINE is true for 1/ON/YES/TRUE in any case."""
+    from transformer_xl.data.hub import hub_cache_dir, hub_offline
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # `from huggingface_hub import ...` raises ImportError
+    for name in ("HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert hub_cache_dir() == expected.replace("HOME", str(tmp_path))
+    assert not hub_offline()
+    for value, offline in (("1", True), ("on", True), ("Yes", True), ("TRUE", True), ("0", False), ("no", False)):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert hub_offline() is offline, value
 
 
 def test_registry_lists_the_wikitext_sources_in_order() -> None:
@@ -113,6 +153,56 @@ def test_fetch_falls_back_to_the_hub_and_records_it_in_the_cache_manifest(
     assert record["wiki.valid.tokens"]["source"] == f"hf://datasets/Salesforce/wikitext@{HUB.revision}/wikitext-2-v1"
     manifest = load_corpus("wt2-char", tmp_path / "data", cache_dir=tmp_path / "c").manifest
     assert manifest["fetched_from"]["wiki.test.tokens"]["sha256"] == HUB.splits[2].sha256
+
+
+def test_the_pinned_revision_is_read_when_the_branch_has_moved(offline_hub: Path, tmp_path: Path) -> None:
+    """``main`` moved on to a commit whose text differs: the dataset is still rebuilt from the pinned revision."""
+    move_main(offline_hub, edit={"test": (3, "a line pushed later\n")})
+    fetch_from_hub(HUB, tmp_path / "out")
+    assert (tmp_path / "out" / "wiki.test.tokens").read_bytes() == original("test")
+
+
+def test_files_already_there_are_kept_unless_forced(offline_hub: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "wiki.valid.tokens").write_bytes(b"kept\n")
+    records = fetch_from_hub(HUB, out)
+    assert sorted(records) == ["wiki.test.tokens", "wiki.train.tokens"]  # nothing said of the file kept
+    assert (out / "wiki.valid.tokens").read_bytes() == b"kept\n"
+    records = fetch_from_hub(HUB, out, force=True)
+    assert sorted(records) == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+    assert (out / "wiki.valid.tokens").read_bytes() == original("valid")
+
+
+def test_a_split_in_several_shards_is_rebuilt_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WikiText-103's training text comes in two shards: the rows of every shard are written, counted and hashed."""
+    cache = build_hub_cache(tmp_path / "hf")
+    snapshot = cache / f"datasets--{HUB.repo_id.replace('/', '--')}" / "snapshots" / HUB.revision / HUB.config
+    rows = hub_rows(original("valid"))
+    files = []
+    for i, part in enumerate((rows[:1000], rows[1000:])):
+        files.append(f"{HUB.config}/validation-0000{i}-of-00002.parquet")
+        pq.write_table(pa.table({"text": part}), snapshot / Path(files[-1]).name)
+    split = dataclasses.replace(HUB.splits[1], files=tuple(files))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    records = fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out")
+    assert (tmp_path / "out" / "wiki.valid.tokens").read_bytes() == original("valid")
+    assert records["wiki.valid.tokens"]["lines"] == len(rows) and records["wiki.valid.tokens"]["tokens"] == 217_646
+    (snapshot / Path(files[1]).name).write_bytes(b"PAR1 not parquet")  # a damaged shard: one line naming the split
+    with pytest.raises(DataError, match=rf"^{re.escape(HUB.describe())}: cannot read {files[0]} \("):
+        fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out2")
+    assert not list((tmp_path / "out2").iterdir())
+
+
+def test_a_wrong_sha1_is_refused(offline_hub: Path, tmp_path: Path) -> None:
+    """WikiText-103's originals are published with SHA-1 sums (and no SHA-256): those are checked too."""
+    split = dataclasses.replace(HUB.splits[2], sha256=None, sha1="0" * 40)
+    with pytest.raises(DataError, match=r"wiki.test.tokens does not match the original \(sha1 [0-9a-f]{40}, "
+                       r"expected 0{40}\)$"):
+        fetch_from_hub(dataclasses.replace(HUB, splits=(split,)), tmp_path / "out")
+    right = dataclasses.replace(split, sha1=hashlib.sha1(original("test")).hexdigest())
+    assert fetch_from_hub(dataclasses.replace(HUB, splits=(right,)), tmp_path / "out")["wiki.test.tokens"]["lines"]
 
 
 def test_a_rebuilt_text_unlike_the_original_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,3 +278,26 @@ def test_an_unreachable_hub_is_one_line_without_its_retry_warnings(
                        r"Hugging Face cache; place wikitext-2-v1/train-00000-of-00001.parquet, "):
         fetch_from_hub(HUB, tmp_path)
     assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
+
+
+def test_a_missing_shard_or_a_failed_download_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stubbed hf_hub_download failures as huggingface_hub raises them: the file is not in the repository; an HTTP
+    error with a several-line message (its first line is kept)."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def missing(*args: object, **kwargs: object) -> str:
+        raise EntryNotFoundError("404 Client Error: Entry Not Found for url")
+
+    def failing(*args: object, **kwargs: object) -> str:
+        raise OSError("500 Server Error\nmore detail")
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", missing)
+    shard = HUB.splits[0].files[0]
+    where = re.escape(HUB.describe())
+    with pytest.raises(DataError, match=rf"^{where}: {shard} not found \(EntryNotFoundError\)$"):
+        fetch_from_hub(HUB, tmp_path)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", failing)
+    with pytest.raises(DataError, match=rf"^{where}: cannot download {shard} \(500 Server Error\)$"):
+        fetch_from_hub(HUB, tmp_path)

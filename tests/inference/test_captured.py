@@ -119,6 +119,7 @@ def test_narrower_types_stay_close() -> None:
             lp, mems = dec.step(forced[:, t], mems)
             lps.append(lp.gather(1, forced[:, t + 1, None]))
         got = torch.cat(lps, 1)
+        assert (dec.weights["layers"][0]["qkv"][0].dtype == torch.int8) == bool(kw.get("int8")), kw
         assert (got - plain.log_probs[:, 1:]).abs().max() <= tol, kw
         assert (got - plain.log_probs[:, 1:]).abs().max() > 0, kw
 
@@ -127,8 +128,14 @@ def test_bad_input_is_one_line() -> None:
     model = _model()
     with pytest.raises(ConfigError, match="attn_type 1"):
         _eager(_model(attn_type=1))
-    with pytest.raises(ConfigError, match="kv_dtype"):
+    with pytest.raises(ConfigError, match=r"^unknown kv_dtype 'int4'; known: float32, bfloat16$"):
         _eager(model, kv_dtype="int4")
+    with pytest.raises(ConfigError, match=r"^mem_len must be a positive integer, got 0$"):
+        _eager(model, mem_len=0)
+    with pytest.raises(ConfigError, match=r"^batch must be a positive integer, got 0$"):
+        _eager(model, batch=0)
+    with pytest.raises(ConfigError, match=r"^int8 decoding is for the CPU; the model is on meta$"):
+        _eager(_model().to("meta"), int8=True)
     dec = _eager(model, mem_len=4)
     mems = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
     with pytest.raises(ConfigError, match="tokens must be"):
@@ -183,3 +190,75 @@ def test_cuda_graph_step_equals_the_plain_step() -> None:
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=True)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+
+
+def test_memories_longer_than_mem_len_keep_their_newest_rows() -> None:
+    """Given more rows than ``mem_len`` (another decoder's memories, a longer prompt's), a step attends to the
+    newest ``mem_len`` of them, as the plain step cuts them."""
+    model = _model()
+    long = generate(model, _prompt(p=12), max_new_tokens=1, mem_len=9).mems  # 9 rows, for a decoder of 4
+    assert long[0].size(1) == 9
+    dec = _eager(model, mem_len=4)
+    tok = torch.tensor([5, 6])
+    lp, mems = dec.step(tok, long)
+    ref, ref_mems = _plain_step(model, tok, [m[:, -4:] for m in long], 4)
+    assert (lp - ref).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(mems, ref_mems))
+
+
+def test_a_memory_edited_in_place_after_it_was_returned_is_loaded_again() -> None:
+    """The same tensor objects, changed in place (their version counters moved): the step reloads them instead of
+    continuing from the state it kept."""
+    model = _model()
+    dec = _eager(model, mem_len=4)
+    _, mems = dec.step(torch.tensor([1, 2]), generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems)
+    for m in mems:
+        m.mul_(0.5)  # edited in place: same objects
+    tok = torch.tensor([3, 4])
+    ref, _ = _plain_step(model, tok, [m.clone() for m in mems], 4)
+    lp, _ = dec.step(tok, mems)
+    assert (lp - ref).abs().max() <= 1e-5
+
+
+def test_the_memories_keep_the_model_dtype_and_a_long_mem_len() -> None:
+    """A float64 model's memories stay float64; a memory longer than the buffers' minimum spare room (mem_len 200),
+    and the shortest one (1), step like the plain path."""
+    model = _model().double()
+    tok = torch.tensor([7, 8])
+    for mem_len in (200, 1):
+        mems = generate(model, _prompt(), max_new_tokens=1, mem_len=mem_len).mems
+        lp, new = _eager(model, mem_len=mem_len).step(tok, mems)
+        ref, ref_mems = _plain_step(model, tok, mems, mem_len)
+        assert all(m.dtype == torch.float64 for m in new) and [m.shape for m in new] == [m.shape for m in ref_mems]
+        assert (lp - ref).abs().max() <= 1e-5  # the position table is built in float32, as for every model
+
+
+def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkeypatch) -> None:
+    """Loading projects every memory row again: a step given the memories it returned last continues from its ring;
+    any other memories (a branch, fewer tensors) are loaded. The decoder's lengths have no ext_len."""
+    model = _model(ext_len=2)
+    dec = _eager(model, mem_len=4)
+    assert dec.lengths.ext_len == 0
+    loads: list[int] = []
+    real = dec.load
+    monkeypatch.setattr(dec, "load", lambda mems: (loads.append(len(mems)), real(mems))[1])
+    start = generate(model, _prompt(), max_new_tokens=1, mem_len=4).mems
+    _, mems = dec.step(torch.tensor([1, 2]), start)
+    _, mems = dec.step(torch.tensor([3, 4]), mems)
+    _, mems = dec.step(torch.tensor([5, 6]), mems)
+    assert len(loads) == 1
+    dec.step(torch.tensor([5, 6]), start)  # a branch from the first state
+    assert len(loads) == 2
+
+
+def test_the_state_lives_on_the_model_device() -> None:
+    """Every buffer of the decoder is made on the model's device (PyTorch's ``meta`` device stands in for an
+    accelerator: shapes and placement without data); positions are integers, the ring has the asked type."""
+    model = _model().to("meta")
+    dec = _eager(model, mem_len=4, kv_dtype="bfloat16")
+    mems = [torch.zeros(2, 3, model.config.d_model, device="meta") for _ in range(model.config.n_layer + 1)]
+    lp, new = dec.step(torch.tensor([1, 2], device="meta"), mems)
+    state = [*dec.ks, *dec.vs, dec.slot_pos, dec.cur, *dec.pos_keys, dec._hist, lp, *new]
+    assert {t.device.type for t in state} == {"meta"}
+    assert {t.dtype for t in [*dec.ks, *dec.vs]} == {torch.bfloat16}
+    assert dec.slot_pos.dtype == dec.cur.dtype == torch.long

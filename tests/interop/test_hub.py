@@ -144,3 +144,48 @@ def test_without_huggingface_hub_an_id_is_one_line(monkeypatch) -> None:
 
 def test_converted_dir_is_keyed_by_repo_and_commit(tmp_path) -> None:
     assert hub.converted_dir("a/b", "c" * 40, tmp_path) == tmp_path / "hub" / "models--a--b" / ("c" * 40)
+
+
+def test_a_model_is_fetched_at_the_commit_its_config_came_from(tmp_path, hub_cache, monkeypatch) -> None:
+    """``main`` moves on between the download of config.json and the others (a push in between): every file
+    comes from the commit config.json came from, not from where the branch now points."""
+    import huggingface_hub
+
+    model, commit = txl_repo(tmp_path, hub_cache)
+    (tmp_path / "newer").mkdir()  # the newer commit: only its config.json is in the cache
+    tiny_model(4).save_pretrained(tmp_path / "newer-full")
+    (tmp_path / "newer" / "config.json").write_bytes((tmp_path / "newer-full" / "config.json").read_bytes())
+    newer = hub_repo(hub_cache, "org/tiny", tmp_path / "newer")
+    main = hub_cache / "models--org--tiny" / "refs" / "main"
+    main.write_text(commit)
+    real = huggingface_hub.hf_hub_download
+    asked: list[tuple[str, str | None]] = []
+
+    def push_after_the_config(repo_id, filename, **kw):
+        path = real(repo_id, filename, **kw)
+        asked.append((filename, kw.get("revision")))
+        main.write_text(newer)  # the branch moves once config.json is read
+        return path
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", push_after_the_config)
+    snap = hub.fetch("org/tiny")
+    assert snap.commit == commit and asked[0] == ("config.json", None)
+    assert {rev for _, rev in asked[1:]} == {commit} and len(asked) > 1
+    main.write_text(commit)
+    assert_same_outputs(TransformerXLLM.from_pretrained(snap.path), model)
+
+
+@needs_transformers
+def test_a_conversion_stopped_before_its_manifest_is_made_again(tmp_path, hub_cache) -> None:
+    """The manifest is written last: a conversion directory without one (the process killed while it wrote the
+    weights) is converted again, never loaded as it is."""
+    model, commit = hf_repo(tmp_path, hub_cache)
+    out = hub.converted_dir("transfo-xl/tiny-wt103", commit)
+    out.mkdir(parents=True)
+    tiny_model(3).save_pretrained(out)  # another model's files...
+    (out / "MANIFEST.json").unlink()  # ...without the manifest that would say the conversion was complete
+    (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:100])  # cut short
+    notes: list[str] = []
+    assert hub.hub_model_dir("transfo-xl/tiny-wt103", note=notes.append) == out
+    assert len(notes) == 1 and (out / "MANIFEST.json").is_file()
+    assert_same_outputs(TransformerXLLM.from_pretrained(out), model)

@@ -60,7 +60,7 @@ def test_a_name_that_is_not_a_plain_file_name_is_refused_before_any_file_is_open
 
 
 def test_plain_names_are_accepted() -> None:
-    assert all(map(is_plain_name, ["model.safetensors", "MANIFEST.json", ".hidden", "a..b", "x y"]))
+    assert all(map(is_plain_name, ["model.safetensors", "MANIFEST.json", ".hidden", "a..b", "x y", "XX"]))
     assert not is_plain_name(3)
 
 
@@ -88,6 +88,9 @@ def test_a_changed_file_is_refused_naming_it(tmp_path, damage) -> None:
 def test_files_not_listed_are_not_checked_and_no_manifest_is_no_check(tmp_path) -> None:
     d = _dir(tmp_path / "d")
     assert read_manifest(d) is None and verify_manifest(d) is None
+    for check in (read_manifest, verify_manifest):  # what it is not, by default: a directory
+        with pytest.raises(CheckpointError, match=rf"^{d} is not a complete directory \(no MANIFEST.json\)$"):
+            check(d, required=True)
     with pytest.raises(CheckpointError, match=r"is not a complete checkpoint \(no MANIFEST.json\)"):
         verify_manifest(d, required=True, what="checkpoint")
     write_manifest(d)
@@ -96,6 +99,7 @@ def test_files_not_listed_are_not_checked_and_no_manifest_is_no_check(tmp_path) 
 
 
 @pytest.mark.parametrize("doc", ['{"step": 1}', '{"files": {"a.bin": {"sha256": "x"}}}',
+                                 '{"files": {"a.bin": {"bytes": 3}}}',
                                  '{"files": {"a.bin": {"sha256": "x", "bytes": true}}}', '{"files": []}', "[1]"])
 def test_a_malformed_manifest_is_refused(tmp_path, doc) -> None:
     d = _dir(tmp_path / "d")
@@ -113,3 +117,24 @@ def test_verify_beside_checks_each_file_against_its_own_directory(tmp_path) -> N
     with pytest.raises(CheckpointError, match=r"a\.bin does not match"):
         verify_beside(d / "a.bin")
     verify_beside(d / "b.json")  # not listed: not checked
+
+
+def test_every_file_named_is_checked_whatever_the_order(tmp_path) -> None:
+    """``names`` skips the files it does not name and goes on to the next: the last one listed is checked too."""
+    d = _dir(tmp_path / "d")
+    write_manifest(d)
+    (d / "b.json").write_text('{"x": 2}\n')  # listed after a.bin, which is not named
+    with pytest.raises(CheckpointError, match=r"b\.json does not match its SHA-256 in MANIFEST.json \(corrupt or "
+                       r"changed after it was written\)$"):
+        verify_manifest(d, names=["b.json"])
+
+
+def test_refusals_name_the_manifest_and_say_why(tmp_path) -> None:
+    d = _dir(tmp_path / "d")
+    (d / MANIFEST).write_text('{"files": {"../x": {"sha256": "x", "bytes": 1}}}')
+    with pytest.raises(CheckpointError, match=rf"^{d / MANIFEST} lists '../x', which is not a plain file name of {d} "
+                       r"\(a manifest names files inside its own directory only\)$"):
+        read_manifest(d)
+    (d / MANIFEST).write_text("{not json")
+    with pytest.raises(CheckpointError, match=rf"^manifest {d / MANIFEST} "):
+        read_manifest(d)

@@ -8,6 +8,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.store.checkpoint import list_checkpoints, verify_checkpoint
 from transformer_xl.store.lock import LOCK
 from transformer_xl.train import Trainer
-from transformer_xl.train.resume import FIXED
+from transformer_xl.train.resume import _WHY, FIXED
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +113,36 @@ def test_a_fixed_field_is_refused_and_the_run_left_as_it_was(tmp_path, corpus, t
     assert summary["step"] == 5
 
 
+#: Fixed fields a CPU Trainer cannot be built with (fp16 needs CUDA): refused by the plan's check itself.
+_PLAN_ONLY_CHANGES = {"precision": "fp16"}
+
+
 def test_every_fixed_field_has_a_refusal_test() -> None:
-    assert set(FIXED) <= set(_FIXED_CHANGES)
+    """Every field a resume refuses to change (each has its reason in the refusal) is tested above or below."""
+    assert set(FIXED) <= set(_WHY)
+    assert set(_WHY) <= set(_FIXED_CHANGES) | set(_PLAN_ONLY_CHANGES)
+
+
+@pytest.mark.parametrize(("old", "new", "refused"), [
+    ("fp32", "fp16", True), ("fp16", "bf16", True), ("bf16", "fp16", True), ("fp32", "bf16", False),
+    ("bf16", "auto", False),
+])
+def test_a_precision_change_is_refused_when_fp16_is_on_either_side(tmp_path, corpus, tiny_run, old, new,
+                                                                   refused) -> None:
+    """fp16 keeps a loss scaler's state in the checkpoint: moving to or from it is refused; other precisions may
+    change (the Trainer refuses fp16 on a CPU before the plan's check, so the plan is checked directly)."""
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    plan = plan_resume(run)
+    plan.train["precision"] = old  # as if the run was trained with ``old``
+    cfg = dataclasses.replace(_resume_cfg(run), precision=new)
+    if refused:
+        with pytest.raises(ConfigError, match=rf"cannot change precision on --resume: .*precision='{old}' "
+                           r"\(it fixes fp16's loss-scaler state\)"):
+            plan.check(cfg, plan.model, corpus.vocab.sha256())
+    else:
+        assert plan.check(cfg, plan.model, corpus.vocab.sha256()) == {"precision": [old, new]}
 
 
 def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run) -> None:
@@ -125,8 +154,11 @@ def test_a_corpus_whose_vocabulary_changed_is_refused(tmp_path, corpus, tiny_run
         f.write("a brand new word appears\n")
     edited = load_corpus(str(data), cache_dir=tmp_path / "cache")
     before = _snapshot(run)
-    with pytest.raises(DataError, match=r"vocabulary .* differs from the one .* trained with"):
-        Trainer(_resume_cfg(run, max_step=5), corpus=edited, resume=run)
+    new, old, cfg = edited.vocab.sha256()[:12], corpus.vocab.sha256()[:12], _resume_cfg(run, max_step=5)
+    with pytest.raises(DataError, match=rf"^the vocabulary of dataset '{re.escape(cfg.dataset)}' differs from the one "
+                       rf"{run} was trained with \(sha256 {new} vs {old}\): its text changed since the run started; "
+                       r"restore it, or start a new run with another --out-dir$"):
+        Trainer(cfg, corpus=edited, resume=run)
     assert _snapshot(run) == before
 
 
@@ -256,6 +288,48 @@ def test_without_resume_a_torchrun_restart_is_told_to_add_resume_auto(tmp_path, 
         Trainer(_resume_cfg(run), corpus=corpus)
 
 
+@pytest.mark.parametrize(("count", "hint"), [(None, False), ("0", False), ("1", True), ("2", True), ("x", False)])
+def test_the_restart_hint_is_given_from_the_first_torchrun_restart(monkeypatch, count, hint) -> None:
+    from transformer_xl.train.resume import restart_hint
+
+    if count is None:
+        monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", count)
+    expected = (f" (this is torchrun's restart {count}: put --resume auto in the command so that a restart continues "
+                "the run)") if hint else ""
+    assert restart_hint() == expected
+
+
+def test_a_directory_with_checkpoints_and_no_config_holds_a_run(tmp_path, corpus, tiny_run) -> None:
+    """A run whose config.json was lost still holds its checkpoints: a new run into it is refused, untouched."""
+    from transformer_xl.store.layout import RunDir
+    from transformer_xl.train.resume import holds_run, resume_target
+
+    run = _trained(tiny_run, corpus)
+    (run / "config.json").unlink()
+    assert holds_run(RunDir(run)) and resume_target("auto", run) == run
+    before = _snapshot(run)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        Trainer(tiny_run(max_step=4, save_interval=2), corpus=corpus)  # the same command without --resume
+    assert _snapshot(run) == before
+
+
+def test_resuming_an_empty_directory_is_refused_and_writes_nothing(tmp_path, corpus, tiny_run) -> None:
+    from transformer_xl.errors import CheckpointError
+    from transformer_xl.train.resume import plan_resume
+
+    cfg = tiny_run(max_step=4)
+    empty = Path(cfg.out_dir)
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match=rf"^no checkpoint to resume from in {empty} \(expected "
+                       rf"{empty}/checkpoints/step_\*/\)$"):
+        plan_resume(empty)
+    with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
+        Trainer(cfg, corpus=corpus, resume=empty)
+    assert [p.name for p in empty.iterdir()] in ([], [LOCK])  # a lock file alone is no run
+
+
 def test_resume_target(tmp_path) -> None:
     from transformer_xl.train.resume import resume_target
 
@@ -268,3 +342,40 @@ def test_resume_target(tmp_path) -> None:
     assert resume_target("auto", tmp_path / "r") == tmp_path / "r"
     assert resume_target("./auto", tmp_path / "r") == Path("auto")  # a run directory named auto
     assert resume_target(tmp_path / "x", tmp_path / "r") == tmp_path / "x"
+
+
+def test_refusals_say_what_the_field_fixes_in_one_line(tmp_path, corpus, tiny_run) -> None:
+    run = _trained(tiny_run, corpus)
+    with pytest.raises(ConfigError, match=rf"^cannot change optim on --resume: {run} was trained with optim='adam' "
+                       r"\(it fixes the optimizer state's form\); start a new run with another --out-dir$"):
+        Trainer(_resume_cfg(run, optim="sgd"), corpus=corpus, resume=run)
+    with pytest.raises(ConfigError, match=rf"^cannot change n_layer on --resume: {run} was trained with n_layer=2 "
+                       r"\(the architecture and training lengths are fixed; evaluation lengths: --test-\*\)$"):
+        Trainer(_resume_cfg(run, n_layer=3), corpus=corpus, resume=run)
+    with pytest.raises(ConfigError, match=rf"^{run} already holds a run: continue it with `txl train --resume {run}`, "
+                       r"or give another --out-dir$"):
+        Trainer(tiny_run(max_step=4, save_interval=2), corpus=corpus)
+
+
+def test_the_schedule_is_retargeted_when_any_schedule_field_changes(tmp_path) -> None:
+    from transformer_xl.store.layout import RunDir
+    from transformer_xl.train.resume import ResumePlan
+
+    plan = ResumePlan(RunDir(tmp_path), None)
+    for changes, retarget in (({}, False), ({"log_interval": [1, 2]}, False), ({"lr": [1, 2]}, True),
+                              ({"lr": [1, 2], "log_interval": [1, 2]}, True)):
+        plan.changes = changes
+        assert plan.schedule_changed is retarget, changes
+
+
+def test_a_corrupt_only_checkpoint_is_refused_without_an_older_one_to_name(tmp_path, corpus, tiny_run) -> None:
+    from tests.helpers import damage_file
+    from transformer_xl.errors import CheckpointError
+
+    cfg = tiny_run(max_step=2, save_interval=2)
+    Trainer(cfg, corpus=corpus).fit()
+    [only] = list_checkpoints(Path(cfg.out_dir) / "checkpoints")
+    damage_file(only / "model.safetensors", "bit-flip")
+    with pytest.raises(CheckpointError, match="SHA-256") as err:
+        Trainer(_resume_cfg(Path(cfg.out_dir), max_step=4), corpus=corpus, resume=cfg.out_dir)
+    assert "older checkpoint" not in str(err.value)

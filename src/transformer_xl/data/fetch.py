@@ -23,7 +23,7 @@ from typing import Any
 from transformer_xl.data.hub import fetch_from_hub, hub_offline, placement_hint
 from transformer_xl.data.paths import resolve_data_dir
 from transformer_xl.data.registry import DatasetSpec, Member, Resource, get_spec
-from transformer_xl.errors import DataError
+from transformer_xl.errors import DataError, one_line
 from transformer_xl.store.files import sha256_file, write_json
 
 BLOCK = 1 << 16
@@ -158,7 +158,7 @@ def _extract_member(archive: Path, member: Member, folder: Path) -> None:
                 n += len(block)
                 out.write(block)
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise DataError(f"{archive}: cannot read archive ({exc}); delete it and fetch again") from None
+        raise DataError(f"{archive}: cannot read archive ({one_line(exc)}); delete it and fetch again") from None
     if (member.size is not None and n != member.size) or (member.sha256 and h.hexdigest() != member.sha256):
         if tmp:
             tmp.unlink(missing_ok=True)
@@ -181,7 +181,7 @@ def _extract_all(archive: Path, folder: Path) -> None:
                         raise DataError(f"{archive}: unsafe member path {m.name}")
                 tf.extractall(folder)
     except (OSError, tarfile.TarError, EOFError) as exc:
-        raise DataError(f"{archive}: cannot extract ({exc}); delete it and fetch again") from None
+        raise DataError(f"{archive}: cannot extract ({one_line(exc)}); delete it and fetch again") from None
 
 
 def _resource_done(res: Resource, folder: Path) -> bool:
@@ -193,11 +193,15 @@ def _resource_done(res: Resource, folder: Path) -> bool:
 def _from_url(res: Resource, url: str, folder: Path, *, force: bool, progress: bool) -> None:
     """Download ``res`` from ``url`` (or verify the archive already there) and extract its verified members."""
     archive = folder / res.filename
-    if force or not archive.exists():
-        download(url, archive, sha256=res.sha256, size=res.size, progress=progress)
-    else:
-        verify_file(archive, sha256=res.sha256, size=res.size)
+    there = archive.exists() and not force  # placed by hand, or left by a fetch stopped before extracting
+    if not there:
+        download(url, archive, sha256=res.sha256, size=res.size, progress=progress)  # verified as it lands
     try:
+        if there:  # verified like a download (WikiText-103's members have no checksums of their own)
+            try:
+                verify_file(archive, sha256=res.sha256, size=res.size)
+            except DataError as exc:
+                raise DataError(f"{exc}; the archive already there was removed") from None
         for member in res.members:
             _extract_member(archive, member, folder)
     except DataError:
@@ -249,6 +253,8 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
         if not force and _resource_done(res, folder):
             continue
         urls = [f"{mirror.rstrip('/')}/{res.filename}"] if mirror else [u for u in res.urls if not _offline_skip(u)]
+        if not force and (folder / res.filename).is_file():  # an archive already there (placed by hand) comes first,
+            urls.insert(0, (folder / res.filename).as_uri())  # offline too: verified, removed if wrong
         nexts = [*urls[1:], spec.hub.describe() if spec.hub and not mirror else None]
         for url, after in zip(urls, nexts):
             try:
