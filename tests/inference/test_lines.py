@@ -108,3 +108,61 @@ def test_string_ids_read_carriage_returns_as_line_ends() -> None:
     assert enc.string_ids("") == []
     chars = LineEncoder(Vocab([" ", "a", "b"]), level="char")  # no line-end symbol: nothing to cut from the last line
     assert chars.string_ids("ab") == [1, 2] and chars.string_ids("a\nb") == [1, 2]
+
+
+def test_the_level_given_wins_over_the_one_the_symbols_show() -> None:
+    """``_ a b`` looks like text8; given ``char``, ``_`` is a symbol like another and a line ends with ``<eos>``."""
+    from transformer_xl.data.codec import TextCodec
+
+    vocab = Vocab(["<eos>", "_", "a", "b"], special=["<eos>"], eos="<eos>")
+    assert LineEncoder(vocab).level == "text8" and LineEncoder(vocab).line_ids("a b") == [2, 1, 3]
+    enc = LineEncoder(vocab, level="char")
+    assert enc.level == "char" and enc.line_ids("a_b") == [2, 1, 3, 0]
+    assert isinstance(enc.codec, TextCodec) and enc.codec.level == "char"
+    newline_start = LineEncoder(Vocab(["\n", " ", "a"]), level="char")
+    assert newline_start.start_ids() == [0]  # no <eos>: the newline symbol starts the text
+
+
+def test_for_model_reads_the_runs_level_and_tokenizer(tmp_path) -> None:
+    pytest.importorskip("tokenizers")
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    run = tmp_path / "run"
+    run.mkdir()
+    Vocab(["<eos>", "_", "a", "b"], special=["<eos>"], eos="<eos>").save(run / "vocab.json")
+    (run / "config.json").write_text(json.dumps({"train": {"level": "char"}}))
+    assert LineEncoder.for_model(run).level == "char"
+    assert LineEncoder.for_model(run, level="text8").level == "text8"
+    other = tmp_path / "other.json"
+    Vocab(["<eos>", "x", "y"], eos="<eos>").save(other)
+    assert LineEncoder.for_model(run, vocab=other).line_ids("xy") == [1, 2, 0]
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "one": 1, "two": 2, "<eos>": 3}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tok.json"))
+    Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>").save(run / "vocab.json")
+    (run / "config.json").write_text(json.dumps({"train": {"tokenizer": str(tmp_path / "tok.json")}}))
+    enc = LineEncoder.for_model(run)
+    assert enc.level == "subword" and enc.line_ids("one two") == [1, 2, 3]
+
+
+def test_a_tokenizer_model_is_not_lower_cased_and_gets_no_special_tokens(tmp_path) -> None:
+    """The corpus builder gives a tokenizer the line as it is, without the tokenizer's own special tokens."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from transformer_xl.errors import DataError
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "one": 1, "two": 2, "<eos>": 3}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="$A <eos>", special_tokens=[("<eos>", 3)])
+    tok.save(str(tmp_path / "tok.json"))
+    vocab = Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>")
+    enc = LineEncoder(vocab, tokenizer=tmp_path / "tok.json")
+    assert not enc.lower and enc.line_ids(" ONE two ") == [0, 2, 3]
+    bare = Tokenizer(models.WordLevel({"<unk>": 0, "one": 1, "two": 2}, unk_token="<unk>"))
+    bare.save(str(tmp_path / "bare.json"))
+    no_eos = LineEncoder(Vocab(["<unk>", "one", "two"], unk="<unk>"), tokenizer=tmp_path / "bare.json")
+    with pytest.raises(DataError, match=r"^the vocabulary has no <eos> to start a text from$"):
+        no_eos.start_ids()
