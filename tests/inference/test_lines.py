@@ -161,6 +161,7 @@ def test_a_tokenizer_model_is_not_lower_cased_and_gets_no_special_tokens(tmp_pat
     vocab = Vocab(["<unk>", "one", "two", "<eos>"], eos="<eos>", unk="<unk>")
     enc = LineEncoder(vocab, tokenizer=tmp_path / "tok.json")
     assert not enc.lower and enc.line_ids(" ONE two ") == [0, 2, 3]
+    assert LineEncoder(vocab, level="byte", tokenizer=tmp_path / "tok.json").level == "subword"  # a tokenizer decides
     bare = Tokenizer(models.WordLevel({"<unk>": 0, "one": 1, "two": 2}, unk_token="<unk>"))
     bare.save(str(tmp_path / "bare.json"))
     no_eos = LineEncoder(Vocab(["<unk>", "one", "two"], unk="<unk>"), tokenizer=tmp_path / "bare.json")

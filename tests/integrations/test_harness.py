@@ -139,19 +139,24 @@ def test_model_arguments_as_the_harness_passes_them(wiki, capsys) -> None:
 
 
 def test_generate_until_a_single_string_and_sampling_at_temperature_zero(wiki) -> None:
-    model_dir, _ = wiki
-    lm = TransformerXLHarness(str(model_dir), mem_len=4)
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir), mem_len=2)
     full = lm.generate_until([_req("The game", {"max_gen_toks": 8})])[0]
     stop = full.split()[3]
     assert lm.generate_until([_req("The game", {"until": stop, "max_gen_toks": 8})])[0] == full[:full.index(stop)]
     greedy_at_zero = {"max_gen_toks": 8, "do_sample": True, "temperature": 0}
     assert lm.generate_until([_req("The game", greedy_at_zero)])[0] == full
     ids = lm.encoder.start_ids() + lm.encoder.string_ids("The game")
-    new = lm.model.generate(torch.tensor([ids]), max_new_tokens=8, mem_len=4).sequences[0, len(ids):].tolist()
+    new = lm.model.generate(torch.tensor([ids]), max_new_tokens=8, mem_len=2).sequences[0, len(ids):].tolist()
     assert full == lm.encoder.codec.decoder(ids).feed(new)
     sampled = lm.generate_until([_req("The game", {"max_gen_toks": 8, "do_sample": True, "temperature": 5.0,
                                                    "seed": 3})] * 2)
     assert sampled[0] == sampled[1] != full  # a seeded sample at a high temperature: reproducible, not greedy
+    context = " ".join(docs[1].split()[:40])
+    kw = {"max_gen_toks": 8, "do_sample": True, "temperature": 1.0, "seed": 3}
+    mem_2, mem_16 = lm.generate_until([_req(context, kw)])[0], TransformerXLHarness(str(model_dir)).generate_until(
+        [_req(context, kw)])[0]
+    assert mem_2 != mem_16  # mem_len=2 was used, not the model's 16
 
 
 ROLLING_TASK = """task: txl_wikitext_rolling

@@ -205,5 +205,6 @@ def _rows_of(mems: list[torch.Tensor], rows: list[int], subset: list[int]) -> li
     """The memories (``[B, M, D]`` each, one row per stream of ``rows``) of the streams ``subset``."""
     if not mems:
         return []
-    idx = torch.tensor([rows.index(r) for r in subset], device=mems[0].device)
+    # left out: the device of the index (mems[0]'s, that of every layer's memory) only shows on a GPU
+    idx = torch.tensor([rows.index(r) for r in subset], device=mems[0].device)  # pragma: no mutate
     return [m.index_select(0, idx) for m in mems]
