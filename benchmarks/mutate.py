@@ -111,7 +111,7 @@ def _configure(scratch: Path, module: str, tests: list[str]) -> None:
         f.write(section)
 
 
-def count(scratch: Path, module: str) -> dict[str, int]:
+def count(scratch: Path, module: str, marks_from: Path | None = None) -> dict[str, int]:
     """Outcomes from mutmut's ``mutants/<file>.meta`` files, and the ``# pragma: no mutate`` marks: ``equivalent``,
     or ``left_out`` when the reason says "left out" (a mutant only a test too slow to repeat per mutant can catch,
     such as one that compiles). Each mark counts once, however many mutants its line or block would give."""
@@ -130,7 +130,7 @@ def count(scratch: Path, module: str) -> dict[str, int]:
                 if status != "skipped":  # a recheck found its line marked since: not a mutant any more
                     counts[status] += 1
     marks = []  # each mark with the line above it (where a reason too long for the line goes)
-    for f in files:
+    for f in [(marks_from or scratch) / f.relative_to(scratch) for f in files]:
         lines = ["", *f.read_text().splitlines()]
         marks += [lines[i - 1] + lines[i] for i in range(1, len(lines)) if PRAGMA.search(lines[i])]
     counts["left_out"] = sum("left out" in text for text in marks)
@@ -202,7 +202,7 @@ def recheck(module: str, tests: list[str], label: str) -> dict:
             meta["exit_code_by_key"][name] = {5: 33}.get(rc, rc)
             print(f"  recheck {name}: {'survived' if rc == 0 else 'no tests' if rc == 5 else 'killed'}", flush=True)
         meta_path.write_text(json.dumps(meta))
-    counts = count(scratch, module)
+    counts = count(scratch, module, marks_from=REPO)  # the marks as they are now
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     return {**counts, "score": score(counts), "survivors": survivors(scratch), "tests": tests,
             "source": "working tree (survivors rechecked)", "commit": rev.strip() + "+", "seconds": None,

@@ -260,5 +260,16 @@ def test_the_state_lives_on_the_model_device() -> None:
     lp, new = dec.step(torch.tensor([1, 2], device="meta"), mems)
     state = [*dec.ks, *dec.vs, dec.slot_pos, dec.cur, *dec.pos_keys, dec._hist, lp, *new]
     assert {t.device.type for t in state} == {"meta"}
-    assert {t.dtype for t in [*dec.ks, *dec.vs]} == {torch.bfloat16}
+    assert {t.dtype for t in [*dec.ks, *dec.vs, *dec.pos_keys]} == {torch.bfloat16}
     assert dec.slot_pos.dtype == dec.cur.dtype == torch.long
+
+
+@pytest.mark.parametrize("clamp_len", [0, 1])
+def test_the_shortest_clamp_lengths_match_the_plain_step(clamp_len) -> None:
+    """clamp_len 0 clamps nothing; 1 makes every distance but 0 look like 1."""
+    model = _model(clamp_len=clamp_len)
+    ids = _prompt()
+    plain = generate(model, ids, max_new_tokens=6, mem_len=4)
+    cap = generate(model, ids, max_new_tokens=6, mem_len=4, captured=_eager(model, mem_len=4))
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5

@@ -23,7 +23,7 @@ needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers
     ("org/name@" + "a" * 40, ("org/name", "a" * 40)),
     ("org/name@refs/pr/1", ("org/name", "refs/pr/1")),
     ("name", None), ("/abs/path", None), ("a/b/c", None), ("../x", None), ("org/..", None), ("./x", None),
-    ("org/name@", None), ("-org/name", None),
+    ("org/name@", None), ("-org/name", None), ("org/na..me", None),
 ])
 def test_parse_hub_id(name: str, expected, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -189,3 +189,144 @@ def test_a_conversion_stopped_before_its_manifest_is_made_again(tmp_path, hub_ca
     assert hub.hub_model_dir("transfo-xl/tiny-wt103", note=notes.append) == out
     assert len(notes) == 1 and (out / "MANIFEST.json").is_file()
     assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
+
+
+def test_hub_model_dir_reads_the_revision_asked_for(tmp_path, hub_cache) -> None:
+    _, commit_a = txl_repo(tmp_path, hub_cache)
+    tiny_model(4).save_pretrained(tmp_path / "b", vocab=None)
+    commit_b = hub_repo(hub_cache, "org/tiny", tmp_path / "b")  # main moves on to another commit
+    snapshots = hub_cache / "models--org--tiny" / "snapshots"
+    assert hub.hub_model_dir("org/tiny", revision=commit_a) == snapshots / commit_a
+    assert hub.hub_model_dir("org/tiny") == snapshots / commit_b
+
+
+def test_what_is_missing_says_whether_the_hub_was_offline_or_unreachable(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    with pytest.raises(CheckpointError, match=r"holds no config\.json of nobody/nothing \(HF_HUB_OFFLINE is set: "
+                       r"download it once online, or copy the cache\)$"):
+        hub.fetch("nobody/nothing")
+
+    def unreachable(*args, **kwargs):
+        raise LocalEntryNotFoundError("cannot reach the Hub")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    with pytest.raises(CheckpointError, match=r"holds no config\.json of nobody/nothing \(the Hub could not be "
+                       r"reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache only\)$"):
+        hub.fetch("nobody/nothing")
+
+
+def test_the_layout_is_told_by_the_config() -> None:
+    for config, layout in (({"model_type": "transfo-xl"}, "hf"), ({"vocab_size": 10}, "hf"), ({"n_token": 10}, "txl"),
+                           ({"model_type": "transfo-xl", "n_token": 3}, "hf")):
+        assert hub._layout(config, "org/x") == layout, config
+
+
+@needs_transformers
+def test_a_hf_repository_without_a_vocabulary_converts_its_weights_alone(tmp_path, hub_cache) -> None:
+    model, commit = hf_repo(tmp_path, hub_cache)
+    (hub_cache / "models--transfo-xl--tiny-wt103" / "snapshots" / commit / "vocab.pkl").unlink()
+    assert hub.fetch("transfo-xl/tiny-wt103").layout == "hf"
+    out = hub.hub_model_dir("transfo-xl/tiny-wt103", cache_dir=tmp_path / "elsewhere")
+    assert out == tmp_path / "elsewhere" / "hub" / "models--transfo-xl--tiny-wt103" / commit
+    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors"]
+    assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
+
+
+def _answers(hub_cache, errors: dict, asked: list | None = None):
+    """A stand-in for hf_hub_download online: files of the fixture cache's snapshot of main, ``errors`` (file ->
+    exception) raised as huggingface_hub raises them; ``asked`` collects the files asked for."""
+    def download(repo_id, filename, revision=None, **kwargs):
+        if asked is not None:
+            asked.append(filename)
+        if filename in errors:
+            raise errors[filename]
+        repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+        commit = revision if revision and (repo / "snapshots" / revision).is_dir() else \
+            (repo / "refs" / "main").read_text()
+        return str(repo / "snapshots" / commit / filename)
+    return download
+
+
+def test_each_hub_failure_is_one_line_naming_it(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    cases = [
+        (EntryNotFoundError("404"), "and the Hub repository org/tiny has no config.json"),
+        (RevisionNotFoundError("404"), "and the Hub repository org/tiny has no revision None"),
+        (RepositoryNotFoundError("401"), "and the Hugging Face Hub has no model org/tiny (or it is private or gated: "
+                                         "log in or set HF_TOKEN)"),
+        (HfHubHTTPError("500 Server Error\nmore"), "and the Hugging Face Hub gave: 500 Server Error"),
+        (OSError(""), "and the Hugging Face Hub gave: OSError"),
+    ]
+    for exc, why in cases:
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, {"config.json": exc}))
+        with pytest.raises(CheckpointError) as err:
+            hub.fetch("org/tiny")
+        assert str(err.value) == f"org/tiny: no local directory of that name, {why}", type(exc)
+
+
+def test_optional_files_the_repository_lacks_are_skipped_online(tmp_path, hub_cache, monkeypatch) -> None:
+    """Online, a file the repository does not have is EntryNotFoundError: the manifest and vocabulary are optional,
+    the weights are not."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError
+
+    _, commit = txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    absent = {"MANIFEST.json": EntryNotFoundError("404"), "vocab.json": EntryNotFoundError("404")}
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent))
+    assert hub.fetch("org/tiny").commit == commit
+    absent["model.safetensors"] = EntryNotFoundError("404")
+    with pytest.raises(CheckpointError, match=rf"^org/tiny@{commit}: no local directory of that name, and the Hub "
+                       r"repository org/tiny@\w+ has no model.safetensors$"):
+        hub.fetch("org/tiny")
+
+
+def test_a_config_that_is_not_json_or_not_transformer_xl_is_one_line(tmp_path, hub_cache) -> None:
+    (tmp_path / "gpt").mkdir()
+    (tmp_path / "gpt" / "config.json").write_text('{"model_type": "gpt2"}')
+    hub_repo(hub_cache, "openai/gpt", tmp_path / "gpt")
+    with pytest.raises(CheckpointError, match=r"^the Hub repository openai/gpt is not a Transformer-XL model \(config"
+                       r"\.json has model_type 'gpt2', not transfo-xl, and no n_token\)$"):
+        hub.fetch("openai/gpt")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "config.json").write_text('{"n_token": ')
+    hub_repo(hub_cache, "org/torn", tmp_path / "torn")
+    with pytest.raises(CheckpointError):
+        hub.fetch("org/torn")
+
+
+def test_the_manifest_names_the_files_fetched_and_each_is_required(tmp_path, hub_cache, monkeypatch) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError
+
+    txl_repo(tmp_path, hub_cache)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    asked: list[str] = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, {}, asked))
+    hub.fetch("org/tiny")
+    assert asked == ["config.json", "MANIFEST.json", "config.json", "model.safetensors", "vocab.json"]
+    absent = {"vocab.json": EntryNotFoundError("404")}  # listed by the manifest: required
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent))
+    with pytest.raises(CheckpointError, match=r"has no vocab\.json$"):
+        hub.fetch("org/tiny")
+    asked.clear()
+    absent = {"MANIFEST.json": EntryNotFoundError("404")}  # no manifest: the weights, and a vocabulary if any
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent, asked))
+    hub.fetch("org/tiny")
+    assert asked == ["config.json", "MANIFEST.json", "model.safetensors", "vocab.json"]

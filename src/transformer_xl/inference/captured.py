@@ -112,11 +112,13 @@ class CapturedDecoder:
         dist = torch.arange(slots, dtype=torch.float32, device=self.device)  # pragma: no mutate
         if lengths.clamp_len > 0:
             dist = dist.clamp(max=lengths.clamp_len)
-        inv_freq = model.pos_enc.inv_freq.to(self.device)
-        r_dist = sinusoid(dist, inv_freq).to(dtype)  # [C, D]: row d = distance min(d, clamp_len)
+        # equivalent mutants: inv_freq is a buffer of the model (on its device); position_keys casts r_dist
+        inv_freq = model.pos_enc.inv_freq.to(self.device)  # pragma: no mutate
+        r_dist = sinusoid(dist, inv_freq).to(dtype)  # pragma: no mutate  # [C, D]: row d = distance min(d, clamp_len)
         self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C, E] per layer
         self.dtype = dtype
-        if self.device.type == "cuda":  # the buffers keep their addresses: CUDA graphs may write them
+        # left out: CUDA only, checked by test_cuda_graph_step_equals_the_plain_step on a GPU
+        if self.device.type == "cuda":  # pragma: no mutate block  (the buffers keep their addresses for CUDA graphs)
             for t in [*self.ks, *self.vs, self.slot_pos, self.cur, *self.pos_keys]:
                 torch._dynamo.mark_static_address(t)
         if compile and (why := compile_unavailable(self.device.type)):
