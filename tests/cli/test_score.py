@@ -106,16 +106,17 @@ def test_segment_options_reach_the_scores(scored_model, capsys) -> None:
     from transformer_xl.inference.score import score_text
 
     model_dir, _, text = scored_model
-    opts = dict(tgt_len=3, mem_len=4, clamp_len=2, same_length=True)
-    assert main(["score", str(model_dir), str(text), "--tgt-len", "3", "--mem-len", "4", "--clamp-len", "2",
-                 "--same-length", "--batch-size", "1", "--memory", "reset"]) == 0
-    got = _records(capsys)
     model, directory = load_model(model_dir)
-    want = score_text(model, LineEncoder.for_model(directory), TEXT, memory="reset", **opts)
     default = score_text(model, LineEncoder.for_model(directory), TEXT, memory="reset")
-    for g, w in zip(got, want, strict=True):
-        assert g["log_probs"] == pytest.approx(w.log_probs, rel=0, abs=1e-6)
-    assert got[0]["log_probs"] != pytest.approx(default[0].log_probs, rel=0, abs=1e-6)  # the options changed it
+    flags = {"tgt_len": "--tgt-len", "mem_len": "--mem-len", "clamp_len": "--clamp-len"}
+    for opts in (dict(tgt_len=3, mem_len=4, clamp_len=2), dict(tgt_len=3, mem_len=2, same_length=True)):
+        args = [a for k, v in opts.items() for a in ((flags[k], str(v)) if k in flags else ("--same-length",))]
+        assert main(["score", str(model_dir), str(text), *args, "--batch-size", "1", "--memory", "reset"]) == 0
+        got = _records(capsys)
+        want = score_text(model, LineEncoder.for_model(directory), TEXT, memory="reset", **opts)
+        for g, w in zip(got, want, strict=True):
+            assert g["log_probs"] == pytest.approx(w.log_probs, rel=0, abs=1e-6)
+        assert got[0]["log_probs"] != pytest.approx(default[0].log_probs, rel=0, abs=1e-6)  # the options count
 
 
 def test_tsv_header_names_lines_and_tokens_are_escaped(scored_model, capsys) -> None:
