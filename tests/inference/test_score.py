@@ -93,6 +93,7 @@ def test_reset_scores_each_line_alone_and_documents_sum_their_lines() -> None:
     assert [d.text for d in docs] == ["the game began\nthe first season", "of the game"]
     first = score_text(model, enc, docs[0].text)  # the document's lines, carried: the same stream
     assert docs[0].tokens == first[0].tokens + first[1].tokens
+    assert docs[0].token_ids == first[0].token_ids + first[1].token_ids == enc.text_ids(docs[0].text)
     np.testing.assert_allclose(docs[0].log_probs, first[0].log_probs + first[1].log_probs, rtol=0, atol=2e-6)
     docs_reset = score_text(model, enc, text, documents=True, memory="reset")
     np.testing.assert_allclose(docs_reset[0].log_probs, reset[0].log_probs + reset[1].log_probs, rtol=0, atol=2e-6)
@@ -119,6 +120,8 @@ def test_unknown_words_and_empty_text() -> None:
 def test_record_figures() -> None:
     rec = ScoredText("a b", tokens=["a", "b"], log_probs=[-1.0, -2.0])
     d = rec.to_dict()
+    assert list(d) == ["text", "tokens", "log_probs", "surprisal_bits", "n_tokens", "total_log_prob", "ppl"]
+    assert d["text"] == "a b" and d["tokens"] == ["a", "b"] and d["log_probs"] == [-1.0, -2.0]
     assert d["n_tokens"] == 2 and d["total_log_prob"] == -3.0 and math.isclose(d["ppl"], math.exp(1.5))
     assert d["surprisal_bits"] == [1 / math.log(2), 2 / math.log(2)] and "bpc" not in d
     char = ScoredText("ab", tokens=["a", "b"], log_probs=[-1.0, -2.0], char_level=True).to_dict()
@@ -163,3 +166,15 @@ def test_segment_length_and_memory_length_are_those_asked() -> None:
 def test_split_documents_keeps_the_lines_of_a_document_in_order() -> None:
     assert split_documents("a\nb\nc\n\n\n \t \nd\ne") == ["a\nb\nc", "d\ne"]
     assert split_documents("") == [] and split_documents("\n \n") == []
+
+
+def test_score_text_passes_the_lengths_on_and_marks_character_models() -> None:
+    enc, model = _encoder_and_model()
+    text = "the game began\nthe first season of the game\n"
+    recs = score_text(model, enc, text, tgt_len=3, mem_len=2)
+    ref = score_ids(model, [enc.start_ids() + enc.text_ids(text)], tgt_len=3, mem_len=2)[0].log_probs
+    np.testing.assert_array_equal(np.concatenate([r.log_probs for r in recs]), ref)
+    assert not recs[0].char_level and "ppl" in recs[0].to_dict()
+    chars = LineEncoder(Vocab(["<eos>", " ", *"abcdefghij"], special=["<eos>"], eos="<eos>"), level="char")
+    rec = score_text(eval_model(n_token=12), chars, "abc def\n")[0]
+    assert rec.char_level and rec.tokens == [*"abc def", "<eos>"] and set(rec.to_dict()) >= {"bpc"}

@@ -186,7 +186,8 @@ def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, len
         for k, (r, n) in enumerate(zip(active, seg)):
             x[k, :n] = rows[r][pos:pos + n]
             y[k, :n] = rows[r][pos + 1:pos + 1 + n]
-        out = rec(x.to(device), y.to(device), return_log_probs=greedy)
+        # left out: where the batch goes (the model's device) only shows on a GPU
+        out = rec(x.to(device), y.to(device), return_log_probs=greedy)  # pragma: no mutate
         nll = out.nll.double().cpu()  # [B, Q]
         best = out.log_probs.argmax(-1).cpu() if greedy else None  # [B, Q]
         for k, (r, n) in enumerate(zip(active, seg)):
