@@ -45,11 +45,19 @@ RELATED: dict[str, list[str]] = {
     "src/transformer_xl/interop/hub.py": ["tests/interop/test_hf.py"],
     "src/transformer_xl/inference/captured.py": ["tests/inference/test_generate.py"],
     "src/transformer_xl/store": ["tests/train/test_resume.py"],
+    "src/transformer_xl/inference/lines.py": ["tests/inference/test_score.py", "tests/cli/test_score.py"],
+    "src/transformer_xl/inference/score.py": ["tests/cli/test_score.py", "tests/integrations/test_harness.py"],
+    "src/transformer_xl/integrations/harness.py": ["tests/inference/test_score.py"],
+    "src/transformer_xl/train/loggers.py": ["tests/train/test_metrics.py"],
 }
 #: Tests left out of the mutation runs: each takes close to a minute on two cores and would run again for every
 #: mutant that survives the others. ``torch.compile`` of the captured step: what it compiles is
 #: ``inference/decode.py``'s step, tested eagerly by the rest of ``test_captured.py``.
-DESELECT = ["tests/inference/test_captured.py::test_compiled_step_equals_the_plain_step"]
+DESELECT = ["tests/inference/test_captured.py::test_compiled_step_equals_the_plain_step",
+            # the harness's command line and killed or torchrun training runs: subprocesses mutmut cannot see
+            "tests/integrations/test_harness.py::test_the_harness_command_line_reports_txl_scores",
+            "tests/train/test_loggers.py::test_a_killed_and_resumed_run_shows_every_step_once_with_the_metrics_jsonl_value",
+            "tests/train/test_loggers.py::test_under_torchrun_only_rank_0_logs"]
 RECHECKED = "working tree (survivors rechecked)"
 #: Outcomes as mutmut's exit codes name them, gathered into the columns reported.
 COLUMNS = ("killed", "survived", "timeout", "no_tests", "suspicious", "not_checked")

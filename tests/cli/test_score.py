@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import corpus_dir, eval_model
+from tests.helpers import corpus_dir, eval_model, one_line_error
 from transformer_xl.cli import main
 
 TEXT = "the cat sat on the mat\nthe dog ran under a log\n\nthen it was very quiet\nzyzzyva\n"
@@ -97,3 +97,63 @@ def test_errors_replace_reads_bad_bytes(scored_model, tmp_path, capsys) -> None:
     (tmp_path / "input.txt").write_bytes(b"the cat \xff sat\n")
     assert main(["score", str(model), str(tmp_path / "input.txt"), "--errors", "replace"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == ["the", "cat", "<unk>", "sat", "<eos>"]
+
+
+def test_segment_options_reach_the_scores(scored_model, capsys) -> None:
+    """--tgt-len, --mem-len, --clamp-len, --same-length and --batch-size score as ``score_text`` does with them."""
+    from transformer_xl.inference.lines import LineEncoder
+    from transformer_xl.inference.loading import load_model
+    from transformer_xl.inference.score import score_text
+
+    model_dir, _, text = scored_model
+    model, directory = load_model(model_dir)
+    default = score_text(model, LineEncoder.for_model(directory), TEXT, memory="reset")
+    flags = {"tgt_len": "--tgt-len", "mem_len": "--mem-len", "clamp_len": "--clamp-len"}
+    for opts in (dict(tgt_len=3, mem_len=4, clamp_len=2), dict(tgt_len=3, mem_len=2, same_length=True)):
+        args = [a for k, v in opts.items() for a in ((flags[k], str(v)) if k in flags else ("--same-length",))]
+        assert main(["score", str(model_dir), str(text), *args, "--batch-size", "1", "--memory", "reset"]) == 0
+        got = _records(capsys)
+        want = score_text(model, LineEncoder.for_model(directory), TEXT, memory="reset", **opts)
+        for g, w in zip(got, want, strict=True):
+            assert g["log_probs"] == pytest.approx(w.log_probs, rel=0, abs=1e-6)
+        assert got[0]["log_probs"] != pytest.approx(default[0].log_probs, rel=0, abs=1e-6)  # the options count
+
+
+def test_tsv_header_names_lines_and_tokens_are_escaped(scored_model, capsys) -> None:
+    from transformer_xl.cli.score import write_tsv
+    from transformer_xl.inference.score import ScoredText
+
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text), "--format", "tsv"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["line", "position", "token", "log_prob", "surprisal_bits"]
+    assert [r[:3] for r in rows[1:4]] == [["1", "0", "the"], ["1", "1", "cat"], ["1", "2", "sat"]]
+    assert rows[8][:3] == ["2", "0", "the"] and len(rows) == 1 + 7 + 7 + 1 + 6 + 2
+    out = io.StringIO()
+    write_tsv([ScoredText("x", tokens=["a\tb", "c\\d", "\n"], log_probs=[-0.5, -1.0, -2.0])], out, "line")
+    assert out.getvalue().splitlines()[1:] == [f"1\t0\ta\\tb\t-0.5\t{0.5 / math.log(2)!r}",
+                                               f"1\t1\tc\\\\d\t-1.0\t{1 / math.log(2)!r}",
+                                               f"1\t2\t\\n\t-2.0\t{2 / math.log(2)!r}"]
+
+
+def test_options_that_do_not_fit_are_one_line(scored_model, tmp_path, monkeypatch, capsys) -> None:
+    from transformer_xl.data import Vocab
+
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text), "--level", "word", "--tokenizer", "tok.json"]) == 2
+    one_line_error(capsys, "txl score: error: --level and --tokenizer exclude each other")
+    Vocab(["<eos>", "<unk>", "the"], eos="<eos>", unk="<unk>").save(tmp_path / "small.json")
+    assert main(["score", str(model_dir), str(text), "--vocab", str(tmp_path / "small.json")]) == 2
+    one_line_error(capsys, "txl score: error: the vocabulary has 3 symbols but the model predicts ")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n")))
+    assert main(["score", str(model_dir)]) == 2
+    one_line_error(capsys, "txl score: error: nothing to score: standard input is empty")
+
+
+def test_carriage_returns_end_lines_and_text_is_written_as_utf8(scored_model, tmp_path, capsys) -> None:
+    model_dir, _, _ = scored_model
+    (tmp_path / "crlf.txt").write_bytes("the cat\r\nthe é\rdog\r\n".encode())
+    assert main(["score", str(model_dir), str(tmp_path / "crlf.txt")]) == 0
+    out = capsys.readouterr().out
+    assert [r["text"] for r in map(json.loads, out.splitlines())] == ["the cat", "the é", "dog"]
+    assert '"the é"' in out  # UTF-8 as it is, not \u escapes

@@ -93,6 +93,7 @@ def test_reset_scores_each_line_alone_and_documents_sum_their_lines() -> None:
     assert [d.text for d in docs] == ["the game began\nthe first season", "of the game"]
     first = score_text(model, enc, docs[0].text)  # the document's lines, carried: the same stream
     assert docs[0].tokens == first[0].tokens + first[1].tokens
+    assert docs[0].token_ids == first[0].token_ids + first[1].token_ids == enc.text_ids(docs[0].text)
     np.testing.assert_allclose(docs[0].log_probs, first[0].log_probs + first[1].log_probs, rtol=0, atol=2e-6)
     docs_reset = score_text(model, enc, text, documents=True, memory="reset")
     np.testing.assert_allclose(docs_reset[0].log_probs, reset[0].log_probs + reset[1].log_probs, rtol=0, atol=2e-6)
@@ -107,9 +108,9 @@ def test_unknown_words_and_empty_text() -> None:
     enc, model = _encoder_and_model()
     rec = score_text(model, enc, "the zyzzyva game")[0]
     assert rec.tokens == ["the", "<unk>", "game", "<eos>"] and enc.unknown == 1
-    with pytest.raises(DataError, match="empty"):
+    with pytest.raises(DataError, match=r"^nothing to score: the text is empty$"):
         score_text(model, enc, " \n\n")
-    with pytest.raises(ConfigError, match="memory"):
+    with pytest.raises(ConfigError, match=r"^memory must be one of carry, reset, got 'keep'$"):
         score_text(model, enc, "the game", memory="keep")
     no_unk = LineEncoder(Vocab(["<eos>", "aa", "bb"], eos="<eos>"))
     with pytest.raises(DataError, match="'cc' is not in the model's vocabulary"):
@@ -119,7 +120,61 @@ def test_unknown_words_and_empty_text() -> None:
 def test_record_figures() -> None:
     rec = ScoredText("a b", tokens=["a", "b"], log_probs=[-1.0, -2.0])
     d = rec.to_dict()
+    assert list(d) == ["text", "tokens", "log_probs", "surprisal_bits", "n_tokens", "total_log_prob", "ppl"]
+    assert d["text"] == "a b" and d["tokens"] == ["a", "b"] and d["log_probs"] == [-1.0, -2.0]
     assert d["n_tokens"] == 2 and d["total_log_prob"] == -3.0 and math.isclose(d["ppl"], math.exp(1.5))
     assert d["surprisal_bits"] == [1 / math.log(2), 2 / math.log(2)] and "bpc" not in d
     char = ScoredText("ab", tokens=["a", "b"], log_probs=[-1.0, -2.0], char_level=True).to_dict()
     assert math.isclose(char["bpc"], 1.5 / math.log(2)) and "ppl" not in char
+
+
+def test_a_unit_without_tokens_and_a_perplexity_too_large_for_a_float() -> None:
+    empty = ScoredText("")
+    assert empty.n_tokens == 0 and empty.ppl is None and empty.bpc is None and empty.total_log_prob == 0.0
+    huge = ScoredText("a", tokens=["a"], log_probs=[-800.0])
+    assert huge.ppl == math.exp(700.0)  # capped, not an OverflowError
+    assert ScoredText("a", tokens=["a"], log_probs=[-699.0]).ppl == math.exp(699.0)
+
+
+def test_streams_too_short_to_score_and_bad_arguments() -> None:
+    model = eval_model()
+    stream = token_data(12).tolist()
+    empty, one, full = score_ids(model, [[], [4], stream], greedy=True, batch_size=2)
+    for short in (empty, one):
+        assert short.log_probs.shape == (0,) and short.is_greedy is not None and short.is_greedy.shape == (0,)
+    np.testing.assert_allclose(full.log_probs, score_ids(model, [stream])[0].log_probs, rtol=0, atol=2e-6)
+    assert full.is_greedy.shape == (11,)
+    with pytest.raises(DataError, match=r"^token ids must lie in \[0, 50\), got -1\.\.3$"):
+        score_ids(model, [[1, -1, 3]])
+    assert score_ids(model, [[0, 49]])[0].log_probs.shape == (1,)  # both ends of the vocabulary are ids
+    with pytest.raises(ConfigError, match="batch_size"):
+        score_ids(model, [stream], batch_size=0)
+    with pytest.raises(ConfigError, match="tgt_len"):
+        score_ids(model, [stream], tgt_len=0)
+
+
+def test_segment_length_and_memory_length_are_those_asked() -> None:
+    """``tgt_len`` and ``mem_len`` read the stream as ``evaluate`` reads it with the same lengths."""
+    model = eval_model()
+    data = token_data(40)
+    for tgt, mem in ((3, 0), (5, 2), (13, 4)):
+        got = score_ids(model, [data.tolist()], tgt_len=tgt, mem_len=mem)[0].log_probs
+        ref = evaluate(model, data, batch_size=1, tgt_len=tgt, mem_len=mem, return_nll=True)
+        np.testing.assert_allclose(got, -ref.nll[1:], rtol=0, atol=1e-6)
+
+
+def test_split_documents_keeps_the_lines_of_a_document_in_order() -> None:
+    assert split_documents("a\nb\nc\n\n\n \t \nd\ne") == ["a\nb\nc", "d\ne"]
+    assert split_documents("") == [] and split_documents("\n \n") == []
+
+
+def test_score_text_passes_the_lengths_on_and_marks_character_models() -> None:
+    enc, model = _encoder_and_model()
+    text = "the game began\nthe first season of the game\n"
+    recs = score_text(model, enc, text, tgt_len=3, mem_len=2)
+    ref = score_ids(model, [enc.start_ids() + enc.text_ids(text)], tgt_len=3, mem_len=2)[0].log_probs
+    np.testing.assert_array_equal(np.concatenate([r.log_probs for r in recs]), ref)
+    assert not recs[0].char_level and "ppl" in recs[0].to_dict()
+    chars = LineEncoder(Vocab(["<eos>", " ", *"abcdefghij"], special=["<eos>"], eos="<eos>"), level="char")
+    rec = score_text(eval_model(n_token=12), chars, "abc def\n")[0]
+    assert rec.char_level and rec.tokens == [*"abc def", "<eos>"] and set(rec.to_dict()) >= {"bpc"}

@@ -106,6 +106,59 @@ def test_model_arguments(wiki) -> None:
         TransformerXLHarness(str(model_dir), same_length="maybe")
 
 
+def test_model_arguments_as_the_harness_passes_them(wiki, capsys) -> None:
+    """``--model_args`` text and the harness's own ``--batch_size``/``--device``: flags in any spelling, numbers as
+    text, bounds refused in one line, a CUDA device falling back to the CPU with a note where CUDA is missing."""
+    from transformer_xl.errors import ConfigError
+
+    model_dir, _ = wiki
+    lm = TransformerXLHarness.create_from_arg_string(
+        f"pretrained={model_dir},mem_len=0,tgt_len=4,same_length=no,clamp_len=-1",
+        {"batch_size": 5, "device": "cpu", "max_length": None})
+    assert lm.lengths == dict(tgt_len=4, mem_len=0, clamp_len=-1, same_length=False) and lm.batch_size == 5
+    obj = TransformerXLHarness.create_from_arg_obj({"pretrained": str(model_dir), "batch_size": "2",
+                                                    "same_length": "YES"}, {"batch_size": 7, "device": None})
+    assert obj.batch_size == 2 and obj.lengths["same_length"] is True
+    assert TransformerXLHarness(str(model_dir), same_length=0).lengths["same_length"] is False
+    assert TransformerXLHarness(str(model_dir), same_length=" 1 ").lengths["same_length"] is True
+    assert TransformerXLHarness(str(model_dir), batch_size=None).batch_size == 1
+    for args, message in ((dict(mem_len=-1), "^mem_len must be >= 0, got -1$"),
+                          (dict(tgt_len="0"), "^tgt_len must be >= 1, got 0$"),
+                          (dict(clamp_len=-2), "^clamp_len must be >= -1, got -2$"),
+                          (dict(batch_size=0), "^batch_size must be >= 1, got 0$"),
+                          (dict(mem_len="many"), "^mem_len must be an integer, got 'many'$")):
+        with pytest.raises(ConfigError, match=message):
+            TransformerXLHarness(str(model_dir), **args)
+    if not torch.cuda.is_available():
+        capsys.readouterr()
+        assert next(TransformerXLHarness(str(model_dir), device="cuda:0").model.parameters()).device.type == "cpu"
+        assert capsys.readouterr().err == ("transformer-xl: device cuda:0 asked for but CUDA is not available; using "
+                                           "the CPU\n")
+        assert next(TransformerXLHarness(str(model_dir)).model.parameters()).device.type == "cpu"
+        assert capsys.readouterr().err == ""
+
+
+def test_generate_until_a_single_string_and_sampling_at_temperature_zero(wiki) -> None:
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir), mem_len=2)
+    full = lm.generate_until([_req("The game", {"max_gen_toks": 8})])[0]
+    stop = full.split()[3]
+    assert lm.generate_until([_req("The game", {"until": stop, "max_gen_toks": 8})])[0] == full[:full.index(stop)]
+    greedy_at_zero = {"max_gen_toks": 8, "do_sample": True, "temperature": 0}
+    assert lm.generate_until([_req("The game", greedy_at_zero)])[0] == full
+    ids = lm.encoder.start_ids() + lm.encoder.string_ids("The game")
+    new = lm.model.generate(torch.tensor([ids]), max_new_tokens=8, mem_len=2).sequences[0, len(ids):].tolist()
+    assert full == lm.encoder.codec.decoder(ids).feed(new)
+    sampled = lm.generate_until([_req("The game", {"max_gen_toks": 8, "do_sample": True, "temperature": 5.0,
+                                                   "seed": 3})] * 2)
+    assert sampled[0] == sampled[1] != full  # a seeded sample at a high temperature: reproducible, not greedy
+    context = " ".join(docs[1].split()[:40])
+    kw = {"max_gen_toks": 8, "do_sample": True, "temperature": 1.0, "seed": 3}
+    mem_2, mem_16 = lm.generate_until([_req(context, kw)])[0], TransformerXLHarness(str(model_dir)).generate_until(
+        [_req(context, kw)])[0]
+    assert mem_2 != mem_16  # mem_len=2 was used, not the model's 16
+
+
 ROLLING_TASK = """task: txl_wikitext_rolling
 dataset_path: json
 dataset_kwargs:

@@ -285,3 +285,69 @@ def test_under_torchrun_only_rank_0_logs(tmp_path, word_corpus, offline) -> None
     [(head, rows)] = _wandb_segments(run)
     assert head["config"]["update"]["world_size"] == 2
     assert _wandb_points(rows) == _expected(run)
+
+
+def test_the_tensorboard_logger_alone_writes_the_tags_hparams_and_session_end(tmp_path) -> None:
+    """:class:`Loggers` without a training run, read back with TensorBoard's reader: every tag of a character
+    model (``bpc``), the hyper-parameters with the validation metrics they are shown against, the session's end."""
+    from transformer_xl.train.loggers import Loggers
+
+    logs = Loggers(["tensorboard"], tmp_path, hparams={"lr": 0.5, "cutoffs": [2, 4], "name": "x", "none": None},
+                   resumed_at=None, rewind=False, metric="bpc")
+    logs.train(1, 2.0, 0.5, 100.0, 3.0)
+    logs.valid(1, {"loss": 1.5, "bpc": 1.5 / math.log(2)}, "bpc")
+    logs.close()
+    assert logs.active == []
+    want = {"train/loss": 2.0, "train/bpc": 2.0 / math.log(2), "train/lr": 0.5, "train/tokens_per_s": 100.0,
+            "train/grad_norm": 3.0, "valid/loss": 1.5, "valid/bpc": 1.5 / math.log(2)}
+    assert _tensorboard(tmp_path / "events") == {t: [(1, float(np.float32(v)))] for t, v in want.items()}
+    content = _accumulator(tmp_path / "events").PluginTagToContent("hparams")
+    data = {k: plugin_data_pb2.HParamsPluginData.FromString(v) for k, v in content.items()}
+    start = data["_hparams_/session_start_info"].session_start_info.hparams
+    assert start["lr"].number_value == 0.5 and start["cutoffs"].string_value == "[2, 4]"
+    assert start["name"].string_value == "x"
+    shown = [m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos]
+    assert sorted(shown) == ["valid/bpc", "valid/loss"]
+    assert "_hparams_/session_end_info" in data
+
+
+def test_a_resumed_tensorboard_logger_replaces_the_steps_after_the_checkpoint(tmp_path) -> None:
+    from transformer_xl.train.loggers import Loggers
+
+    first = Loggers(["tensorboard"], tmp_path, hparams={}, resumed_at=None, rewind=False, metric="ppl")
+    for step in range(1, 6):
+        first.train(step, float(step), 0.1, 1.0, 1.0)
+    first.close()
+    again = Loggers(["tensorboard"], tmp_path, hparams={}, resumed_at=2, rewind=False, metric="ppl")
+    for step in (3, 4):
+        again.train(step, 10.0 + step, 0.1, 1.0, 1.0)
+    again.close()
+    assert _tensorboard(tmp_path / "events")["train/loss"] == [(1, 1.0), (2, 2.0), (3, 13.0), (4, 14.0)]
+
+
+def test_a_logger_that_cannot_start_is_off_with_a_note(tmp_path, capsys) -> None:
+    from transformer_xl.train.loggers import Loggers
+
+    (tmp_path / "events").write_text("a file where the event folder goes")
+    logs = Loggers(["tensorboard"], tmp_path, hparams={}, resumed_at=None, rewind=False, metric="ppl")
+    assert logs.active == []
+    err = capsys.readouterr().err
+    assert err.startswith("txl train: warning: the tensorboard logger could not start (") and err.count("\n") == 1
+    assert err.endswith("it is off for the rest of this run, metrics.jsonl keeps every value\n")
+    logs.train(1, 1.0, 0.1, 1.0, 1.0)
+    logs.close()  # nothing to log to, nothing raised
+
+
+def test_hyperparameters_of_a_run_config() -> None:
+    from transformer_xl.train.loggers import hyperparameters
+
+    config = {"model": {"d_model": 8, "lr": "model's"}, "train": {"lr": 0.1, "model_overrides": {"d_model": 4}},
+              "parameters": 123, "world_size": 2, "version": "x"}
+    assert hyperparameters(config) == {"d_model": 8, "lr": 0.1, "parameters": 123, "world_size": 2}
+    assert hyperparameters({}) == {}
+
+
+def test_metric_value_at_the_overflow_bound() -> None:
+    assert metric_value(699.0, "ppl") == math.exp(699.0)
+    assert metric_value(700.0, "ppl") == math.inf
+    assert metric_value(0.0, "ppl") == 1.0 and metric_value(0.0, "bpc") == 0.0

@@ -186,7 +186,8 @@ def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, len
         for k, (r, n) in enumerate(zip(active, seg)):
             x[k, :n] = rows[r][pos:pos + n]
             y[k, :n] = rows[r][pos + 1:pos + 1 + n]
-        out = rec(x.to(device), y.to(device), return_log_probs=greedy)
+        # left out: where the batch goes (the model's device) only shows on a GPU
+        out = rec(x.to(device), y.to(device), return_log_probs=greedy)  # pragma: no mutate
         nll = out.nll.double().cpu()  # [B, Q]
         best = out.log_probs.argmax(-1).cpu() if greedy else None  # [B, Q]
         for k, (r, n) in enumerate(zip(active, seg)):
@@ -205,5 +206,6 @@ def _rows_of(mems: list[torch.Tensor], rows: list[int], subset: list[int]) -> li
     """The memories (``[B, M, D]`` each, one row per stream of ``rows``) of the streams ``subset``."""
     if not mems:
         return []
-    idx = torch.tensor([rows.index(r) for r in subset], device=mems[0].device)
+    # left out: the device of the index (mems[0]'s, that of every layer's memory) only shows on a GPU
+    idx = torch.tensor([rows.index(r) for r in subset], device=mems[0].device)  # pragma: no mutate
     return [m.index_select(0, idx) for m in mems]
