@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -179,3 +180,36 @@ def test_the_playground_page_is_served(served) -> None:
     with urllib.request.urlopen(served.url.removesuffix("/v1") + "/", timeout=30) as resp:
         page = resp.read().decode()
     assert resp.headers["content-type"].startswith("text/html") and "/v1/completions" in page
+
+
+def test_a_client_that_goes_away_mid_stream_frees_its_row(served) -> None:
+    before = served.engine.stats()["cancelled"]
+    stream = served.client().completions.create(model="tiny", prompt="the", max_tokens=2000, temperature=0,
+                                                stream=True)
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 20
+    while served.engine.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.engine.stats()["cancelled"] == before + 1
+    assert served.client().completions.create(model="tiny", prompt="the", max_tokens=2).choices
+
+
+def test_the_playground_streams_a_completion_in_headless_chromium(served) -> None:
+    from tests.serve import chromium
+
+    if chromium.chromium() is None:
+        pytest.skip("needs Chromium (apt-get install chromium)")
+    expected = served.client().completions.create(model="tiny", prompt="the cat", max_tokens=12,
+                                                  temperature=0).choices[0].text
+    browser = chromium.Browser()
+    try:
+        browser.open(served.url.removesuffix("/v1") + "/?prompt=the+cat&max_tokens=12&temperature=0&run=1")
+        browser.wait_for("document.getElementById('output').dataset.done === '1'")
+        text = browser.evaluate("document.getElementById('output').textContent")
+        chunks = int(browser.evaluate("document.getElementById('output').dataset.chunks"))
+        status = browser.evaluate("document.getElementById('status').textContent")
+    finally:
+        browser.close()
+    assert text == "the cat" + expected and chunks > 1 and "model tiny" in status
+    assert browser.errors == []

@@ -114,9 +114,11 @@ def test_a_session_keeps_the_memory_of_its_text(parts) -> None:
         events, _ = _run(engine, prompts=[[5, 6, 7]], max_tokens=4, sampling=Sampling(temperature=0), session="s")
         first, _ = _collect(events)
         events, _ = _run(engine, prompts=[[8, 9]], max_tokens=5, sampling=Sampling(temperature=0), session="s")
-        second, _ = _collect(events)
-        whole = [5, 6, 7, *first[0], 8, 9]
-        assert second[0] == model.generate(whole, max_new_tokens=5, mem_len=64).new_tokens[0].tolist()
+        second, seen = _collect(events)
+        whole = model.generate([5, 6, 7, *first[0], 8, 9], max_new_tokens=5, mem_len=64)
+        assert second[0] == whole.new_tokens[0].tolist()
+        log_probs = [e.log_prob for e in seen if isinstance(e, Token)]
+        assert log_probs == pytest.approx(whole.log_probs[0].tolist(), abs=1e-5)
     finally:
         engine.stop()
 

@@ -143,6 +143,7 @@ class Engine:
         self._wake = threading.Condition()
         self._stopping = False
         self.peak_batch = 0  # the most rows read as one step so far
+        self.cancelled = 0  # requests ended because their client went away
         self._thread = threading.Thread(target=self._run, name="txl-serve-engine", daemon=True)
 
     # ------------------------------------------------------------------ the request side
@@ -175,7 +176,7 @@ class Engine:
     def stats(self) -> dict[str, int]:
         """Running rows, waiting requests, kept sessions."""
         return {"running": len(self._rows), "waiting": len(self._queue), "sessions": len(self.sessions),
-                "peak_batch": self.peak_batch}
+                "peak_batch": self.peak_batch, "cancelled": self.cancelled}
 
     # ------------------------------------------------------------------ the engine thread
     def _run(self) -> None:
@@ -254,6 +255,7 @@ class Engine:
     def _step(self) -> None:
         """Choose a token for every row, end what is finished, read the chosen tokens in batched groups."""
         for job in {id(r.job): r.job for r in self._rows if r.job.cancelled}.values():
+            self.cancelled += 1
             self._end(job, Failed("cancelled"))
         for row in self._rows:
             self._choose(row)
