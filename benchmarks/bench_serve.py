@@ -135,13 +135,22 @@ def main() -> None:
            "cores_available": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
            "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "model": "4 layers, d_model 128, "
            f"{args.n_token} words, mem_len 64, random weights", "rows": rows}
-    lines = ["| clients | server | tokens/s | median TTFT (s) | max TTFT (s) |", "|---|---|---|---|---|"]
-    lines += [f"| {r['clients']} | {r['server']} | {r['tokens_per_s']:.0f} | {r['ttft_median_s']:.3f} | "
-              f"{r['ttft_max_s']:.3f} |" for r in rows]
-    print(f"CPU: {doc['cpu']}; torch threads {args.threads}; load average {doc['load_average']}")
-    print("\n".join(lines))
+    print(table(doc))
     if args.out:
         args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        args.out.with_suffix(".md").write_text(table(doc), encoding="utf-8")
+
+
+def table(doc: dict) -> str:
+    """The results as Markdown: the machine, then one row per clients x server."""
+    load = ", ".join(f"{x:.1f}" for x in doc["load_average"])
+    lines = [f"CPU: {doc['cpu']}; {doc['cores_available']} cores available, torch threads {doc['torch_threads']}, "
+             f"load average {load} (other work shared the machine). Model: {doc['model']}; prompts of "
+             f"{doc['prompt_len']} words, {doc['new_tokens']} greedy tokens per client.", "",
+             "| clients | server | tokens/s | median TTFT (s) | max TTFT (s) |", "|---|---|---|---|---|"]
+    lines += [f"| {r['clients']} | {r['server']} | {r['tokens_per_s']:.0f} | {r['ttft_median_s']:.3f} | "
+              f"{r['ttft_max_s']:.3f} |" for r in doc["rows"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

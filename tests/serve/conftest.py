@@ -13,9 +13,6 @@ import pytest
 
 from tests.helpers import WORDS, generation_model
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-
 #: The served model's words: plain words, so that text and ids convert both ways without loss.
 SERVE_WORDS = ["<eos>", "<unk>", *WORDS]
 
@@ -75,5 +72,7 @@ def start_server(model_dir: Path, **options: Any) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One server per test module (batch 32, sessions on)."""
+    """One server per test module (batch 32, sessions on); skipped without the serve extra."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
     yield from start_server(save_served_model(tmp_path_factory.mktemp("serve")), max_batch=32)
