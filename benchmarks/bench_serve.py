@@ -33,9 +33,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.serve.conftest starts the server in-process
 
-from tests.serve.conftest import start_server  # noqa: E402
-from transformer_xl import TransformerXLLM, TXLConfig  # noqa: E402
-from transformer_xl.data import Vocab  # noqa: E402
+from tests.serve.conftest import start_server
+
+from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.data import Vocab
 
 
 def _cpu() -> str:

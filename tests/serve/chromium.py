@@ -3,6 +3,7 @@ JSON messages ended by a NUL byte on file descriptors 3 and 4), with the standar
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -95,10 +96,8 @@ class Browser:
         raise TimeoutError(expression)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, OSError):  # it may close the pipe before it answers
             self.send("Browser.close", session=False)
-        except (RuntimeError, OSError):
-            pass
         self.proc.wait(timeout=30)
         os.close(self._w)
         os.close(self._r)
