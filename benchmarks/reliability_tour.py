@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The tiny run the cases train (a 1-layer d_model 16 model on a 640-word corpus: seconds on one CPU thread).
 TINY = ["--preset", "tiny", "--dataset", "corpus", "--n-layer", "1", "--d-model", "16", "--d-head", "8", "--n-head",
         "2", "--d-inner", "32", "--tgt-len", "8", "--mem-len", "8", "--scheduler", "constant", "--no-progress",
-        "--no-final-eval", "--no-tensorboard", "--eval-max-tokens", "200", "--eval-interval", "2", "--save-interval",
+        "--no-final-eval", "--eval-max-tokens", "200", "--eval-interval", "2", "--save-interval",
         "2", "--log-interval", "1"]
 WORDS = ["the", "cat", "dog", "sat", "ran", "on", "under", "a", "mat", "log", "big", "small", "red", "blue", "one",
          "two", "three", "and", "then", "it", "was", "very"]

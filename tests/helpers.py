@@ -78,8 +78,7 @@ def tiny_train_config(out_dir: Path, dataset: str = "unused", **kw: Any) -> Trai
             model[key] = kw.pop(key)
     base: dict[str, Any] = dict(dataset=dataset, model="tiny", model_overrides=model, out_dir=str(out_dir),
                                 batch_size=4, lr=3e-3, warmup_step=2, max_step=8, eval_interval=4, log_interval=1,
-                                eval_max_tokens=200, save_interval=2, final_eval=False, progress=False,
-                                tensorboard=False, seed=7)
+                                eval_max_tokens=200, save_interval=2, final_eval=False, progress=False, seed=7)
     base.update(kw)
     return TrainConfig(**base)
 

@@ -57,7 +57,8 @@ def golden_run(root: Path) -> dict[str, list[float]]:
 
     torch.set_num_threads(1)
     data = write_corpus(root)
-    cfg = TrainConfig(out_dir=str(root / "run"), dataset=str(data), **GOLDEN_RUN)
+    # from_dict: the key tensorboard (txl 0.1 wrote it) is read and dropped
+    cfg = TrainConfig.from_dict(dict(out_dir=str(root / "run"), dataset=str(data), **GOLDEN_RUN))
     with contextlib.redirect_stdout(sys.stderr):  # the run's validation lines
         Trainer(cfg, corpus=load_corpus(str(data), cache_dir=root / "cache")).fit()
     records = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -59,7 +59,7 @@ def test_a_full_disk_while_training_names_the_file(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(os, "fsync", full)
     out = tmp_path / "run"
     assert main(["train", "--preset", "tiny", "--dataset", str(corpus), "--max-step", "2", "--out-dir", str(out),
-                 "--no-progress", "--no-tensorboard"]) == 1
+                 "--no-progress"]) == 1
     err = one_line_error(capsys, "txl train: error: no space left on device (")
     assert str(out) in err
 

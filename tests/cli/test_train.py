@@ -239,7 +239,7 @@ def test_own_text_trains_at_char_level_and_eval_uses_the_runs_level(tmp_path, mo
     run = tmp_path / "run"
     tiny = ["--preset", "tiny", "--max-step", "2", "--n-layer", "1", "--d-model", "16", "--d-head", "8", "--n-head",
             "2", "--d-inner", "32", "--tgt-len", "8", "--mem-len", "8", "--no-final-eval", "--eval-max-tokens", "50",
-            "--eval-interval", "2", "--no-progress", "--no-tensorboard", "--out-dir", str(run)]
+            "--eval-interval", "2", "--no-progress", "--out-dir", str(run)]
     assert main(["train", "--dataset", str(corpus), "--level", "char", "--valid-fraction", "0.1", *tiny]) == 0
     cfg = json.loads((run / "config.json").read_text())["train"]
     assert cfg["level"] == "char" and cfg["valid_fraction"] == 0.1

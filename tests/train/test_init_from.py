@@ -137,7 +137,7 @@ def test_cli_refuses_a_conflicting_flag_and_accepts_dropout(tmp_path: Path, caps
     data = corpus_dir(tmp_path)
     _, m = _pretrained(tmp_path, data)
     common = ["train", "--dataset", str(data), "--init-from", str(m), "--batch-size", "4", "--max-step", "2",
-              "--eval-interval", "2", "--no-final-eval", "--no-progress", "--no-tensorboard", "--eval-max-tokens", "50"]
+              "--eval-interval", "2", "--no-final-eval", "--no-progress", "--eval-max-tokens", "50"]
     assert main([*common, "--n-layer", "4", "--out-dir", str(tmp_path / "a")]) == 2
     err = one_line_error(capsys, "txl train: error: ")
     assert "--n-layer 4 conflicts with the model of --init-from" in err and "(n_layer=2)" in err

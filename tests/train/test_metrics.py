@@ -107,14 +107,14 @@ def test_other_processes_write_nothing(tmp_path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 9}\n', encoding="utf-8")
-    log = RunLog(run, False, tiny_train_config(run, tensorboard=True), resumed_at=2)
-    assert log.file is None and log.tb is None
+    log = RunLog(run, False, tiny_train_config(run, loggers=["tensorboard", "wandb"]), resumed_at=2)
+    assert log.file is None and log.loggers.active == []
     _log_steps(log, [3])
     log.event(3, 1.0, "resume")
     log.final(3, 1.0, {})
     log.close()
     assert (run / "metrics.jsonl").read_text(encoding="utf-8") == '{"kind": "train", "step": 9}\n'  # not trimmed
-    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # no events/ either
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # no events/ nor wandb/ either
 
 
 def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise(tmp_path, monkeypatch) -> None:

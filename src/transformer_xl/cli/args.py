@@ -183,6 +183,23 @@ def add_quantize(parser: argparse.ArgumentParser) -> None:
                         "perplexity in docs/performance.md) (default: float weights)")
 
 
+def add_segment_lengths(parser: argparse.ArgumentParser) -> None:
+    """``--tgt-len``, ``--clamp-len`` and ``--same-length`` of a command that reads text with memory (``txl eval``,
+    ``txl score``; each defaults to the model's setting)."""
+    parser.add_argument("--tgt-len", type=positive_int, help="evaluation segment length (default: the model's)")
+    parser.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances at this length (<= 0: off)")
+    parser.add_argument("--same-length", action=argparse.BooleanOptionalAction, default=None,
+                        help="every query attends to the same number of keys (default: the model's setting)")
+
+
+def add_progress(parser: argparse.ArgumentParser) -> None:
+    """``--progress/--no-progress`` (``args.progress``, default on; map it with
+    :func:`transformer_xl.data.progress.progress_mode`)."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="a progress bar on stderr when it is a terminal (--no-progress, or no terminal: plain "
+                        "periodic lines)")
+
+
 def fraction(text: str) -> float:
     """An argparse ``type`` for ``--valid-fraction`` / ``--test-fraction``: a number in (0, 0.5)."""
     value = finite_float(text)
@@ -211,7 +228,7 @@ def stderr_note(prefix: str) -> Callable[[str], None]:
 
 # ---------------------------------------------------------------------------------------------- threads
 #: Commands that compute with torch: they take ``--threads`` (``txl data`` and ``txl plot`` do not).
-THREADED_COMMANDS = ("train", "eval", "generate", "convert", "recl", "experiment", "bench", "serve")
+THREADED_COMMANDS = ("train", "eval", "score", "generate", "convert", "recl", "experiment", "bench", "serve")
 THREADS_HELP = ("CPU threads for torch (default: $TXL_NUM_THREADS, else $OMP_NUM_THREADS, else the cores "
                 "available to this process)")
 

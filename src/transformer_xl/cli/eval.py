@@ -14,9 +14,10 @@ from transformer_xl.cli.args import (
     add_device,
     add_model,
     add_no_verify,
+    add_progress,
     add_quantize,
+    add_segment_lengths,
     add_split_flags,
-    clamp_int,
     nonneg_int,
     positive_int,
     stderr_note,
@@ -45,22 +46,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", metavar="TOK_JSON", default=None,
                    help="your own text: a Hugging Face tokenizers JSON (default: the run's)")
     add_split_flags(p)
-    p.add_argument("--tgt-len", type=positive_int, help="evaluation segment length (default: the model's)")
     p.add_argument("--mem-len", default=None,
                    help="memory length, or a comma-separated list to sweep, e.g. 0,128,512,1600 (default: model's)")
     p.add_argument("--ext-len", type=nonneg_int, help="extended context length (default: the model's)")
-    p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances at this length (<= 0: off)")
-    p.add_argument("--same-length", action=argparse.BooleanOptionalAction, default=None,
-                   help="every query attends to the same number of keys (default: the model's setting)")
+    add_segment_lengths(p)
     p.add_argument("--batch-size", type=positive_int, default=10, help="evaluation streams (default: 10, as eval.py)")
     p.add_argument("--max-tokens", type=positive_int, help="score only the first N tokens of the split")
     p.add_argument("--sliding-window", type=positive_int, metavar="L",
                    help="vanilla evaluation: each token from its own window of L previous tokens, no memory")
     p.add_argument("--rows", type=positive_int, help="windows per forward with --sliding-window (default: by memory)")
     add_device(p)
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                   help="a progress bar on stderr when it is a terminal (--no-progress, or no terminal: plain "
-                   "periodic lines)")
+    add_progress(p)
     add_no_verify(p)
     add_quantize(p)
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write the results as JSON to PATH")

@@ -80,12 +80,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     train_group = p.add_argument_group(
         "training (TrainConfig)", "defaults: the bare config's, which a --preset or --config may change")
     for f in dataclasses.fields(TrainConfig):
-        if f.name in _SKIP or f.name == "preset":
+        if f.name in _SKIP or f.name in ("preset", "loggers"):
             continue
         value = getattr(defaults, f.name)
         where = "" if value is None else f" (default: {_shown(value)}"
         where += "; a preset changes it)" if where and f.name in by_preset else (")" if where else "")
         _add_flag(train_group, f, FIELD_HELP[f.name] + where)
+    train_group.add_argument("--logger", dest="loggers", action="extend", type=_logger_names, default=argparse.SUPPRESS,
+                             metavar="{tensorboard,wandb,none}",
+                             help="also log the training curves to TensorBoard (events/ in the run directory) or "
+                                  "Weights & Biases; repeat it or give a comma list (none: no logger); a resumed run "
+                                  "keeps its loggers")
     bare = model_preset(defaults.model, 10**4)
     model_group = p.add_argument_group(
         "model (TXLConfig fields over the model preset)",
@@ -94,6 +99,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         if f.name not in _SKIP:
             _add_flag(model_group, f, f"{MODEL_FIELD_HELP[f.name]} (default: {_shown(getattr(bare, f.name))})")
     p.set_defaults(func=run)
+
+
+def _logger_names(text: str) -> list[str]:
+    """``--logger a,b`` -> ``["a", "b"]``; ``none`` -> ``[]`` (the names are checked by ``TrainConfig``)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return [] if names == ["none"] else names
 
 
 def _shown(value: Any) -> str:

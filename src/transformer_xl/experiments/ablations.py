@@ -189,7 +189,7 @@ def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps:
                      batch_size=batch_size, lr=lr, warmup_step=warmup, max_step=steps, clip=clip, seed=seed,
                      half_loss=half_loss, max_minutes=max_minutes, eval_interval=steps, eval_max_tokens=eval_tokens,
                      save_interval=max(1, steps // 10), keep_checkpoints=1, log_interval=min(50, steps),
-                     final_eval=False, progress=progress, tensorboard=False, device=device)
+                     final_eval=False, progress=progress, device=device)
     trainer = Trainer(tc, resume=resume, corpus=corpus)
     summary = trainer.fit()
     history = [{"step": r["step"], "loss": r["train_loss"], "minutes": r["time"] / 60}

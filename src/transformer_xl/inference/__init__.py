@@ -12,6 +12,8 @@ module          what it holds
 ``captured``    :class:`CapturedDecoder`: that step compiled once per model shape, over fixed buffers
 ``text``        :func:`stream_text`: prompt text in, detokenized text out as it becomes final
 ``loading``     the model behind a model/checkpoint/run directory, and its vocabulary
+``lines``       :class:`LineEncoder`: a line of text as the corpus preparation turned it into ids
+``score``       :func:`score_text`: the log-probability of every token of each line or document
 ==============  =================================================================================
 
 The functions stay in their modules (``transformer_xl.inference.generate.generate``; the model's own
@@ -20,6 +22,9 @@ The functions stay in their modules (``transformer_xl.inference.generate.generat
 
 from transformer_xl.inference.evaluate import EvalResult
 from transformer_xl.inference.generate import GenerationOutput, GenerationStep
+from transformer_xl.inference.lines import LineEncoder
 from transformer_xl.inference.loading import load_model, load_vocab
+from transformer_xl.inference.score import ScoredText, score_text
 
-__all__ = ["EvalResult", "GenerationOutput", "GenerationStep", "load_model", "load_vocab"]
+__all__ = ["EvalResult", "GenerationOutput", "GenerationStep", "LineEncoder", "ScoredText", "load_model", "load_vocab",
+           "score_text"]

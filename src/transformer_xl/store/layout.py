@@ -13,7 +13,8 @@
 
 **Run directory** (``txl train --out-dir RUN``), :class:`RunDir`::
 
-    config.json  vocab.json  metrics.jsonl  results.json  checkpoints/  best/  final/  events/
+    config.json  vocab.json  metrics.jsonl  results.json  checkpoints/  best/  final/
+    events/  wandb/  loggers.json    the loggers' files (transformer_xl.train.loggers): TensorBoard, W&B, the W&B id
 
 **Prepared data cache** (:mod:`transformer_xl.data.cache`): ``{split}.npy``, ``vocab.json``, ``manifest.json``; the RECL
 loss cache (:mod:`transformer_xl.experiments.recl`) keeps a ``manifest.json`` too.
@@ -50,6 +51,8 @@ CHECKPOINTS = "checkpoints"
 BEST = "best"
 FINAL = "final"
 EVENTS = "events"
+WANDB = "wandb"  # W&B's own name for its folder under the run directory
+LOGGERS = "loggers.json"
 STEP_DIR = re.compile(r"^step_(\d{8,})$")  # RUN/checkpoints/step_00001200
 CACHE_MANIFEST = "manifest.json"
 
@@ -60,8 +63,8 @@ class RunDir:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.config, self.vocab, self.metrics, self.results = (self.root / n for n in (CONFIG, VOCAB, METRICS, RESULTS))
-        self.checkpoints, self.best, self.final, self.events = (
-            self.root / n for n in (CHECKPOINTS, BEST, FINAL, EVENTS))
+        self.checkpoints, self.best, self.final, self.events, self.wandb, self.loggers = (
+            self.root / n for n in (CHECKPOINTS, BEST, FINAL, EVENTS, WANDB, LOGGERS))
 
     @staticmethod
     def of_checkpoint(path: str | Path) -> Path:

@@ -33,6 +33,9 @@ LEVELS = ("word", "char", "byte")
 #: fields that apply to the user's own text only (a registered dataset is prepared by its own rules)
 USER_TEXT_KEYS = ("level", "tokenizer", "valid_fraction", "test_fraction")
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(TXLConfig) if f.name != "n_token")
+LOGGER_NAMES = ("tensorboard", "wandb")
+#: keys of older configs that are read and dropped (``tensorboard``: events/ whenever installed, now --logger)
+LEGACY_KEYS = ("tensorboard",)
 
 
 @dataclass
@@ -97,7 +100,7 @@ class TrainConfig:
     dist_timeout: float = 1800.0  # torchrun: seconds a collective waits for the other processes, then fails
     seed: int = 1111
     progress: bool = True  # tqdm bar on rank 0
-    tensorboard: bool = True  # write events/ when torch.utils.tensorboard can be imported
+    loggers: list[str] = field(default_factory=list)  # tensorboard, wandb (transformer_xl.train.loggers)
 
     def __post_init__(self) -> None:
         self.model_overrides = dict(self.model_overrides or {})
@@ -166,6 +169,13 @@ class TrainConfig:
         if given and _is_registered(self.dataset):
             raise ConfigError(f"{given[0]} applies to your own text only; {self.dataset} is a known dataset "
                               "prepared by its own rules (see `txl data info`)")
+        if not isinstance(self.loggers, (list, tuple)) or not all(isinstance(n, str) for n in self.loggers):
+            raise ConfigError(f"loggers must be a list of names ({', '.join(LOGGER_NAMES)}), got {self.loggers!r}")
+        for name in self.loggers:
+            if name not in LOGGER_NAMES:
+                raise ConfigError(f"unknown logger {name!r}: choose from {', '.join(LOGGER_NAMES)}"
+                                  f"{did_you_mean(name, LOGGER_NAMES)}")
+        self.loggers = list(dict.fromkeys(self.loggers))
         bad = [k for k in self.model_overrides if k not in MODEL_KEYS]
         if bad:
             raise ConfigError(f"unknown model config key {bad[0]!r}{did_you_mean(bad[0], MODEL_KEYS)}")
@@ -197,6 +207,8 @@ class TrainConfig:
                 values[key] = value
             elif key in MODEL_KEYS:
                 overrides[key] = value
+            elif key in LEGACY_KEYS:
+                continue
             else:
                 raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, [*train_keys, *MODEL_KEYS])}")
         values["model_overrides"] = overrides
@@ -328,7 +340,7 @@ FIELD_HELP: dict[str, str] = {
                     "naming the rank that did not answer (a rank that died or stalled)",
     "seed": "random seed (0 to 2**32 - 1)",
     "progress": "show a progress bar",
-    "tensorboard": "write TensorBoard events when tensorboard is installed",
+    "loggers": "training loggers beside metrics.jsonl: tensorboard, wandb",
 }
 
 #: One line of help per :class:`~transformer_xl.model.config.TXLConfig` field (the model flags of ``txl train``).

@@ -1,5 +1,5 @@
-"""Run outputs on rank 0: ``metrics.jsonl``, TensorBoard ``events/`` (when installed), training's progress (bar or
-lines), the run's ``config.json`` and ``vocab.json``, and its ``best/`` and ``final/`` model directories.
+"""Run outputs on rank 0: ``metrics.jsonl`` and the loggers' files (TensorBoard ``events/``, ``wandb/``), training's
+progress (bar or lines), the run's ``config.json`` and ``vocab.json``, and its ``best/`` and ``final/`` models.
 
 ``metrics.jsonl`` is appended to line by line, so a crash can leave its last line torn: :func:`read_metrics`
 skips such a line (and says so), and a resumed run rewrites the file without it.
@@ -16,10 +16,11 @@ from typing import Any
 from transformer_xl.data.progress import Progress, progress_mode
 from transformer_xl.data.vocab import Vocab
 from transformer_xl.errors import DataError
-from transformer_xl.store.files import atomic_dir, write_json, write_text
+from transformer_xl.store.files import atomic_dir, read_json, write_json, write_text
 from transformer_xl.store.layout import TRAIN_INFO, RunDir
 from transformer_xl.store.manifest import write_manifest
 from transformer_xl.train.config import TrainConfig
+from transformer_xl.train.loggers import Loggers, hyperparameters
 from transformer_xl.version import __version__
 
 
@@ -50,27 +51,28 @@ def read_metrics(path: str | Path, *, warn: bool = True) -> list[dict[str, Any]]
 
 
 class RunLog:
-    """``metrics.jsonl`` (and TensorBoard ``events/`` when installed) on rank 0; no-ops elsewhere."""
+    """``metrics.jsonl`` and the run's loggers (:mod:`transformer_xl.train.loggers`) on rank 0; no-ops elsewhere."""
 
-    def __init__(self, out_dir: Path, main: bool, cfg: TrainConfig, resumed_at: int | None) -> None:
-        self.file = self.tb = None
+    def __init__(self, out_dir: Path, main: bool, cfg: TrainConfig, resumed_at: int | None,
+                 metric: str = "ppl") -> None:
+        self.file = None
         self.main = main
+        self.loggers = Loggers([], out_dir, hparams={}, resumed_at=None, rewind=False, metric=metric)
         if not main:
             return
         run = RunDir(out_dir)
         path = run.metrics
+        redone = False  # a killed run logged steps after the checkpoint: the loggers replace them
         if resumed_at is not None and path.is_file():  # drop what was logged after the checkpoint
             records = read_metrics(path)
             keep = [r for r in records if r.get("step", 0) <= resumed_at and r.get("kind") != "final"]
+            redone = any(r.get("step", 0) > resumed_at and r.get("kind") in ("train", "valid") for r in records)
             write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
         self.file = path.open("a", encoding="utf-8")
-        if cfg.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(run.events))
-            except ImportError:  # tensorboard is optional
-                self.tb = None
+        if cfg.loggers:
+            hparams = hyperparameters(read_json(run.config)) if run.config.is_file() else cfg.to_dict()
+            self.loggers = Loggers(cfg.loggers, run.root, hparams=hparams, resumed_at=resumed_at,
+                                   rewind=redone, metric=metric)
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.file is not None:
@@ -81,16 +83,12 @@ class RunLog:
               nonfinite: int) -> None:
         self._write({"kind": "train", "step": step, "time": round(t, 3), "train_loss": loss, "lr": lr,
                      "tokens_per_s": round(tok_s, 1), "grad_norm": grad_norm, "tokens": tokens, "nonfinite": nonfinite})
-        if self.tb is not None:
-            for k, v in (("train/loss", loss), ("train/lr", lr), ("train/tokens_per_s", tok_s)):
-                self.tb.add_scalar(k, v, step)
+        self.loggers.train(step, loss, lr, round(tok_s, 1), grad_norm)  # the values of metrics.jsonl
 
     def valid(self, step: int, t: float, val: dict[str, float], metric: str, best: bool) -> None:
         self._write({"kind": "valid", "step": step, "time": round(t, 3), "valid_loss": val["loss"],
                      f"valid_{metric}": val[metric], "tokens": val["tokens"], "best": best})
-        if self.tb is not None:
-            self.tb.add_scalar("valid/loss", val["loss"], step)
-            self.tb.add_scalar(f"valid/{metric}", val[metric], step)
+        self.loggers.valid(step, val, metric)
         msg = f"step {step}: valid loss {val['loss']:.4f}, {metric} {val[metric]:.3f}" + (" (best)" if best else "")
         if self.main:
             _print(msg)
@@ -104,8 +102,7 @@ class RunLog:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
-        if self.tb is not None:
-            self.tb.close()
+        self.loggers.close()
 
 
 def _print(msg: str) -> None:

@@ -52,6 +52,7 @@ from transformer_xl.train.config import TrainConfig
 from transformer_xl.train.distributed import Dist, resolve_device, wrap_ddp
 from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
+from transformer_xl.train.loggers import check_loggers
 from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
 from transformer_xl.train.precision import resolve_precision
 from transformer_xl.train.resume import AUTO, ResumePlan, plan_run
@@ -76,6 +77,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None,
                  force: bool = False) -> None:
         cfg.validate()
+        check_loggers(cfg.loggers)  # a missing extra, before anything is loaded or written
         self.cfg = cfg
         self.out_dir = Path(cfg.out_dir)
         self.run = RunDir(self.out_dir)
@@ -279,7 +281,7 @@ class Trainer:
             improved = loss < self.best_valid
             if improved:
                 self.best_valid, self.best_step = loss, self.step
-                self._publish(self.run.best, {"step": self.step, "valid_loss": loss})
+                publish_model(self.run.best, self.model, {"step": self.step, "valid_loss": loss})
             log.valid(self.step, self.elapsed, val, self.metric, improved)
         loss = self.dist.broadcast_float(loss, self.device)
         self.schedule.on_eval(loss)
@@ -307,7 +309,7 @@ class Trainer:
         main = self.dist.main
         if main:
             self._write_run_files()
-        log = RunLog(self.out_dir, main, cfg, resumed_at=self.step if self.plan is not None else None)
+        log = RunLog(self.out_dir, main, cfg, resumed_at=None if self.plan is None else self.step, metric=self.metric)
         if self.plan is not None:
             log.event(self.step, self.elapsed, "resume" if self.resumed_from else "restart",
                       checkpoint=str(self.resumed_from) if self.resumed_from else None, changes=self.plan.changes)
@@ -364,7 +366,7 @@ class Trainer:
                                    "best_valid_loss": self.best_valid, "best_step": self.best_step,
                                    "nonfinite_steps": self.nonfinite_total, "last_eval_step": last_eval}
         if self.stop_reason is None and main:
-            self._publish(self.run.final, {"step": self.step})
+            publish_model(self.run.final, self.model, {"step": self.step})
             if cfg.final_eval:
                 summary["final"] = self.final_evaluation()
                 log.final(self.step, self.elapsed, summary["final"])
@@ -388,9 +390,6 @@ class Trainer:
     def _write_run_files(self) -> None:
         write_run_files(self.run, self.cfg, self.model, self.corpus, world_size=self.dist.world_size)
         write_record(self.run, self.init_record)
-
-    def _publish(self, directory: Path, info: dict[str, Any]) -> None:
-        publish_model(directory, self.model, info)
 
 
 def train(cfg: TrainConfig, *, resume: str | Path | None = None, corpus: Any = None,

@@ -1,0 +1,220 @@
+"""The lm-evaluation-harness backend: its three requests against txl score and the model, then the harness's own
+command line (in a subprocess, offline) on local tasks over the embedded WikiText-2 valid text, with the numbers it
+reports equal to txl score's."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import REPO, eval_model
+from transformer_xl.data import Vocab
+from transformer_xl.inference.evaluate import evaluate
+from transformer_xl.inference.lines import LineEncoder
+from transformer_xl.inference.score import score_text, split_documents
+from transformer_xl.integrations.harness import TransformerXLHarness
+
+VALID = REPO / "src" / "transformer_xl" / "assets" / "wikitext-2" / "wiki.valid.tokens.xz"
+
+
+def _req(*args):
+    return SimpleNamespace(args=args)
+
+
+@pytest.fixture(scope="module")
+def wiki(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A tiny random model over the words of the first lines of the embedded WikiText-2 valid text (a tenth of them
+    left out, so that some words are <unk>), saved to a directory; and that text's documents."""
+    text = lzma.decompress(VALID.read_bytes()).decode("utf-8")
+    docs = split_documents("\n".join(text.split("\n")[:30]))
+    words = sorted({w for d in docs for w in d.split()} - {"<unk>"})
+    vocab = Vocab(["<eos>", "<unk>", *words[: len(words) * 9 // 10]], special=["<eos>", "<unk>"], eos="<eos>",
+                  unk="<unk>")
+    out = tmp_path_factory.mktemp("harness")
+    eval_model(n_token=len(vocab), tgt_len=16, mem_len=16, init_std=0.3).save_pretrained(out / "model", vocab=vocab)
+    return out / "model", docs
+
+
+def test_loglikelihood_reads_long_contexts_segment_by_segment_with_memory(wiki) -> None:
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir), batch_size=3)
+    enc = lm.encoder
+    context, continuation = " ".join(docs[1].split()[:90]), " " + " ".join(docs[1].split()[90:95])
+    (ll, _), *_ = lm.loglikelihood([_req(context, continuation), _req("", "Homarus"), _req("a b", " c")])
+    stream = np.asarray(enc.start_ids() + enc.string_ids(context + continuation))
+    assert len(stream) > 5 * lm.model.config.tgt_len  # the context spans several segments
+    ref = evaluate(lm.model, stream, batch_size=1, return_nll=True)  # the official reading, memory carried
+    assert math.isclose(ll, -ref.nll[-5:].sum(), rel_tol=0, abs_tol=1e-5)
+    alone = TransformerXLHarness(str(model_dir), batch_size=1).loglikelihood([_req(context, continuation)])[0][0]
+    assert math.isclose(ll, alone, rel_tol=0, abs_tol=1e-5)
+
+
+def test_is_greedy_and_a_word_cut_in_two(wiki) -> None:
+    model_dir, _ = wiki
+    lm = TransformerXLHarness(str(model_dir))
+    enc = lm.encoder
+    ids = enc.start_ids() + enc.string_ids("The game")
+    out = lm.model.generate(torch.tensor([ids]), max_new_tokens=3)
+    greedy = " " + " ".join(enc.vocab.decode(out.sequences[0, len(ids):].tolist()))
+    (_, hit), (_, miss) = lm.loglikelihood([_req("The game", greedy), _req("The game", " , , ,")])
+    assert hit is True and (miss is False or greedy == " , , ,")
+    assert lm.split_pair("Homarus", " gammarus") == (enc.string_ids("Homarus"), enc.string_ids("gammarus"))
+    assert lm.split_pair("Homarus\n", "gammarus") == (enc.string_ids("Homarus\n"), enc.string_ids("gammarus"))
+    assert enc.string_ids("Homarus\n")[-1] == enc.vocab.eos_idx
+    assert lm.split_pair("Homa", "rus gammarus") == (enc.string_ids("Homa"), enc.string_ids("rus gammarus"))
+
+
+def test_rolling_equals_txl_score_documents(wiki) -> None:
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir), batch_size=4, mem_len=24, same_length="true")
+    rolling = lm.loglikelihood_rolling([_req(d) for d in docs])
+    scored = score_text(lm.model, LineEncoder.for_model(model_dir), "\n\n".join(docs), documents=True,
+                        mem_len=24, same_length=True)
+    assert rolling == pytest.approx([s.total_log_prob for s in scored], rel=0, abs=1e-5)
+
+
+def test_generate_until_stops_at_strings_and_lengths(wiki) -> None:
+    model_dir, _ = wiki
+    lm = TransformerXLHarness(str(model_dir))
+    full = lm.generate_until([_req("The game", {"max_gen_toks": 6})])[0]
+    ids = lm.encoder.start_ids() + lm.encoder.string_ids("The game")
+    new = lm.model.generate(torch.tensor([ids]), max_new_tokens=6).sequences[0, len(ids):].tolist()
+    assert full == lm.encoder.codec.decoder(ids).feed(new)
+    stop = full.split()[2]
+    cut = lm.generate_until([_req("The game", {"until": [stop], "max_gen_toks": 6})])[0]
+    assert cut == full[:full.index(stop)] and stop not in cut
+
+
+def test_model_arguments(wiki) -> None:
+    model_dir, _ = wiki
+    lm = TransformerXLHarness(str(model_dir), mem_len="32", clamp_len=8, same_length="True", batch_size="auto")
+    assert lm.lengths == dict(tgt_len=None, mem_len=32, clamp_len=8, same_length=True) and lm.batch_size == 16
+    from transformer_xl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="same_length must be true or false"):
+        TransformerXLHarness(str(model_dir), same_length="maybe")
+
+
+ROLLING_TASK = """task: txl_wikitext_rolling
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+"""
+CHOICE_TASK = """task: txl_continuation_choice
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{context}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+"""
+GENERATE_TASK = """task: txl_generate
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: [","]
+  max_gen_toks: 6
+  do_sample: false
+metric_list:
+  - metric: exact_match
+"""
+
+
+def _write_tasks(root: Path, docs: list[str]) -> Path:
+    """The local tasks: every document's perplexity; for each long paragraph, its own next five words after its first
+    half against the five words after the first half of the paragraph before; the same contexts to generate after."""
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    paras = [d.split() for d in docs if len(d.split()) > 40]
+    half = [len(p) // 2 for p in paras]
+    items = [{"context": " ".join(p[:half[i]]), "label": 1,
+              "choices": [" ".join(paras[i - 1][half[i - 1]:half[i - 1] + 5]), " ".join(p[half[i]:half[i] + 5])]}
+             for i, p in enumerate(paras)]
+    (root / "choice.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
+    (tasks / "rolling.yaml").write_text(ROLLING_TASK.format(data=root / "docs.jsonl"))
+    (tasks / "choice.yaml").write_text(CHOICE_TASK.format(data=root / "choice.jsonl"))
+    (tasks / "generate.yaml").write_text(GENERATE_TASK.format(data=root / "choice.jsonl").replace("answer", "label"))
+    return tasks
+
+
+def _txl_score(args: list[str], capsys) -> list[dict]:
+    from transformer_xl.cli import main
+
+    assert main(["score", *args]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.integration
+def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> None:
+    pytest.importorskip("lm_eval")
+    model_dir, docs = wiki
+    tasks = _write_tasks(tmp_path, docs)
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, "-m", "transformer_xl.integrations.harness", "--model", "transformer-xl",
+           "--model_args", f"pretrained={model_dir},mem_len=24,batch_size=4", "--device", "cpu",
+           "--tasks", "txl_wikitext_rolling,txl_continuation_choice,txl_generate", "--include_path", str(tasks),
+           "--output_path", str(tmp_path / "out"), "--log_samples"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]
+
+    def samples(task: str) -> list[dict]:
+        path = next((tmp_path / "out").rglob(f"samples_{task}_*.jsonl"))
+        return sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda s: s["doc_id"])
+
+    # perplexity: each document's log-likelihood is txl score's total for it
+    (tmp_path / "docs.txt").write_text("\n\n".join(docs) + "\n")
+    scored = _txl_score([str(model_dir), str(tmp_path / "docs.txt"), "--documents", "--mem-len", "24"], capsys)
+    logged = [float(s["resps"][0][0]) for s in samples("txl_wikitext_rolling")]
+    assert logged == pytest.approx([r["total_log_prob"] for r in scored], rel=0, abs=1e-6)
+    words = sum(len(re.split(r"\s+", d)) for d in docs)
+    ppl = math.exp(-sum(r["total_log_prob"] for r in scored) / words)
+    assert math.isclose(results["txl_wikitext_rolling"]["word_perplexity,none"], ppl, rel_tol=1e-9)
+    # two choices: a choice's log-likelihood is the sum of txl score's log-probabilities of its words
+    chosen = []
+    for s in samples("txl_continuation_choice"):
+        lls = []
+        for choice, resp in zip(s["doc"]["choices"], s["resps"]):
+            (tmp_path / "pair.txt").write_text(s["doc"]["context"] + " " + choice + "\n")
+            rec = _txl_score([str(model_dir), str(tmp_path / "pair.txt"), "--mem-len", "24"], capsys)[0]
+            n = len(choice.split())
+            lls.append(math.fsum(rec["log_probs"][-n - 1:-1]))  # the choice's words, before the line's <eos>
+            assert float(resp[0][0]) == pytest.approx(lls[-1], rel=1e-6, abs=0)  # batched with padding: float32
+        chosen.append(int(np.argmax(lls)) == s["doc"]["label"])
+    assert results["txl_continuation_choice"]["acc,none"] == pytest.approx(np.mean(chosen), abs=1e-12)
+    # generation: the backend's text for each context, cut before the "until" string
+    lm = TransformerXLHarness(str(model_dir), mem_len=24)
+    generated = samples("txl_generate")
+    want = lm.generate_until([_req(s["doc"]["context"], {"until": [","], "max_gen_toks": 6}) for s in generated])
+    assert [s["resps"][0][0] for s in generated] == want and all("," not in w for w in want)
