@@ -26,22 +26,24 @@ from transformer_xl.experiments.bench.cases import bench_case
 from transformer_xl.experiments.bench.measure import matmul_peak, model_flops
 from transformer_xl.experiments.bench.runner import zipf_tokens
 from transformer_xl.model import Recurrence, TransformerXLLM
-from transformer_xl.model.blocked import ShiftedScores, attend, attend_blocked
-from transformer_xl.model.fastpath import attend as attend_dense
+from transformer_xl.model.blocked import ShiftedScores, attend_blocked
+from transformer_xl.model.dispatch import attend
+from transformer_xl.model.fastpath import attend_fused
+from transformer_xl.model.positional import PositionScores
 
 
-def whole(q, k, v, p, mask_bias, *, scale: float, dropatt: float) -> torch.Tensor:
+def whole(q, k, v, p, mask_bias, *, scale: float, dropatt: float, plain: bool = False) -> torch.Tensor:
     """The attention with ``P`` formed whole (the path before blocking)."""
-    if isinstance(p, ShiftedScores):
-        p = p.dense()
-    return attend_dense(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+    if isinstance(p, PositionScores):
+        p = ShiftedScores.of(*p).dense()
+    return attend_fused(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
 
 
 def blocks_of(nbytes: int) -> Callable[..., Any]:
-    def fn(q, k, v, p, mask_bias, *, scale: float, dropatt: float) -> torch.Tensor:
-        if isinstance(p, ShiftedScores):
-            return attend_blocked(q, k, v, p, mask_bias, scale=scale, block_bytes=nbytes)
-        return attend_dense(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+    def fn(q, k, v, p, mask_bias, *, scale: float, dropatt: float, plain: bool = False) -> torch.Tensor:
+        if isinstance(p, PositionScores):
+            return attend_blocked(q, k, v, ShiftedScores.of(*p), mask_bias, scale=scale, block_bytes=nbytes)
+        return attend_fused(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
     return fn
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the tests' process helpers
+from tests.helpers import ended, workers
 
 #: The torchrun cases' run: $TINY for 120 steps, a checkpoint every 4 (about 3 s of training at 2 processes).
 STEPS = 120
@@ -18,29 +22,6 @@ JOB = ["train", "$TINY", "--max-step", str(STEPS), "--save-interval", "4", "--ev
 
 def launcher(nproc: int = 2, *extra: str) -> list[str]:
     return ["--standalone", "--nproc_per_node", str(nproc), "--monitor-interval", "0.1", *extra]
-
-
-def workers(agent: int) -> dict[int, int]:
-    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set); also used
-    by tests/train/test_elastic.py."""
-    found = {}
-    for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
-        try:
-            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        rank = [e[5:] for e in env if e.startswith(b"RANK=")]
-        if rank:
-            found[int(rank[0])] = int(child)
-    return found
-
-
-def ended(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
 
 
 class TorchrunCases:

@@ -338,3 +338,28 @@ def signal_at_step(monkeypatch: Any, step: int = 2) -> Any:
 
     monkeypatch.setattr(Trainer, "train_step", signalled)
     return train_step
+
+
+# ---------------------------------------------------------------------------------------------- torchrun processes
+
+def workers(agent: int) -> dict[int, int]:
+    """rank -> pid of the workers the torchrun agent ``agent`` started (its children with ``RANK`` set); also used
+    by ``benchmarks/tour_torchrun.py``."""
+    found = {}
+    for child in Path(f"/proc/{agent}/task/{agent}/children").read_text().split():
+        try:
+            env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = [e[5:] for e in env if e.startswith(b"RANK=")]
+        if rank:
+            found[int(rank[0])] = int(child)
+    return found
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True

@@ -3,6 +3,7 @@ a test suite that mirrors the package (a test module per source module)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -107,3 +108,42 @@ def test_no_block_of_six_code_lines_is_repeated_in_src() -> None:
             if there != here and (there[0] != here[0] or here[1] - there[1] >= 6):  # not the same lines again
                 repeats.append(f"{there[0]}:{there[1]} ~ {here[0]}:{here[1]}")
     assert not repeats, repeats[:5]
+
+
+def _private_imports(path) -> list[str]:
+    """``from transformer_xl.x import _y`` and ``m._y`` for a module ``m`` of the package, in one source file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_xl"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno} imports {node.module}.{alias.name}")
+                elif (SRC / node.module.replace(".", "/").removeprefix("transformer_xl").lstrip("/")
+                      / f"{alias.name}.py").is_file():
+                    modules.add(alias.asname or alias.name)  # from transformer_xl.a import module
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name.startswith("transformer_xl") and a.asname)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{path.relative_to(SRC)}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """A name with a leading underscore belongs to its module: another module that needs it asks for a public one."""
+    found = [hit for path in sorted(SRC.rglob("*.py")) for hit in _private_imports(path)]
+    assert not found, found
+
+
+def test_the_tests_import_only_the_package() -> None:
+    """The suite tests ``transformer_xl`` (and its own helpers): no benchmark or script is imported."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.relative_to(REPO)}:{node.lineno} imports {name}" for name in names
+                      if name.split(".")[0] in ("benchmarks", "scripts", "examples")]
+    assert not found, found

@@ -144,8 +144,13 @@ def test_a_sweep_prints_each_row_as_soon_as_its_evaluation_ends(text_corpus, mon
 def test_user_text_options_come_from_flags_the_run_or_the_vocabulary(tmp_path, capsys) -> None:
     import argparse
 
-    from transformer_xl.cli.eval import user_text_options
+    from transformer_xl.cli.eval import given_text_options
     from transformer_xl.data.vocab import Vocab
+    from transformer_xl.inference.loading import run_text_options
+
+    def user_text_options(args: argparse.Namespace, model_dir) -> dict:  # as `txl eval` decides (cli/eval.py run)
+        given = given_text_options(args)
+        return given if given is not None else run_text_options(model_dir)
 
     def ns(dataset: str, **kw) -> argparse.Namespace:
         return argparse.Namespace(dataset=dataset, **{k: kw.get(k) for k in ("level", "tokenizer", "valid_fraction",

@@ -16,8 +16,9 @@ import torch
 
 from transformer_xl.model import Recurrence
 from transformer_xl.model import blocked as blocked_mod
-from transformer_xl.model.blocked import ShiftedScores, attend, attend_blocked, padded_mask
-from transformer_xl.model.fastpath import attend as attend_dense
+from transformer_xl.model.blocked import ShiftedScores, attend_blocked, padded_mask
+from transformer_xl.model.dispatch import attend
+from transformer_xl.model.dispatch import attend as attend_dense
 from transformer_xl.model.fastpath import shift_padded
 from transformer_xl.model.memory import additive_mask, causal_mask
 

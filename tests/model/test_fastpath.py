@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from transformer_xl import TransformerXLLM, TXLConfig
+from transformer_xl.model.dispatch import attend
 from transformer_xl.model.fastpath import CompactDropout as Dropout
-from transformer_xl.model.fastpath import MaskCache, attend, mask_bias, relu_dropout, shift_padded
+from transformer_xl.model.fastpath import MaskCache, mask_bias, relu_dropout, shift_padded
 from transformer_xl.model.memory import additive_mask, causal_mask
 
 V = 40

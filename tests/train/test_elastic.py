@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from benchmarks.tour_torchrun import ended, workers
 from safetensors.torch import load_file
 
-from tests.helpers import corpus_dir, subprocess_env
+from tests.helpers import corpus_dir, ended, subprocess_env, workers
 from tests.helpers import tiny_train_config as tiny_cfg
 from transformer_xl.train.distributed import REPORT_WAIT
 

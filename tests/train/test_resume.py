@@ -219,6 +219,32 @@ def test_resume_is_exact_under_a_given_precision(tmp_path, corpus, tiny_run, pre
     assert [r["train_loss"] for r in _records(copy, "train")] == [r["train_loss"] for r in _records(run, "train")]
 
 
+@pytest.mark.parametrize(("first", "then"), [(4.0, 1.0), (1.0, 4.0)])
+def test_auto_precision_is_kept_on_resume_whatever_a_new_measurement_says(tmp_path, corpus, tiny_run, monkeypatch,
+                                                                          first, then) -> None:
+    """``auto`` resolved once per run: a resume that would measure the other precision (another load on the
+    machine) keeps the checkpoint's, and logs the losses of the run itself."""
+    import shutil
+
+    import torch
+
+    from transformer_xl.train import precision
+
+    def rates(ratio):
+        return lambda device, dtype, reps=2: ratio if dtype == torch.bfloat16 else 1.0
+
+    monkeypatch.setattr(precision, "matmul_rate", rates(first))
+    run = _trained(tiny_run, corpus, precision="auto", log_interval=1)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy / "checkpoints" / "step_00000004")
+    monkeypatch.setattr(precision, "matmul_rate", rates(then))
+    trainer = Trainer(_resume_cfg(copy), corpus=corpus, resume=copy)
+    assert trainer.precision.name == ("bf16" if first >= precision.CPU_BF16_MIN_SPEEDUP else "fp32")
+    trainer.fit()
+    assert [r["train_loss"] for r in _records(copy, "train")] == [r["train_loss"] for r in _records(run, "train")]
+
+
 def test_resume_auto_starts_an_empty_directory_and_continues_its_own_run(tmp_path, corpus, tiny_run, capsys) -> None:
     cfg = tiny_run(max_step=4, save_interval=2)
     first = Trainer(cfg, corpus=corpus, resume="auto")  # the directory does not exist yet: a new run

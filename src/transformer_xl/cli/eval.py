@@ -149,16 +149,6 @@ def shorter_memory_warning(trained: int, asked: list[int] | None) -> str | None:
             "(docs/long-context.md)")
 
 
-def user_text_options(args: argparse.Namespace, model_dir: Path) -> dict:
-    """The preparation of your own text ``args.dataset`` to score ``model_dir`` on: the flags given, else those of
-    the run the model belongs to (its ``config.json``), else the level its vocabulary shows (char, byte: a model
-    trained on characters is scored on characters). A registered dataset takes none of them (one-line refusal)."""
-    from transformer_xl.inference.loading import run_text_options
-
-    given = given_text_options(args)
-    return given if given is not None else run_text_options(model_dir)
-
-
 def given_text_options(args: argparse.Namespace) -> dict | None:
     """The user-text flags given (``{}`` for a registered dataset, which refuses them in one line); None for your
     own text without any: the model's run decides (:func:`transformer_xl.inference.loading.run_text_options`)."""

@@ -195,12 +195,11 @@ def resolve_config(args: argparse.Namespace) -> Any:
 def _check_text_fields(cfg: Any, flags: dict[str, Any], run_dir: Path) -> None:
     """Refuse another preparation of the run's own text on --resume before the text is prepared again."""
     from transformer_xl.train.config import USER_TEXT_KEYS
-    from transformer_xl.train.resume import _WHY
+    from transformer_xl.train.resume import fixed_field_changed
 
     for key in USER_TEXT_KEYS:
         if key in flags and flags[key] != getattr(cfg, key):
-            raise ConfigError(f"cannot change {key} on --resume: {run_dir} was trained with {key}="
-                              f"{getattr(cfg, key)!r} (it fixes {_WHY[key]}); start a new run with another --out-dir")
+            raise fixed_field_changed(run_dir, key, getattr(cfg, key))
 
 
 def run(args: argparse.Namespace) -> int:

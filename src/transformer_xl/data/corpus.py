@@ -363,9 +363,9 @@ def check_level(vocab: Vocab, level: str, dataset: str) -> None:
 
 
 def _aliases() -> set[str]:
-    from transformer_xl.data.registry import _ALIASES
+    from transformer_xl.data.registry import dataset_aliases
 
-    return set(_ALIASES)
+    return dataset_aliases()
 
 
 def prepared_caches(name: str, data_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> list[dict]:

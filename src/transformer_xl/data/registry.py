@@ -294,6 +294,11 @@ DATASETS: dict[str, DatasetSpec] = {
 _ALIASES = {alias: spec.name for spec in DATASETS.values() for alias in (spec.name, *spec.aliases)}
 
 
+def dataset_aliases() -> set[str]:
+    """Every name a built-in dataset answers to (canonical names and aliases, lower case)."""
+    return set(_ALIASES)
+
+
 def known_datasets() -> list[str]:
     """Canonical names of the built-in datasets."""
     return sorted(DATASETS)

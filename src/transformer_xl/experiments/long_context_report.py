@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.experiments.ablation_report import mean_spread
-from transformer_xl.experiments.tables import _pyplot, markdown_table
+from transformer_xl.experiments.tables import markdown_table, pyplot
 
 LN2 = math.log(2)
 
@@ -73,7 +73,7 @@ def distance_table(entries: Sequence[dict[str, Any]], labels: Sequence[str], *, 
 def plot_distances(entries: Sequence[dict[str, Any]], labels: Sequence[str], path: str | Path, *, guess_bits: float,
                    title: str) -> Path:
     """bpc of the copies against their distance, one line per entry (mean, bars ± std)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for e, label in zip(entries, labels):
         ds = [d for d in sorted(e["distances"]) if e["distances"][d] is not None]
@@ -103,7 +103,7 @@ def _save(plt: Any, fig: Any, ax: Any, path: str | Path, *, guess_bits: float, x
 def plot_memory(series: dict[str, list[tuple[int, dict[str, Any]]]], path: str | Path, *, train_mem: int,
                 guess_bits: float, title: str) -> Path:
     """bpc of all tokens against the evaluation memory, one line per model (mean, bars ± std)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for label, points in series.items():
         xs = [m for m, _ in points]

@@ -66,7 +66,7 @@ def grid_step(contexts: Sequence[int]) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- the metric
-def _check(losses: np.ndarray, contexts: Sequence[int]) -> np.ndarray:
+def checked_losses(losses: np.ndarray, contexts: Sequence[int]) -> np.ndarray:
     arr = np.asarray(losses, dtype=np.float64)
     if arr.ndim != 3:
         raise ConfigError(f"losses must be [models, contexts, tokens], got shape {arr.shape}")
@@ -93,7 +93,7 @@ def hardest(baseline: np.ndarray, r: float) -> np.ndarray:
     return order[:k]
 
 
-def _relative_losses(arr: np.ndarray, r_values: Sequence[float], counts: np.ndarray) -> dict[float, np.ndarray]:
+def relative_losses(arr: np.ndarray, r_values: Sequence[float], counts: np.ndarray) -> dict[float, np.ndarray]:
     """Relative losses on token multisets: ``counts[s, t]`` copies of position ``t`` in sample ``s`` (each
     sample of ``n`` tokens; all ones: the scored positions themselves). Returns ``r -> [samples, 1 + models,
     steps]``: row 0 ``f(c, c)`` (the mean baseline over the top-r set), row ``1 + i`` ``f_i(c, c')``.
@@ -117,21 +117,21 @@ def _relative_losses(arr: np.ndarray, r_values: Sequence[float], counts: np.ndar
     return out
 
 
-def _gains(f: np.ndarray) -> np.ndarray:
-    """``g = (exp f(c, c) - exp f(c, c')) / exp f(c, c)`` from :func:`_relative_losses`' layout -> ``[S, M, steps]``."""
+def gains_of(f: np.ndarray) -> np.ndarray:
+    """``g = (exp f(c, c) - exp f(c, c')) / exp f(c, c)`` from :func:`relative_losses`' layout -> ``[S, M, steps]``."""
     return (np.exp(f[:, :1]) - np.exp(f[:, 1:])) / np.exp(f[:, :1])
 
 
 def relative_gains(losses: np.ndarray, contexts: Sequence[int], r: float) -> np.ndarray:
     """``g[i, k] = g_i(c_k, c_{k+1})`` for every model ``i`` and grid step ``k`` (module docstring)."""
-    arr = _check(losses, contexts)
-    return _gains(_relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)])[0]
+    arr = checked_losses(losses, contexts)
+    return gains_of(relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)])[0]
 
 
 def unnormalized_gains(losses: np.ndarray, contexts: Sequence[int], r: float) -> np.ndarray:
     """``exp f_i(c, c) - exp f_i(c, c')`` per grid step (the paper's Figure 3)."""
-    arr = _check(losses, contexts)
-    f = _relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)][0]  # [1+M, steps]
+    arr = checked_losses(losses, contexts)
+    f = relative_losses(arr, [r], np.ones((1, arr.shape[2])))[float(r)][0]  # [1+M, steps]
     return np.exp(f[:1]) - np.exp(f[1:])
 
 
@@ -141,8 +141,8 @@ def bootstrap_gains(losses: np.ndarray, contexts: Sequence[int], r_values: Seque
 
     Each resample draws ``n`` positions with replacement (``numpy.random.default_rng(seed)``, ``chunk``
     resamples at a time, so the draws depend on ``seed`` and ``chunk`` only) and redoes the baseline, the
-    top-r set and the gains on that multiset (:func:`_relative_losses`)."""
-    arr = _check(losses, contexts)
+    top-r set and the gains on that multiset (:func:`relative_losses`)."""
+    arr = checked_losses(losses, contexts)
     if resamples < 1:
         raise ConfigError(f"resamples must be >= 1, got {resamples}")
     n = arr.shape[2]
@@ -152,8 +152,8 @@ def bootstrap_gains(losses: np.ndarray, contexts: Sequence[int], r_values: Seque
         s = min(chunk, resamples - lo)
         draws = rng.integers(0, n, size=(s, n)) + n * np.arange(s)[:, None]  # flat index of (sample, position)
         counts = np.bincount(draws.ravel(), minlength=s * n).reshape(s, n).astype(np.float64)  # [S, T]
-        for r, f in _relative_losses(arr, r_values, counts).items():
-            parts[r].append(_gains(f))
+        for r, f in relative_losses(arr, r_values, counts).items():
+            parts[r].append(gains_of(f))
     return {r: np.concatenate(p) for r, p in parts.items()}
 
 
@@ -241,7 +241,7 @@ def compute_recl(losses: np.ndarray, contexts: Sequence[int], *, names: Sequence
     the ``interval`` quantiles of the resampled RECL. ``method`` and ``receptive`` (per model, per context)
     are recorded as given.
     """
-    arr = _check(losses, contexts)
+    arr = checked_losses(losses, contexts)
     names = list(names) if names is not None else [f"model{i}" for i in range(arr.shape[0])]
     caps = list(max_context) if max_context is not None else [None] * arr.shape[0]
     if len(names) != arr.shape[0] or len(caps) != arr.shape[0]:
@@ -250,8 +250,8 @@ def compute_recl(losses: np.ndarray, contexts: Sequence[int], *, names: Sequence
     if not 0 <= lo_q <= hi_q <= 1:
         raise ConfigError(f"interval must be two quantiles 0 <= lo <= hi <= 1, got {interval}")
     r_values = [float(r) for r in r_values]
-    f = _relative_losses(arr, r_values, np.ones((1, arr.shape[2])))
-    gains = {r: _gains(f[r])[0] for r in r_values}
+    f = relative_losses(arr, r_values, np.ones((1, arr.shape[2])))
+    gains = {r: gains_of(f[r])[0] for r in r_values}
     boot = bootstrap_gains(arr, contexts, r_values, resamples=resamples, seed=seed) if resamples else {}
     res = RECLResult(names=names, contexts=[int(c) for c in contexts], r_values=r_values, threshold=threshold,
                      recl={n: {} for n in names}, censored={n: {} for n in names}, capped=dict(zip(names, caps)),

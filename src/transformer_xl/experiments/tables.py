@@ -18,7 +18,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -48,7 +48,7 @@ def sweep_table(rows: Sequence[dict[str, Any]], char_level: bool) -> str:
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], path: str | Path, *, char_level: bool, title: str = "") -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     metric = "bpc" if char_level else "ppl"
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([r["mem_len"] for r in rows], [r[metric] for r in rows], "o-")
@@ -89,7 +89,7 @@ def speed_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def plot_speed(rows: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
     """Left: ms per token of the three (medians, min–max bars); right: the two slow-downs."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     lens = [r["attn_len"] for r in rows]
 
@@ -185,7 +185,7 @@ def plot_recl(result: Any, path: str | Path, *, unnormalized: dict[float, Any] |
               title: str = "") -> Path:
     """Left: relative gain g(c, c + Δ) per model for each r (± its bootstrap std) with the threshold; right:
     plain ppl vs context."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(result.r_values) + 1, figsize=(4.2 * (len(result.r_values) + 1), 3.8))
     x = result.contexts[:-1]
     for ax, r in zip(axes, result.r_values):

@@ -133,7 +133,7 @@ def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
     or one fused matrix when no cluster is projected."""
     pieces = []
     for i in range(len(crit.bounds)):
-        weight, bias, proj = crit._cluster_params(i)
+        weight, bias, proj = crit.cluster_params(i)
         if i == 0 and crit.n_clusters:
             weight = torch.cat([weight, crit.cluster_weight], 0)
             bias = torch.cat([bias, crit.cluster_bias], 0)

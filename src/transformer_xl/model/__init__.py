@@ -10,7 +10,10 @@ module              what it holds
 ``adaptive``        adaptive input embedding, projected adaptive log-softmax, sampled softmax
 ``segment``         what the layers of one forward share (lengths, mask, position table, cache)
 ``lm``              :class:`TransformerXLLM` and :class:`LMOutput`
+``dispatch``        the one place that chooses how a step runs: :func:`~transformer_xl.model.dispatch.choose`
 ``fastpath``        faster implementations of plain formulas (each tested equal to its formula)
+``blocked``         evaluation attention over a long memory, the position term formed in blocks
+``int8``            int8 linear layers for CPU inference (``TransformerXLLM.quantize``)
 ``cache``           :class:`InferenceCache`: memory keys/values and ``W_kR R`` reused between segments
 ``recurrence``      :class:`Recurrence`: memories carried over the segments of one text
 ``presets``         the paper's architectures and CPU sizes as functions

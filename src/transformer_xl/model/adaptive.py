@@ -103,7 +103,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
                 self.out_layers.append(nn.Linear(d_i, hi - lo))
         self.int8_logits: nn.ModuleList | None = None  # set by quantize()
 
-    def _cluster_params(self, i: int) -> tuple[Tensor, Tensor, Tensor | None]:
+    def cluster_params(self, i: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """Weight ``[V_i, d_i]``, bias and projection ``[D, d_i]`` of cluster ``i`` (the head's words for 0)."""
         if self.div_val == 1:
             lo, hi = self.bounds[i]
@@ -120,7 +120,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         keep their float weights."""
         layers = []
         for i in range(len(self.bounds)):
-            weight, bias, _ = self._cluster_params(i)
+            weight, bias, _ = self.cluster_params(i)
             if i == 0 and self.n_clusters:
                 weight = torch.cat([weight, self.cluster_weight], dim=0)
                 bias = torch.cat([bias, self.cluster_bias], dim=0)
@@ -130,7 +130,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
     def _logit(self, hidden: Tensor, i: int) -> Tensor:
         """Logits ``[N, V_i]`` of cluster ``i``; the head's (``i = 0``) end with the tail clusters' columns
         ``cluster_weight`` (the logits are concatenated, not the weights: no copy of the head's matrix)."""
-        weight, bias, proj = self._cluster_params(i)
+        weight, bias, proj = self.cluster_params(i)
         if proj is not None:
             hidden = hidden @ proj  # [N, D] @ [D, d_i] -> [N, d_i]
         if self.int8_logits is not None:

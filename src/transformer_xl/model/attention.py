@@ -9,10 +9,18 @@ For layer ``n`` (paper, Sec. 3.3 "the computational procedure"):
     o    = LayerNorm(Linear(a) + h^{n-1})                (post-LN; pre-LN: h + Linear(a) on LN input)
     h^n  = LayerNorm(o + FF(o))                          FF = Linear -> ReLU -> Dropout -> Linear -> Dropout
 
-The position strategy (:mod:`transformer_xl.model.positional`) supplies ``u`` and ``P``; the masked softmax with
-attention dropout is :func:`transformer_xl.model.blocked.attend` (``P`` whole, or in blocks when it comes as its
-factors and no gradient is needed). Parameter names (``qkv_net``, ``r_net``,
-``o_net``, ``layer_norm``, ``CoreNet``) are those of the official code.
+With the relative encoding of Sec. 3.3 the score is the sum of four terms,
+
+    A_ij = q_i^T k_j  +  q_i^T W_kR R_{i-j}  +  u^T k_j  +  v^T W_kR R_{i-j}
+              (a)              (b)              (c)            (d)
+
+so ``P_ij = (q_i + v)^T W_kR R_{i-j}``, computed for all distances and re-aligned by the shift of Appendix B
+(:func:`transformer_xl.model.positional.rel_shift`). The position strategy (:mod:`transformer_xl.model.positional`)
+supplies ``u`` and ``P``. Each step is called by
+what it computes from :mod:`transformer_xl.model.dispatch`, the one module that chooses how it runs (the masked
+softmax: :func:`~transformer_xl.model.dispatch.attend`, whose :func:`~transformer_xl.model.dispatch.choose` holds the
+decision table). Parameter names (``qkv_net``, ``r_net``, ``o_net``, ``layer_norm``, ``CoreNet``) are those of the
+official code.
 
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``M`` memory length, ``K = M + Q``, ``D`` d_model,
 ``E`` d_head.
@@ -22,11 +30,10 @@ from __future__ import annotations
 
 import math
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_xl.model.blocked import attend
-from transformer_xl.model.fastpath import CompactDropout, ReLUDropout, recomputed
+from transformer_xl.model.dispatch import attend, feed_forward, project_rows, recompute
+from transformer_xl.model.fastpath import CompactDropout, ReLUDropout
 from transformer_xl.model.segment import Segment
 
 
@@ -46,17 +53,12 @@ class MultiHeadAttention(nn.Module):
         self.pre_lnorm = pre_lnorm
         # TransformerXLLM.recompute: the [Q, K] scores and probabilities are recomputed in backward.
         self.recompute = False
-
-    def _project(self, x: Tensor, rows: slice) -> Tensor:
-        """Rows ``rows`` of ``[W_q; W_k; W_v] x``: a slice of the weight, or of the output of an int8 projection
-        (:mod:`transformer_xl.model.int8`), which runs whole."""
-        if isinstance(self.qkv_net, nn.Linear):
-            return F.linear(x, self.qkv_net.weight[rows])
-        return self.qkv_net(x)[..., rows]
+        # TransformerXLLM.reference: the formulas as written, no fast path.
+        self.plain = False
 
     def _kv(self, x: Tensor) -> Tensor:
         """``[W_k; W_v] x``: ``[B, T, D] -> [B, T, 2*H*E]``."""
-        return self._project(x, slice(self.n_head * self.d_head, None))
+        return project_rows(self.qkv_net, x, slice(self.n_head * self.d_head, None))
 
     def _q_kv(self, x: Tensor, h: Tensor, prenorm_query: bool) -> tuple[Tensor, Tensor]:
         """Queries ``[B, Q, H*E]`` and keys/values ``[B, Q, 2*H*E]`` of the segment: one ``[W_q; W_k; W_v] x``
@@ -65,7 +67,7 @@ class MultiHeadAttention(nn.Module):
         if prenorm_query or x is h:
             q, kv = self.qkv_net(x).split([he, 2 * he], dim=-1)  # [B, Q, 3*H*E] in two (its backward: one cat)
             return q, kv
-        return self._project(h, slice(None, he)), self._kv(x)
+        return project_rows(self.qkv_net, h, slice(None, he)), self._kv(x)
 
     def _memory_kv(self, mem: Tensor) -> Tensor:
         """Keys/values of the memory, projected on their own (they need no gradient, so backward skips them)."""
@@ -82,7 +84,7 @@ class MultiHeadAttention(nn.Module):
         # h~ = [SG(m); h]: keys and values of memory and segment [B, H, K, E] (views of the cache's buffers
         # with an inference cache)
         k, v = seg.keys_values(self.index, mem, kv, self.n_head, self._memory_kv)
-        a = recomputed(self.recompute, self._attend, q, k, v, seg)  # [B, H, Q, E]
+        a = recompute(self.recompute, self._attend, q, k, v, seg)  # [B, H, Q, E]
         out = self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1))  # [B, Q, D]
         if self.training:
             out = self.drop(out)
@@ -92,8 +94,10 @@ class MultiHeadAttention(nn.Module):
         """Scores (a)-(d), masked softmax and values: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``, ``k, v``."""
         u = seg.pos.content_bias(self.index)  # [H, E] or None, term (c)
         q_u = q if u is None else q + u[:, None, :]  # terms (a) + (c) use q + u
-        p = seg.pos.position_scores(self.index, q, self.r_net, seg)  # [B, H, Q, K], its factors or None: (b) + (d)
-        return attend(q_u, k, v, p, seg.mask_bias, scale=self.scale, dropatt=self.dropatt if self.training else 0.0)
+        p = seg.pos.position_scores(self.index, q, self.r_net, seg)  # (b) + (d): P [B, H, Q, K] as its factors, or None
+        # Dropout(Masked-Softmax((q + u)^T k + P) / sqrt(E)) v
+        return attend(q_u, k, v, p, seg.mask_bias, scale=self.scale, dropatt=self.dropatt if self.training else 0.0,
+                      plain=self.plain)
 
 
 class PositionwiseFF(nn.Module):
@@ -102,7 +106,7 @@ class PositionwiseFF(nn.Module):
     def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool) -> None:
         super().__init__()
         # Official names: CoreNet.0 and CoreNet.3 are the two Linear layers; ReLU and its dropout (1, 2)
-        # run as one op that keeps only its output for backward (fastpath.ReLUDropout).
+        # run as one op that keeps only its output for backward (fastpath.ReLUDropout, dispatch module table).
         self.CoreNet = nn.Sequential(
             nn.Linear(d_model, d_inner), ReLUDropout(dropout), nn.Identity(),
             nn.Linear(d_inner, d_model), CompactDropout(dropout),
@@ -110,18 +114,10 @@ class PositionwiseFF(nn.Module):
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
 
-    def _core(self, x: Tensor) -> Tensor:
-        """``CoreNet(x)``; in eval mode its two linear layers and a ReLU only (the dropouts and the identity are
-        no-ops there, and a generation step at batch 1 pays for every module call)."""
-        if self.training:
-            return self.CoreNet(x)
-        core = self.CoreNet
-        return core[3](F.relu(core[0](x)))
-
     def forward(self, h: Tensor) -> Tensor:
         if self.pre_lnorm:
-            return h + self._core(self.layer_norm(h))
-        return self.layer_norm(h + self._core(h))
+            return h + feed_forward(self.CoreNet, self.layer_norm(h), self.training)
+        return self.layer_norm(h + feed_forward(self.CoreNet, h, self.training))
 
 
 class DecoderLayer(nn.Module):

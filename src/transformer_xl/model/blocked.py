@@ -1,23 +1,19 @@
-"""The relative position term kept as its factors, and evaluation attention over a long memory in blocks (issue 26).
+"""Evaluation attention over a long memory in blocks, and the relative position term kept as its factors.
 
-The relative encodings' position term is a shifted product (paper Appendix B):
+The relative encodings' position term is a shifted product (paper Appendix B,
+:class:`transformer_xl.model.positional.PositionScores`):
 
     P = shift(X Y^T + d)        X: a row per query, [H, B*Q, E]; Y: the position keys, zero row in front,
                                 [H, E, K+1]; d: a bias per distance, [H, K+1] (Shaw et al.) or none
 
-:class:`ShiftedScores` holds ``X``, ``Y`` and ``d`` instead of the ``[B, H, Q, K]`` tensor they make, and
-:func:`attend` decides where ``P`` is formed:
-
-* **with a gradient** (training), or under ``torch.compile`` (inductor fuses on its own): whole
-  (:meth:`ShiftedScores.dense`, the formulas of :mod:`transformer_xl.model.positional` as before), then
-  :func:`transformer_xl.model.fastpath.attend`;
-* **without one** (evaluation): block by block over the batch, each block of ``P`` written next to the causal
-  mask by one ``baddbmm`` and read back at once by the fused ``scaled_dot_product_attention``
-  (:func:`attend_blocked`). Formed whole, ``P`` is 56 MB per layer at the ``char`` case's ``mem_len`` 1,600
-  (``B`` 8, ``H`` 8, ``Q`` 128): above glibc's 32 MiB ``mmap`` threshold, so every allocation of it is fresh
-  pages that fault in, and the product writes it to DRAM for the attention to read back; that is where
-  evaluation lost its utilisation at long memories (``docs/performance.md``). A block is a few MB: it comes
-  from the heap, stays in cache between its product and the attention, and the mask costs no pass of its own.
+:class:`ShiftedScores` holds ``X``, ``Y`` and ``d`` in the layout the fast paths read. :func:`attend_blocked` forms
+``P`` block by block over the batch, each block written next to the causal mask by one ``baddbmm`` and read back at
+once by the fused ``scaled_dot_product_attention``; :meth:`ShiftedScores.dense` forms it whole. Which runs is
+decided by :func:`transformer_xl.model.dispatch.choose`. Formed whole, ``P`` is 56 MB per layer at the ``char``
+case's ``mem_len`` 1,600 (``B`` 8, ``H`` 8, ``Q`` 128): above glibc's 32 MiB ``mmap`` threshold, so every
+allocation of it is fresh pages that fault in, and the product writes it to DRAM for the attention to read back;
+that is where evaluation lost its utilisation at long memories (``docs/performance.md``). A block is a few MB: it
+comes from the heap, stays in cache between its product and the attention, and the mask costs no pass of its own.
 
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
 """
@@ -30,8 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_xl.model.fastpath import attend as attend_dense
-from transformer_xl.model.fastpath import shift_padded
+from transformer_xl.model.fastpath import shift_padded, zero_row_in_front
 
 #: Bytes of ``P`` formed at once by :func:`attend_blocked` (a block of whole batch rows, or of heads of one) with one
 #: CPU thread: about a core's L2 (2-core AMD EPYC, 1 MiB L2 per core: 1 MiB blocks evaluated the ``char`` case at
@@ -53,6 +48,16 @@ class ShiftedScores(NamedTuple):
     bsz: int
     d: Tensor | None = None  # [H, K+1]: a bias per distance (zero first), or None
 
+    @classmethod
+    def of(cls, x: Tensor, y: Tensor, d: Tensor | None = None) -> ShiftedScores:
+        """The factors of ``P = rel_shift(x y^T + d)`` (:class:`transformer_xl.model.positional.PositionScores`:
+        ``x [B, H, Q, E]``, ``y [K, H, E]``, ``d [K, H]``) in this layout: ``x`` head-major, a zero row in front of
+        ``y`` and ``d`` (their products then carry the column the shift pads, :func:`shift_padded`)."""
+        bsz, n_head, qlen, d_head = x.shape
+        x_rows = x.transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
+        y_keys = zero_row_in_front(y).permute(1, 2, 0)  # [H, E, K+1]
+        return cls(x_rows, y_keys, bsz, None if d is None else zero_row_in_front(d).t())  # d: [H, K+1]
+
     def dense(self) -> Tensor:
         """``P`` whole, ``[B, H, Q, K]``: one matmul per head over the ``B*Q`` rows (a ``[B, H]``-batched one
         would expand ``y`` over ``B``), the shift as a view (head-major in memory)."""
@@ -61,22 +66,6 @@ class ShiftedScores(NamedTuple):
         if self.d is not None:
             padded = padded + self.d[:, None, None, :]
         return shift_padded(padded).transpose(0, 1)  # [B, H, Q, K]
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | ShiftedScores | None, mask_bias: Tensor, *, scale: float,
-           dropatt: float) -> Tensor:
-    """:func:`transformer_xl.model.fastpath.attend` for a position term given whole or as its factors: the
-    factors on the CPU, for more than one query, without a gradient, dropout or compilation go to
-    :func:`attend_blocked`; otherwise ``P`` is made whole (a GPU's fused kernel wants it so, and one query, a
-    generation step, is bound by reading the keys)."""
-    if isinstance(p, ShiftedScores):
-        factors = (p.x, p.y) if p.d is None else (p.x, p.y, p.d)
-        blocked = (q.device.type == "cpu" and dropatt == 0.0 and q.size(2) > 1 and not torch.compiler.is_compiling()
-                   and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *factors))))
-        if blocked:
-            return attend_blocked(q, k, v, p, mask_bias, scale=scale)
-        p = p.dense()
-    return attend_dense(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
 
 
 def padded_mask(mask_bias: Tensor, rows: int) -> Tensor:
@@ -89,10 +78,10 @@ def padded_mask(mask_bias: Tensor, rows: int) -> Tensor:
 
 
 def attend_blocked(q: Tensor, k: Tensor, v: Tensor, p: ShiftedScores, mask_bias: Tensor, *, scale: float,
-                   block_bytes: int | None = None) -> Tensor:
+                   block_bytes: int) -> Tensor:
     """``softmax(scale (q k^T + P) + mask_bias) v``, ``[B, H, Q, E]``, without a gradient or dropout, ``P`` made
-    a block of at most ``block_bytes`` at a time (default :data:`BLOCK_BYTES_ONE_THREAD` with one torch thread,
-    :data:`BLOCK_BYTES_THREADS` with more): whole batch rows, or heads of one row when a row is larger.
+    a block of at most ``block_bytes`` at a time (:func:`block_bytes`): whole batch rows, or heads of one row when a
+    row is larger.
 
     Per block: ``bias = padded_mask + scale x y^T`` (one ``baddbmm``; Shaw's ``d`` added in place), shifted as a
     view, is the additive mask of ``scaled_dot_product_attention``, whose CPU kernel goes over the keys in
@@ -100,8 +89,6 @@ def attend_blocked(q: Tensor, k: Tensor, v: Tensor, p: ShiftedScores, mask_bias:
     """
     bsz, n_head, qlen, _ = q.shape
     klen = k.size(2)
-    if block_bytes is None:
-        block_bytes = BLOCK_BYTES_ONE_THREAD if torch.get_num_threads() == 1 else BLOCK_BYTES_THREADS
     row_bytes = qlen * (klen + 1) * q.element_size()  # one [Q, K+1] block of one head
     rows = max(1, min(bsz, block_bytes // (n_head * row_bytes)))  # batch rows per block
     heads = n_head if rows > 1 or n_head * row_bytes <= block_bytes else max(1, block_bytes // row_bytes)

@@ -1,14 +1,15 @@
 """Fast paths of the model: each computes exactly what a plain formula of the paper computes, faster or in
-less memory, and is tested equal to it in ``tests/model/test_fastpath.py``. The math modules call them by
-name; which implementation runs is decided here and nowhere else.
+less memory, and is tested equal to it in ``tests/model/test_fastpath.py``. The math modules do not call them:
+:mod:`transformer_xl.model.dispatch` chooses which runs.
 
 ==========================  ====================================================  ===============================
 fast path                   replaces (the plain formula)                          gain
 ==========================  ====================================================  ===============================
-:func:`attend`              ``Dropout(softmax(scale (q k^T + p) + mask)) v``      without a gradient the fused
-                                                                                  ``scaled_dot_product_attention``;
-                                                                                  with one, one ``baddbmm`` and
-                                                                                  only the probabilities kept
+:func:`attend_explicit`,    ``Dropout(softmax(scale (q k^T + p) + mask)) v``      with a gradient one ``baddbmm``
+:func:`attend_fused`,                                                             and only the probabilities
+:func:`attend_one_query`                                                          kept; without, the fused
+                                                                                  ``scaled_dot_product_attention``
+                                                                                  or, for one query, two products
 :func:`shift_padded`        the shift of Appendix B (:func:`positional.rel_shift`:  a view instead of a pad and two
                             pad a zero column, read ``[K+1, Q]``, drop a row)      ``[B, H, Q, K]`` copies
 :class:`CompactDropout`     ``nn.Dropout``                                        a 1-byte mask kept (CPU)
@@ -50,24 +51,17 @@ from transformer_xl.model.memory import additive_mask, causal_mask
 
 
 # ---------------------------------------------------------------------------------------------- attention
-def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
-           dropatt: float) -> Tensor:
-    """``Dropout(softmax(scale * (q k^T + p) + mask_bias)) v``: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``,
-    ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]`` (0 / -inf).
+def attend_explicit(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
+                    dropatt: float) -> Tensor:
+    """``Dropout(softmax(scale * (q k^T + p) + mask_bias)) v`` for a recorded gradient: ``[B, H, Q, E]`` from
+    ``q [B, H, Q, E]``, ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]``.
 
-    Without a gradient (evaluation, generation) ``scaled_dot_product_attention`` with the bias
-    ``scale * p + mask`` runs its fused kernel. With one, the scores are one ``baddbmm`` (``scale * p`` in,
-    ``scale * q k^T`` added, the mask added in place) and an explicit softmax, so that autograd keeps only
-    the probabilities of the ``[Q, K]`` tensors (the fused CPU kernel takes no gradient for an additive bias
-    that needs one, and its fallback keeps three ``[Q, K]`` tensors).
+    The scores are one ``baddbmm`` (``scale * p`` in, ``scale * q k^T`` added, the mask added in place) and an
+    explicit softmax, so that autograd keeps only the probabilities of the ``[Q, K]`` tensors (the fused CPU kernel
+    takes no gradient for an additive bias that needs one, and its fallback keeps three ``[Q, K]`` tensors).
     """
     bsz, n_head, qlen, d_head = q.shape
     klen = k.size(2)
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, p))):
-        bias = mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)  # [B, H, Q, K]
-        if qlen == 1 and dropatt == 0.0:  # a generation step: bound by reading k and v once
-            return _attend_one_query(q, k, v, bias.to(q.dtype), scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropatt, scale=scale)
     # Head-major batches [H*B, ...]: the position scores of the relative strategies come that way (a view).
     q3 = q.transpose(0, 1).reshape(n_head * bsz, qlen, d_head)  # [HB, Q, E]
     kt = k.transpose(0, 1).reshape(n_head * bsz, klen, d_head).transpose(1, 2)  # [HB, E, K]
@@ -82,11 +76,25 @@ def attend(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor,
     return torch.bmm(prob, v3).view(n_head, bsz, qlen, d_head).transpose(0, 1)  # [B, H, Q, E]
 
 
-def _attend_one_query(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
-    """``softmax(scale q k^T + bias) v`` for one query per head (``q [B, H, 1, E]``) as two batched products
-    over ``[B*H]``: the fused kernel's tiling is for many queries; with one, this reads the keys and values
+def score_bias(p: Tensor | None, mask_bias: Tensor, scale: float) -> Tensor:
+    """The additive bias ``scale * p + mask_bias`` (``[B, H, Q, K]``, or the mask alone) of the fused kernels."""
+    return mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)
+
+
+def attend_fused(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
+                 dropatt: float) -> Tensor:
+    """The same without a gradient: ``scaled_dot_product_attention`` with the bias ``scale * p + mask`` runs its
+    fused kernel (on the CPU it goes over the keys in tiles with an online softmax)."""
+    bias = score_bias(p, mask_bias, scale).to(q.dtype)  # [B, H, Q, K]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
+
+
+def attend_one_query(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float) -> Tensor:
+    """``softmax(scale (q k^T + p) + mask_bias) v`` for one query per head (``q [B, H, 1, E]``) as two batched
+    products over ``[B*H]``: the fused kernel's tiling is for many queries; with one, this reads the keys and values
     once and was measured 15-25 % faster (B 8, H 10, K 1601, E 41, CPU). ``k``, ``v`` are usually views of
     the inference cache's ``[B, H, C, E]`` buffers, whose ``B`` and ``H`` merge without a copy."""
+    bias = score_bias(p, mask_bias, scale).to(q.dtype)
     bsz, n_head, _, d_head = q.shape
     klen = k.size(2)
     scores = torch.baddbmm(bias.expand(bsz, n_head, 1, klen).reshape(bsz * n_head, 1, klen),
@@ -95,12 +103,10 @@ def _attend_one_query(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: floa
     return torch.bmm(scores.softmax(-1), v.reshape(bsz * n_head, klen, d_head)).view(bsz, n_head, 1, d_head)
 
 
-def recomputed(enabled: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
-    """``fn(*args)``; when ``enabled`` and a gradient is recorded, its intermediates are recomputed in
-    backward instead of kept (``torch.utils.checkpoint``): the same values and gradients for less memory."""
-    if enabled and torch.is_grad_enabled():
-        return checkpoint(fn, *args, use_reentrant=False)
-    return fn(*args)
+def recomputed(fn: Callable[..., Tensor], *args: Any) -> Tensor:
+    """``fn(*args)`` with its intermediates recomputed in backward instead of kept (``torch.utils.checkpoint``):
+    the same values and gradients for less memory."""
+    return checkpoint(fn, *args, use_reentrant=False)
 
 
 # ---------------------------------------------------------------------------------------------- the shift
@@ -220,12 +226,7 @@ _MASKS = MaskCache()
 def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
               dtype: torch.dtype) -> Tensor:
     """``additive_mask(causal_mask(...))`` (``[Q, K]``, 0 / -inf) from a process-wide cache of at most
-    64 MiB (callers must not modify it). Compiled, the mask is made in the graph: a lookup in the cache would be
-    traced with a guard on the cache's contents, which the first call's own insertion fails (a second compilation of
-    every segment shape)."""
-    if torch.compiler.is_compiling():
-        return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
-                                         device=device), dtype)
+    64 MiB (callers must not modify it)."""
     return _MASKS.get(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device, dtype=dtype)
 
 

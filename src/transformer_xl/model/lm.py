@@ -15,12 +15,10 @@ predict at position ``t`` (aligned, no shift inside the model). The lengths that
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -37,13 +35,14 @@ from transformer_xl.model.adaptive import (
 from transformer_xl.model.attention import DecoderLayer
 from transformer_xl.model.cache import InferenceCache
 from transformer_xl.model.config import Lengths, TXLConfig
-from transformer_xl.model.fastpath import mask_bias
+from transformer_xl.model.dispatch import mask_bias
 from transformer_xl.model.int8 import check_scheme, quantize_linears
 from transformer_xl.model.memory import kept_range, update_mems
 from transformer_xl.model.positional import build_positional
+from transformer_xl.model.pretrained import SupportsToJson, check_weights_header, checked_vocab_json, mismatch
 from transformer_xl.model.segment import Segment
 from transformer_xl.store.layout import WEIGHTS, load_weights, read_model_config, save_model_dir
-from transformer_xl.store.tensors import TensorInfo, read_header
+from transformer_xl.store.tensors import read_header
 
 if TYPE_CHECKING:  # the types of generate/stream only: the model layer never imports inference (hooks.py)
     from transformer_xl.inference.generate import GenerationOutput, GenerationStep
@@ -143,6 +142,13 @@ class TransformerXLLM(nn.Module):
         every other activation is still alive, so it does not lower the peak.)"""
         for layer in self.layers:
             layer.dec_attn.recompute = enabled
+
+    def reference(self, enabled: bool = True) -> None:
+        """Run the paper's formulas as written (``rel_shift`` of Appendix B, the ``[B, H, Q, K]`` scores whole, an
+        explicit softmax) instead of the fast paths that :func:`transformer_xl.model.dispatch.choose` picks: the
+        same values up to float rounding, slower; for checking a fast path or a new variant against the paper."""
+        for layer in self.layers:
+            layer.dec_attn.plain = enabled
 
     def quantize(self, scheme: str = "int8") -> TransformerXLLM:
         """Quantize for CPU inference, in place, and return the model (in eval mode): the linear layers of every
@@ -297,9 +303,7 @@ class TransformerXLLM(nn.Module):
         if self.quantized is not None:
             raise ConfigError(f"a {self.quantized}-quantized model is not saved (its weights are packed for one "
                               "CPU kernel): save the float model, and quantize after loading")
-        vocab_json = None if vocab is None else vocab if isinstance(vocab, str) else vocab.to_json()
-        if vocab_json is not None:
-            _check_vocab_json(vocab_json, self.config.n_token)
+        vocab_json = checked_vocab_json(vocab, self.config.n_token)
         return save_model_dir(directory, self.state_dict(), self.config.to_json(), vocab_json=vocab_json)
 
     @classmethod
@@ -319,7 +323,7 @@ class TransformerXLLM(nn.Module):
         directory = directory if hub_dir is None else hub_dir
         path = Path(directory) / WEIGHTS
         config = TXLConfig.from_dict(read_model_config(directory, verify=verify))
-        check_weights_header(config, read_header(path), path)
+        check_weights_header(config, read_header(path), path, build=cls)
         model = cls(config)
         model.load_state_dict_strict(load_weights(directory, map_location))
         return model.to(map_location).eval()
@@ -337,64 +341,7 @@ class TransformerXLLM(nn.Module):
 
     def load_state_dict_strict(self, state: dict[str, Tensor]) -> None:
         """Load our own state dict, with one clear error listing missing/unexpected/mis-shaped keys."""
-        problem = _mismatch({k: v.shape for k, v in self.state_dict().items()}, {k: v.shape for k, v in state.items()})
+        problem = mismatch({k: v.shape for k, v in self.state_dict().items()}, {k: v.shape for k, v in state.items()})
         if problem:
             raise CheckpointError(f"weights do not fit the config ({problem})")
         self.load_state_dict(state, strict=True)
-
-
-class SupportsToJson(Protocol):
-    """A vocabulary as :meth:`TransformerXLLM.save_pretrained` takes it (``transformer_xl.data.Vocab``; the model layer
-    does not import the data layer)."""
-
-    def to_json(self) -> str: ...
-
-
-def _check_vocab_json(text: str, n_token: int) -> None:
-    """A one-line :class:`ConfigError` unless ``text`` is a txl vocabulary JSON of ``n_token`` symbols."""
-    try:
-        symbols = json.loads(text).get("symbols")
-    except (ValueError, AttributeError):
-        symbols = None
-    if not isinstance(symbols, list):
-        raise ConfigError("vocab is not a txl vocabulary (expected a Vocab or its JSON text with a 'symbols' list)")
-    if len(symbols) != n_token:
-        raise ConfigError(f"the vocabulary has {len(symbols)} symbols but the model predicts n_token={n_token}")
-
-
-_LAYER = re.compile(r"layers\.(\d+)\.")
-
-
-def check_weights_header(config: TXLConfig, header: dict[str, TensorInfo], path: str | Path) -> None:
-    """A one-line :class:`CheckpointError` unless the tensors a safetensors header lists (names, shapes,
-    dtypes) are those of a model of ``config``. Cheap checks first, from the config alone (the number of layers,
-    the parameter count :meth:`TXLConfig.parameter_count`), so a config far larger than its weights (say
-    ``n_layer`` 100000 or ``n_token`` 10**9) is refused before anything is built; then names and shapes
-    against a model built on the ``meta`` device (no memory). Any floating dtype is accepted (cast on load)."""
-    layers = {int(m.group(1)) for name in header if (m := _LAYER.match(name))}
-    if layers != set(range(config.n_layer)):
-        raise CheckpointError(f"{path} holds the weights of {len(layers)} layers but its config says "
-                              f"n_layer={config.n_layer}: the config does not belong to these weights")
-    held, wanted = sum(info.numel for info in header.values()), config.parameter_count(tied_names=True)
-    if held != wanted:
-        raise CheckpointError(f"{path} holds {held:,} parameters but its config (n_token={config.n_token}, "
-                              f"d_model={config.d_model}, d_inner={config.d_inner}) describes {wanted:,}: the config "
-                              "does not belong to these weights")
-    for name, info in header.items():
-        if not info.floating:
-            raise CheckpointError(f"{path}: tensor {name!r} is stored as {info.dtype}, not as floating point")
-    with torch.device("meta"):
-        own = TransformerXLLM(config).state_dict()
-    problem = _mismatch({k: v.shape for k, v in own.items()}, {k: info.shape for k, info in header.items()})
-    if problem:
-        raise CheckpointError(f"{path}: weights do not fit the config ({problem})")
-
-
-def _mismatch(own: dict[str, Sequence[int]], given: dict[str, Sequence[int]]) -> str | None:
-    """What keeps a state dict of ``given`` shapes from a model of ``own`` shapes, or None."""
-    missing = sorted(set(own) - set(given))
-    unexpected = sorted(set(given) - set(own))
-    bad = sorted(k for k in set(own) & set(given) if tuple(own[k]) != tuple(given[k]))
-    parts = [f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
-             for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", bad)) if keys]
-    return "; ".join(parts) or None

@@ -30,14 +30,14 @@ Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``M`` memory length, ``K =
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.config import TXLConfig
-from transformer_xl.model.fastpath import zero_row_in_front
 from transformer_xl.model.segment import Segment
 
 
@@ -47,12 +47,30 @@ def rel_shift(x: Tensor) -> Tensor:
     ``x[..., i, r]`` holds the score of query ``i`` against relative-position row ``r`` (distance
     ``K-1-r``). The paper's linear-cost trick (Appendix B): pad one zero column in front, read the
     ``[Q, K+1]`` buffer as ``[K+1, Q]``, drop its first row and read the rest as ``[Q, K]``. Entries
-    with ``j > M + i`` (future keys) hold unrelated values and must be masked by the caller. The model
-    runs the same shift as a view (:func:`transformer_xl.model.fastpath.shift_padded`).
+    with ``j > M + i`` (future keys) hold unrelated values and must be masked by the caller. The fast paths
+    run the same shift as a view (:func:`transformer_xl.model.fastpath.shift_padded`).
     """
     *lead, q, k = x.shape
     padded = F.pad(x, (1, 0))  # [..., Q, K+1]
     return padded.view(*lead, k + 1, q)[..., 1:, :].reshape(*lead, q, k)  # [..., K, Q] read as [..., Q, K]
+
+
+class PositionScores(NamedTuple):
+    """The relative position term ``P = rel_shift(x y^T + d)``, ``[B, H, Q, K]``, as its factors: ``x [B, H, Q, E]``
+    a row per query, ``y [K, H, E]`` a key per distance ``K-1, ..., 0``, ``d [K, H]`` a bias per distance or None.
+    :meth:`dense` is the paper's formula; :func:`transformer_xl.model.dispatch.attend` forms ``P`` where it is read
+    (whole, in blocks, or unshifted for one query)."""
+
+    x: Tensor
+    y: Tensor
+    d: Tensor | None = None
+
+    def dense(self) -> Tensor:
+        """``P`` whole: the scores of every query against every distance, re-aligned by :func:`rel_shift`."""
+        scores = torch.einsum("bhqe,khe->bhqk", self.x, self.y)  # [B, H, Q, K], column r: distance K-1-r
+        if self.d is not None:
+            scores = scores + self.d.t()[None, :, None, :]  # + d_r: [1, H, 1, K]
+        return rel_shift(scores)  # [B, H, Q, K], column j: distance M+i-j
 
 
 def sinusoid(pos_seq: Tensor, inv_freq: Tensor) -> Tensor:
@@ -93,9 +111,8 @@ class PositionalEncoding(nn.Module):
         return None
 
     def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None,
-                        seg: Segment) -> Tensor | ShiftedScores | None:
-        """Position term ``P`` of the score, ``[B, H, Q, K]`` (unscaled; may be a strided view), or its factors
-        (:class:`~transformer_xl.model.blocked.ShiftedScores`, formed where the attention reads it), or None."""
+                        seg: Segment) -> PositionScores | None:
+        """Position term ``P`` of the score (unscaled) as its factors (:class:`PositionScores`), or None."""
         return None
 
 
@@ -135,23 +152,16 @@ class RelativeSinusoid(_SinusoidTable):
     def content_bias(self, layer: int) -> Tensor:
         return self.r_w_bias[layer] if self.untie_r else self.r_w_bias
 
-    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None,
-                        seg: Segment) -> Tensor | ShiftedScores:
+    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> PositionScores:
         assert r_net is not None
         v = self.r_r_bias[layer] if self.untie_r else self.r_r_bias  # [H, E]
-        bsz, n_head, qlen, d_head = q.shape
-        klen = seg.klen
-        q_v = (q + v[:, None, :]).transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
+        n_head, d_head = q.size(1), q.size(3)
 
         def rows(n: int) -> Tensor:
             return self.sinusoid_rows(n, seg.lengths.clamp_len, seg.dtype, seg.device)
 
-        r_k = seg.position_keys(layer, r_net, rows)  # W_kR R: [K, H*E]
-        if qlen == 1:  # one query: row j of W_kR R is key j's distance K-1-j, no shift
-            return torch.bmm(q_v, r_k.view(klen, n_head, d_head).permute(1, 2, 0)).view(
-                n_head, bsz, 1, klen).transpose(0, 1)  # [B, H, 1, K]
-        r_k = zero_row_in_front(r_k.view(klen, n_head, d_head))  # [K+1, H, E]: its scores suit the shift
-        return ShiftedScores(q_v, r_k.permute(1, 2, 0), bsz)  # shift((q + v) (W_kR R)^T): [B, H, Q, K]
+        r_k = seg.position_keys(layer, r_net, rows).view(seg.klen, n_head, d_head)  # W_kR R: [K, H, E]
+        return PositionScores(q + v[:, None, :], r_k)  # P = rel_shift((q + v) (W_kR R)^T): terms (b) + (d)
 
 
 class RelativeLearned(PositionalEncoding):
@@ -166,7 +176,7 @@ class RelativeLearned(PositionalEncoding):
     def content_bias(self, layer: int) -> Tensor:
         return self.r_w_bias[layer]
 
-    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> ShiftedScores:
+    def position_scores(self, layer: int, q: Tensor, r_net: nn.Module | None, seg: Segment) -> PositionScores:
         r_emb, r_bias = self.r_emb[layer], self.r_bias[layer]  # [R, H, E], [R, H]
         clamp_len, klen = seg.lengths.clamp_len, seg.klen
         if clamp_len > 0:
@@ -177,10 +187,7 @@ class RelativeLearned(PositionalEncoding):
             r_bias = torch.cat([r_bias[:1].expand(pad, -1), r_bias], 0)
         else:
             r_emb, r_bias = r_emb[-klen:], r_bias[-klen:]
-        r_emb, r_bias = zero_row_in_front(r_emb), zero_row_in_front(r_bias)  # [K+1, H, E], [K+1, H]
-        bsz, n_head, qlen, d_head = q.shape
-        q_rows = q.transpose(0, 1).reshape(n_head, bsz * qlen, d_head)  # [H, B*Q, E]
-        return ShiftedScores(q_rows, r_emb.permute(1, 2, 0), bsz, r_bias.t())  # shift(q E^T + b): [B, H, Q, K]
+        return PositionScores(q, r_emb, r_bias)  # P = rel_shift(q E^T + b): [B, H, Q, K]
 
 
 class AbsoluteSinusoid(_SinusoidTable):

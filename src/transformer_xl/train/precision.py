@@ -94,13 +94,18 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -
 
 
 def resolve_precision(requested: str, device: str, *, announce: bool = False, main: bool = True,
-                      share: Callable[[float], float] | None = None) -> Precision:
+                      share: Callable[[float], float] | None = None, kept: str | None = None) -> Precision:
     """``requested`` as is, or for ``auto`` bf16 where the device's bf16 matmuls pay and fp32 elsewhere (the rule
     of the module docstring; on a CPU two short matmul measurements, about a second), said in one line on stderr
     with ``announce``. In a distributed run (``share``: rank 0's value to every process, a broadcast) only rank 0
     (``main``) measures and every process takes its ratio, so that a ratio near the threshold cannot give the
-    processes of one job different precisions."""
-    chosen = _resolve(requested, device, main, share)
+    processes of one job different precisions. ``kept``: the precision a resumed run's checkpoint was trained in,
+    which ``auto`` keeps without measuring (a measurement under another load could pick the other precision and
+    break the resume's exactness)."""
+    if requested == "auto" and kept is not None:
+        chosen = Precision(kept, "auto: as the run resolved it before, kept on resume")
+    else:
+        chosen = _resolve(requested, device, main, share)
     if announce and requested == "auto":
         print(f"txl train: precision {chosen.name} ({chosen.reason})", file=sys.stderr)
     return chosen

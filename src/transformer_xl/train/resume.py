@@ -60,6 +60,12 @@ _WHY = {
 }
 
 
+def fixed_field_changed(run_root: str | Path, key: str, old: Any) -> ConfigError:
+    """The one-line error for a change of ``key`` (a field that fixes something of the run) on ``--resume``."""
+    return ConfigError(f"cannot change {key} on --resume: {run_root} was trained with {key}={old!r} (it fixes "
+                       f"{_WHY[key]}); start a new run with another --out-dir")
+
+
 @dataclass
 class ResumePlan:
     """Where a resume starts: ``checkpoint`` (``None``: again from step 0) and what it was written with."""
@@ -70,6 +76,7 @@ class ResumePlan:
     model: dict[str, Any] = field(default_factory=dict)  # the TXLConfig of the checkpoint
     vocab_sha256: str | None = None
     changes: dict[str, list[Any]] = field(default_factory=dict)  # field -> [run's value, new value]
+    precision: str | None = None  # the precision the checkpoint was trained in (``auto`` resolved)
 
     def check(self, cfg: TrainConfig, model: dict[str, Any], vocab_sha256: str) -> dict[str, list[Any]]:
         """Refuse a fixed field's change or another vocabulary (one line each); returns the changes."""
@@ -88,8 +95,7 @@ class ResumePlan:
                 continue
             fixed = key in FIXED or (key == "precision" and "fp16" in (old, new[key]))
             if fixed:
-                raise ConfigError(f"cannot change {key} on --resume: {self.run.root} was trained with {key}={old!r} "
-                                  f"(it fixes {_WHY[key]}); start a new run with another --out-dir")
+                raise fixed_field_changed(self.run.root, key, old)
             changes[key] = [old, new[key]]
         self.changes = changes
         return changes
@@ -124,6 +130,7 @@ def plan_resume(path: str | Path) -> ResumePlan:
         plan.model = model
         plan.train = state.get("train_config", plan.train)  # older checkpoints: the run's config.json
         plan.vocab_sha256 = state.get("vocab_sha256", plan.vocab_sha256)
+        plan.precision = state.get("precision")
     if plan.vocab_sha256 is None and run.vocab.is_file():
         from transformer_xl.data.vocab import Vocab
 

@@ -55,6 +55,7 @@ def capture_state(tr: Any) -> dict[str, Any]:
         "scaler": tr.scaler.state_dict() if tr.scaler is not None else None,
         "data": tr.train_iter.state_dict(), "mems": mems, "mems_epoch": tr.mems_epoch,
         "rng": capture_rng(tr.dist, tr.device), "train_config": tr.cfg.to_dict(), "vocab_sha256": tr.vocab_sha256,
+        "precision": tr.precision.name,  # what --precision auto resolved to: a resume keeps it
     }
 
 

@@ -106,7 +106,8 @@ class Trainer:
         self.plan = plan_run(resume, self.run)  # --resume auto: out_dir if it holds a run
         self.dist = Dist(self.device, cfg.dist_timeout)
         self.precision = resolve_precision(cfg.precision, self.device, announce=self.dist.main, main=self.dist.main,
-                                           share=lambda v: self.dist.broadcast_float(v, self.device))
+                                           share=lambda v: self.dist.broadcast_float(v, self.device),
+                                           kept=self.plan.precision if self.plan is not None else None)
         self.cfg, corpus, init, self.init_record = init_setup(cfg, self.plan, self.run, corpus, main=self.dist.main)
         cfg, self.corpus = self.cfg, corpus
         self.metric = "bpc" if corpus.char_level else "ppl"

@@ -1,0 +1,189 @@
+"""Which implementation runs: the one place that chooses between the paper's formulas and their fast paths.
+
+The model's files (:mod:`~transformer_xl.model.attention`, :mod:`~transformer_xl.model.positional`,
+:mod:`~transformer_xl.model.segment`, :mod:`~transformer_xl.model.lm`) state the computation of paper Sec. 3 once
+and call the functions below by what they compute; :func:`choose` picks the attention's implementation (its
+docstring is the decision table), the other functions here apply one rule each. The implementations live in
+:mod:`~transformer_xl.model.fastpath` and :mod:`~transformer_xl.model.blocked`, each tested equal to the formula it
+replaces (``tests/model/test_fastpath.py``, ``tests/model/test_blocked.py``, ``tests/model/test_dispatch.py``).
+
+=========================  =====================================================  ===================================
+computation                implementations                                        chosen by
+=========================  =====================================================  ===================================
+masked softmax attention   :data:`PLAIN`, :data:`EXPLICIT`, :data:`ONE_QUERY`,    :func:`choose` (:func:`attend`)
+with the position term     :data:`BLOCKED`, :data:`FUSED`
+``q = h W_q`` and          a slice of ``[W_q; W_k; W_v]``, or the int8 layer's    :func:`project_rows`: the layer's
+``[k; v] = h~ [W_k; W_v]`` output sliced (it runs whole)                          type (``TransformerXLLM.quantize``)
+feed-forward ``CoreNet``   its modules one by one (dropout fused with the ReLU,   :func:`feed_forward`: training or
+                           :class:`~.fastpath.ReLUDropout`), or in evaluation     not
+                           two linear layers and a ReLU (fewer module calls)
+causal mask ``[Q, K]``     made, or taken from a cache bounded in bytes           :func:`mask_bias`: compiling or not
+attention scores kept      kept, or recomputed in backward                        :func:`recompute`:
+for backward                                                                      ``TransformerXLLM.recompute`` and
+                                                                                  a recorded gradient
+dropout                    ``F.dropout``, or a 1-byte mask on the CPU             :class:`~.fastpath.CompactDropout`:
+                                                                                  the device
+=========================  =====================================================  ===================================
+
+Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_xl.model import blocked, fastpath
+from transformer_xl.model.blocked import ShiftedScores
+from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
+from transformer_xl.model.int8 import is_quantized
+from transformer_xl.model.memory import additive_mask, causal_mask
+from transformer_xl.model.positional import PositionScores
+
+
+class Path(str, Enum):
+    """The implementations of ``Dropout(softmax(scale (q k^T + P) + mask)) v``."""
+
+    PLAIN = "plain"  # the formula as written: P whole by rel_shift, [B, H, Q, K] scores, softmax
+    EXPLICIT = "explicit"  # P whole (shift as a view), one baddbmm, autograd keeps only the probabilities
+    ONE_QUERY = "one-query"  # P unshifted (one query: the shift is the identity), two batched products over B*H
+    BLOCKED = "blocked"  # P made a few MB at a time beside the mask, each block into scaled_dot_product_attention
+    FUSED = "fused"  # P whole, scaled_dot_product_attention with the bias scale P + mask
+
+
+PLAIN, EXPLICIT, ONE_QUERY, BLOCKED, FUSED = Path.PLAIN, Path.EXPLICIT, Path.ONE_QUERY, Path.BLOCKED, Path.FUSED
+
+
+class Choice(NamedTuple):
+    """What :func:`choose` decided: the path, and for :data:`BLOCKED` the bytes of ``P`` formed at once."""
+
+    path: Path
+    block_bytes: int = 0
+
+
+def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, dropatt: float, factored: bool,
+           threads: int = 1, plain: bool = False) -> Choice:
+    """The attention's implementation, from the facts of one call (first matching row wins):
+
+    ====  ==================================================  ==============  =====================================
+    row   when                                                path            why
+    ====  ==================================================  ==============  =====================================
+    1     ``plain`` (``TransformerXLLM.reference()``)         ``PLAIN``       the paper's formulas, for checking
+    2     a gradient is recorded (training, or a forward      ``EXPLICIT``    autograd keeps only the ``[Q, K]``
+          with grad enabled on trainable weights), compiled   (dropatt in)    probabilities; the fused CPU kernel
+          or not                                                              takes no gradient for its bias
+    3     no gradient, attention dropout on (``dropatt > 0``  ``FUSED``       the fused kernel draws the dropout
+          outside training mode)
+    4     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
+          generation step), any device, compiled or not                       the fused kernel tiles for many
+    5     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
+          (relative encodings), CPU, not compiling                            memories: fresh pages, a DRAM trip
+    6     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
+          encodings without ``P``)                                            ``P`` whole, inductor fuses its own
+    ====  ==================================================  ==============  =====================================
+
+    ``threads`` (torch's intra-op threads) sets the block size of row 5: one core's L2 with one thread
+    (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_ONE_THREAD`), larger with several, whose every block ends in a
+    barrier (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_THREADS`). The memory length and the dtype do not
+    change the path: with ``Q`` and the heads they set how many batch rows a block holds
+    (:func:`~transformer_xl.model.blocked.attend_blocked`), and the dtype is that of the kernels' inputs (bf16 under
+    autocast as well). Every path computes the same values (``tests/model/test_dispatch.py``).
+    """
+    if plain:
+        return Choice(PLAIN)
+    if grad:
+        return Choice(EXPLICIT)
+    if dropatt > 0.0:
+        return Choice(FUSED)
+    if qlen == 1:
+        return Choice(ONE_QUERY)
+    if factored and device.type == "cpu" and not compiling:
+        one = threads == 1
+        return Choice(BLOCKED, blocked.BLOCK_BYTES_ONE_THREAD if one else blocked.BLOCK_BYTES_THREADS)
+    return Choice(FUSED)
+
+
+Scores = Tensor | PositionScores | ShiftedScores | None
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, scale: float, dropatt: float,
+           plain: bool = False) -> Tensor:
+    """``Dropout(softmax(scale * (q k^T + P) + mask_bias)) v``, ``[B, H, Q, E]``, from ``q [B, H, Q, E]`` (with the
+    content bias added), ``k, v [B, H, K, E]``, the position term ``P`` whole ``[B, H, Q, K]``, as its factors, or
+    None, and ``mask_bias [Q, K]`` (0 / -inf), by the implementation :func:`choose` picks."""
+    factors = [t for t in p if isinstance(t, Tensor)] if isinstance(p, tuple) else [p]
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, *factors))
+    compiling = torch.compiler.is_compiling()
+    threads = 0 if compiling else torch.get_num_threads()  # dynamo cannot trace it; row 5 excludes compiling
+    choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
+                    factored=isinstance(p, tuple), threads=threads, plain=plain)
+    if choice.path is PLAIN:
+        scores = q @ k.transpose(-1, -2)  # [B, H, Q, K]: terms (a) + (c)
+        if p is not None:
+            scores = scores + (p if isinstance(p, Tensor) else p.dense())  # + terms (b) + (d)
+        prob = F.dropout(torch.softmax(scores * scale + mask_bias, -1), dropatt, training=dropatt > 0)
+        return prob @ v
+    if choice.path is BLOCKED:
+        shifted = p if isinstance(p, ShiftedScores) else ShiftedScores.of(*p)
+        return blocked.attend_blocked(q, k, v, shifted, mask_bias, scale=scale, block_bytes=choice.block_bytes)
+    p = _whole(p)
+    if choice.path is EXPLICIT:
+        return attend_explicit(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+    if choice.path is ONE_QUERY:
+        return attend_one_query(q, k, v, p, mask_bias, scale=scale)
+    return attend_fused(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+
+
+def _whole(p: Scores) -> Tensor | None:
+    """``P [B, H, Q, K]`` from its factors: for one query without a bias per distance the product alone (row ``j``
+    of the position keys is key ``j``'s distance ``K-1-j``: the shift is the identity), else with the shift as a
+    view (:meth:`ShiftedScores.dense`)."""
+    if isinstance(p, PositionScores) and p.d is None and p.x.size(2) == 1:
+        bsz, n_head, _, d_head = p.x.shape
+        x = p.x.transpose(0, 1).reshape(n_head, bsz, d_head)  # [H, B, E]
+        return torch.bmm(x, p.y.permute(1, 2, 0)).view(n_head, bsz, 1, -1).transpose(0, 1)  # [B, H, 1, K]
+    if isinstance(p, PositionScores):
+        return ShiftedScores.of(*p).dense()
+    return p.dense() if isinstance(p, ShiftedScores) else p
+
+
+def project_rows(linear: nn.Module, x: Tensor, rows: slice) -> Tensor:
+    """Rows ``rows`` of ``linear(x)`` (no bias): a float layer multiplies by those rows of its weight only; an int8
+    layer (:mod:`transformer_xl.model.int8`) runs whole and its output is sliced."""
+    if is_quantized(linear):
+        return linear(x)[..., rows]
+    return F.linear(x, linear.weight[rows])
+
+
+def feed_forward(core: nn.Sequential, x: Tensor, training: bool) -> Tensor:
+    """``CoreNet(x)`` (``Linear -> ReLU -> Dropout -> Linear -> Dropout``); in evaluation its two linear layers and a
+    ReLU only (the dropouts are no-ops there, and a generation step at batch 1 pays for every module call)."""
+    if training:
+        return core(x)
+    return core[3](F.relu(core[0](x)))
+
+
+def recompute(enabled: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
+    """``fn(*args)``; when ``enabled`` (``TransformerXLLM.recompute``) and a gradient is recorded, its
+    intermediates are recomputed in backward instead of kept (:func:`~transformer_xl.model.fastpath.recomputed`)."""
+    if enabled and torch.is_grad_enabled():
+        return recomputed(fn, *args)
+    return fn(*args)
+
+
+def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: torch.device,
+              dtype: torch.dtype) -> Tensor:
+    """The additive causal mask ``additive_mask(causal_mask(...))``, ``[Q, K]`` (0 / -inf; not to be modified):
+    from the cache of :func:`~transformer_xl.model.fastpath.mask_bias`, or, compiling, made in the graph (a lookup in
+    the cache would be traced with a guard on its contents, which the first call's own insertion fails: a second
+    compilation of every segment shape)."""
+    if torch.compiler.is_compiling():
+        return additive_mask(causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length,
+                                         device=device), dtype)
+    return fastpath.mask_bias(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device,
+                              dtype=dtype)
