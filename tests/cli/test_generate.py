@@ -195,3 +195,18 @@ def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypa
     assert [s["token_ids"] for s in cap] == [s["token_ids"] for s in plain]
     assert max(abs(a - b) for s, t in zip(cap, plain) for a, b in zip(s["log_probs"], t["log_probs"])) <= 1e-5
     assert all(len(s["token_ids"]) == 8 for s in runs["--captured --quantize int8"])
+
+
+def test_cli_generate_penalties_change_greedy_output(tmp_path, capsys) -> None:
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    runs = {}
+    for name, extra in [("plain", []), ("ngram", ["--no-repeat-ngram-size", "1"]),
+                        ("minp", ["--min-p", "0.5"])]:
+        assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "8", "--greedy",
+                     "--json", *extra]) == 0
+        runs[name] = json.loads(capsys.readouterr().out)["samples"][0]["token_ids"]
+    assert len(set(runs["ngram"])) == 8 and not {2, 3} & set(runs["ngram"])  # no word of the text twice
+    assert runs["minp"] == runs["plain"]  # min-p never removes the most likely token
+    for argv, msg in [(["--repetition-penalty", "0"], "--repetition-penalty"), (["--min-p", "2"], "min_p")]:
+        assert main(["generate", str(model_dir), *argv]) == 2
+        assert msg in one_line_error(capsys, "txl generate: error: ")

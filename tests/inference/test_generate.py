@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -163,3 +165,32 @@ def test_interleaved_generations_do_not_disturb_each_other_or_the_caller() -> No
     assert torch.equal(torch.stack(toks_a, 1), alone_a[:, ids.size(1):])
     assert torch.equal(torch.stack(toks_b, 1), alone_b[:, 5:])
     assert torch.is_grad_enabled() and model.training
+
+
+def test_advance_is_the_step_of_generation() -> None:
+    from transformer_xl.inference.generate import advance
+
+    model = generation_model()
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+    log_probs, mems = advance(model, prompt)
+    out = generate(model, prompt, max_new_tokens=2)
+    assert int(log_probs.argmax()) == int(out.new_tokens[0, 0])
+    step, _ = advance(model, out.new_tokens[:, :1], mems=mems)  # one token over the memories
+    assert int(step.argmax()) == int(out.new_tokens[0, 1])
+    assert float(step[0, out.new_tokens[0, 1]]) == pytest.approx(float(out.log_probs[0, 1]), abs=1e-5)
+    every, _ = advance(model, prompt, every_position=True)
+    assert every.shape == (1, 7, model.config.n_token)
+    torch.testing.assert_close(every[:, -1], log_probs)
+    with pytest.raises(ConfigError, match="mems must be"):
+        advance(model, prompt, mems=mems[:1])
+
+
+def test_penalties_apply_to_greedy_generation() -> None:
+    model = generation_model()
+    prompt = torch.tensor([[3, 1, 4, 1]])
+    plain = generate(model, prompt, max_new_tokens=20).new_tokens[0].tolist()
+    assert len(set(itertools.pairwise(plain))) < len(plain) - 1  # this model repeats bigrams
+    no_rep = generate(model, prompt, max_new_tokens=20, no_repeat_ngram_size=2).sequences[0].tolist()
+    assert len(set(itertools.pairwise(no_rep))) == len(no_rep) - 1  # no bigram twice, prompt included
+    penalized = generate(model, prompt, max_new_tokens=20, repetition_penalty=50.0).new_tokens[0].tolist()
+    assert len(set(penalized)) > len(set(plain))

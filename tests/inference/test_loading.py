@@ -107,3 +107,16 @@ def test_a_checkpoint_without_its_manifest_is_refused_unless_not_verified(tmp_pa
     with pytest.raises(CheckpointError, match=r"is not a complete checkpoint \(no MANIFEST.json\)"):
         load_model(ckpt)  # a step_* directory is a checkpoint by its name
     assert_same_outputs(model, load_model(ckpt, verify=False)[0])
+
+
+def test_load_codec_picks_the_level_of_the_vocabulary(tmp_path) -> None:
+    from transformer_xl.inference.loading import load_codec
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "empty").mkdir()
+    Vocab(["<eos>", "a", "b"], special=["<eos>"], eos="<eos>").save(tmp_path / "m" / "vocab.json")
+    vocab, codec = load_codec(tmp_path / "m")
+    assert len(vocab) == 3 and codec.level == "char" and codec.encode("ab") == [1, 2]
+    assert load_codec(tmp_path / "m", level="word")[1].level == "word"
+    with pytest.raises(CheckpointError):
+        load_codec(tmp_path / "empty")

@@ -27,3 +27,17 @@ def test_stream_text_stop_strings_are_cut_and_held_back(tmp_path) -> None:
     assert "".join(p.text for p in pieces) == results[0].text
     with pytest.raises(ConfigError, match="stop token"):
         list(stream_text(model, codec, "ab", stop_tokens=["<nope>"]))
+
+
+def test_sample_text_holds_back_what_may_begin_a_stop_string() -> None:
+    from transformer_xl.inference.text import SampleText
+
+    vocab = Vocab(["<eos>", "a", "b", "c"], special=["<eos>"], eos="<eos>")
+    text = SampleText(TextCodec(vocab, "char"), [1], ["bc"])
+    assert text.feed(1) == "a" and text.feed(2) == "" and not text.done  # "b" may begin "bc"
+    assert text.feed(1) == "ba"
+    assert text.feed(2) == "" and text.feed(3) == "" and text.done and text.finish_reason == "stop_string"
+    assert text.text == "aba" and text.close() == ""
+    rest = SampleText(TextCodec(vocab, "char"), [], ["bc"])
+    rest.feed(2)
+    assert rest.close() == "b" and rest.finish_reason == "length"

@@ -20,6 +20,7 @@ from transformer_xl.cli.args import (
     finite_float,
     nonneg_float,
     nonneg_int,
+    positive_float,
     positive_int,
     seed_int,
     stderr_note,
@@ -55,6 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=nonneg_int, default=0,
                    help="sample among the K most likely tokens (default: 0 = all)")
     p.add_argument("--top-p", type=finite_float, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1 = off)")
+    p.add_argument("--min-p", type=finite_float, default=0.0,
+                   help="sample among tokens at least MIN_P times as likely as the most likely (default: 0 = off)")
+    p.add_argument("--repetition-penalty", type=positive_float, default=1.0,
+                   help="multiply the log-probability of every token already in the text by this (> 1: less "
+                   "likely; greedy too; default: 1 = off)")
+    p.add_argument("--no-repeat-ngram-size", type=nonneg_int, default=0, metavar="N",
+                   help="never complete an N-gram the text already holds (greedy too; default: 0 = off)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed of sampling (default: 0)")
     p.add_argument("--mem-len", type=nonneg_int, help="memory length while generating (default: the model's mem_len)")
     p.add_argument("--clamp-len", type=clamp_int, help="clamp relative distances (useful with a long --mem-len)")
@@ -97,13 +105,14 @@ def _captured(args: argparse.Namespace, int8: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_xl.data.codec import PromptWarning, TextCodec
-    from transformer_xl.inference.loading import load_model, load_vocab
-    from transformer_xl.inference.sampling import check_sampling
+    from transformer_xl.data.codec import PromptWarning
+    from transformer_xl.inference.loading import load_codec, load_model
+    from transformer_xl.inference.sampling import Penalties, check_sampling
     from transformer_xl.inference.text import stream_text
 
     check_sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p)
+                   top_p=args.top_p, min_p=args.min_p)
+    Penalties(args.repetition_penalty, args.no_repeat_ngram_size)  # checked before the model loads
     if args.stream and args.num_samples > 1 and not args.json:
         raise ConfigError("--stream prints one sample as it is produced; use --num-samples 1, or --json for "
                           "JSON lines of several samples")
@@ -113,20 +122,9 @@ def run(args: argparse.Namespace) -> int:
     int8 = args.captured and args.quantize == "int8"  # the captured step packs its own int8 weights
     model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
                                   quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
-    vocab = load_vocab(directory, args.vocab)
+    vocab, codec = load_codec(directory, args.vocab, level=args.level, tokenizer=args.tokenizer)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
-    tokenizer = args.tokenizer
-    if tokenizer is None and args.level is None:
-        from transformer_xl.inference.loading import run_text_options
-
-        tokenizer = run_text_options(directory).get("tokenizer")
-    if tokenizer is not None:
-        from transformer_xl.data.subword import SubwordCodec
-
-        codec: Any = SubwordCodec(vocab, tokenizer)
-    else:
-        codec = TextCodec(vocab, args.level)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PromptWarning)
         codec.encode(prompt)  # report what the prompt loses once, before generating
@@ -136,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     pieces = stream_text(model, codec, prompt, num_samples=args.num_samples, stop_strings=args.stop,
                          stop_tokens=args.stop_token, results=results, max_new_tokens=args.max_new_tokens,
                          do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, seed=args.seed, mem_len=args.mem_len,
+                         top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                         no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed, mem_len=args.mem_len,
                          clamp_len=args.clamp_len, captured=_captured(args, int8))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptWarning)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
-from transformer_xl.inference.sampling import check_sampling, choose_next
+from transformer_xl.inference.sampling import Penalties, check_sampling, choose_next, penalize
 from transformer_xl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
 
 
@@ -97,6 +97,9 @@ def stream(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
+    min_p: float = 0.0,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
     mems: list[Tensor] | None = None,
     mem_len: int | None = None,
     clamp_len: int | None = None,
@@ -113,6 +116,10 @@ def stream(
         input_ids: ``[B, P]`` (or ``[P]``) prompt ids, ``P >= 1``; with ``mems`` they follow the memorized text.
         do_sample: draw from the (tempered, filtered) distribution; otherwise greedy. ``temperature=0`` is greedy.
         top_k: keep the ``top_k`` most likely ids (0: all). ``top_p``: nucleus mass in (0, 1] (1: all).
+        min_p: keep the ids at least ``min_p`` times as likely as the most likely one (0: all).
+        repetition_penalty: multiply the log-probability of every id already in the row (prompt included) by it
+            (> 1: less likely; 1: off). ``no_repeat_ngram_size`` N: never complete an N-gram the row already
+            holds (0: off). Both apply to greedy decoding too (:mod:`transformer_xl.inference.sampling`).
         mems: memories to continue from (e.g. :attr:`GenerationOutput.mems`).
         mem_len: memory length while generating (default: the model's ``mem_len``); may exceed training's.
         clamp_len: clamp relative distances (default: the model's; useful with a long ``mem_len``).
@@ -127,13 +134,13 @@ def stream(
             key/value ring, or give your own decoder (made for this model, batch and lengths).
             Same tokens and log-probabilities as the plain step (to float rounding).
     """
-    check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    penalties = Penalties(repetition_penalty, no_repeat_ngram_size)
     ids = _as_ids(model, input_ids)
     cfg = model.config
     lengths = _lengths(model, mem_len, clamp_len)
     chunk = check_int("prompt_chunk", cfg.tgt_len if prompt_chunk is None else prompt_chunk, 1)
-    if mems and (len(mems) != cfg.n_layer + 1 or mems[0].size(0) != ids.size(0)):
-        raise ConfigError(f"mems must be {cfg.n_layer + 1} tensors with batch size {ids.size(0)}")
+    _check_mems(model, mems, ids.size(0))
     stop = torch.as_tensor(list(stop_token_ids), dtype=torch.long, device=ids.device)
     if stop.numel() and (stop.min() < 0 or stop.max() >= cfg.n_token):
         raise ConfigError(f"stop_token_ids must lie in [0, {cfg.n_token})")
@@ -141,8 +148,9 @@ def stream(
         generator = torch.Generator(device=ids.device).manual_seed(seed)
     decoder = _decoder(model, captured, batch=ids.size(0), lengths=lengths)
     return _stream(model, ids, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                   top_k=top_k, top_p=top_p, rec=Recurrence(model, lengths, mems=list(mems or [])), chunk=chunk,
-                   stop=stop, pad=pad_token_id, generator=generator, decoder=decoder)
+                   top_k=top_k, top_p=top_p, min_p=min_p, penalties=penalties,
+                   rec=Recurrence(model, lengths, mems=list(mems or [])), chunk=chunk, stop=stop, pad=pad_token_id,
+                   generator=generator, decoder=decoder)
 
 
 def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedDecoder, *, batch: int,
@@ -165,6 +173,34 @@ def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedD
     return captured
 
 
+def advance(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]], *,
+            mems: list[Tensor] | None = None, mem_len: int | None = None, clamp_len: int | None = None,
+            prompt_chunk: int | None = None, every_position: bool = False) -> tuple[Tensor, list[Tensor]]:
+    """Read ``input_ids`` after ``mems`` (in segments of ``prompt_chunk``, default ``tgt_len``), in eval mode without
+    a gradient: the step :func:`stream` takes for a prompt (and, with one token, for every new token), for callers
+    that choose tokens themselves (a server batching the rows of several requests).
+
+    Returns ``(log_probs, mems)``: the next-token log-probabilities ``[B, V]`` after the last position (with
+    ``every_position``: ``[B, T, V]``, those after every position), and the memories of every position read.
+    """
+    ids = _as_ids(model, input_ids)
+    lengths = _lengths(model, mem_len, clamp_len)
+    chunk = check_int("prompt_chunk", model.config.tgt_len if prompt_chunk is None else prompt_chunk, 1)
+    _check_mems(model, mems, ids.size(0))
+    rec = Recurrence(model, lengths, mems=list(mems or []))
+    segments = [ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)]
+    if not every_position:
+        return _next_log_probs(model, rec, segments), rec.mems
+    with eval_mode(model), torch.no_grad():
+        log_probs = torch.cat([model.log_prob(rec(x).hidden) for x in segments], 1)  # [B, T, V]
+    return log_probs, rec.mems
+
+
+def _check_mems(model: TransformerXLLM, mems: list[Tensor] | None, batch: int) -> None:
+    if mems and (len(mems) != model.config.n_layer + 1 or mems[0].size(0) != batch):
+        raise ConfigError(f"mems must be {model.config.n_layer + 1} tensors with batch size {batch}")
+
+
 def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[Tensor]) -> Tensor:
     """Feed ``segments`` to ``rec`` in eval mode without a gradient; the next-token log-probabilities ``[B, V]``.
 
@@ -177,18 +213,23 @@ def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[
 
 
 def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
-            top_k: int, top_p: float, rec: Recurrence, chunk: int, stop: Tensor, pad: int | None,
-            generator: torch.Generator | None, decoder: CapturedDecoder | None = None) -> Iterator[GenerationStep]:
+            top_k: int, top_p: float, min_p: float, penalties: Penalties, rec: Recurrence, chunk: int,
+            stop: Tensor, pad: int | None, generator: torch.Generator | None,
+            decoder: CapturedDecoder | None = None) -> Iterator[GenerationStep]:
     log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
+    history = ids  # [B, t] the text so far (what the penalties look at)
     for i in range(max_new_tokens):
-        tok = choose_next(log_probs, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                          generator=generator)  # [B]
+        scores = penalize(log_probs, history, penalties)
+        tok = choose_next(scores, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                          min_p=min_p, generator=generator)  # [B]
         lp = log_probs.gather(1, tok[:, None])[:, 0]  # [B] (log_probs was made without a gradient)
         if stop.numel():
             tok = tok.masked_fill(finished, int(stop[0]) if pad is None else pad)
             lp = lp.masked_fill(finished, 0.0)
             finished = finished | torch.isin(tok, stop)
+        if penalties.active:
+            history = torch.cat([history, tok[:, None]], 1)
         yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=rec.mems)
         if i + 1 == max_new_tokens or bool(finished.all()):
             break

@@ -109,3 +109,20 @@ def run_text_options(model_dir: Path) -> dict:
     except (CheckpointError, DataError):
         return {}
     return {"level": level} if level in ("char", "byte") else {}
+
+
+def load_codec(model_dir: str | Path, vocab: str | Path | None = None, *, level: str | None = None,
+               tokenizer: str | None = None) -> tuple[Vocab, Any]:
+    """The vocabulary of a model directory and the codec that turns text into its ids and back: a subword codec
+    for ``tokenizer`` (default: the one its run recorded, unless ``level`` is given), else a
+    :class:`~transformer_xl.data.codec.TextCodec` at ``level`` (default: detected from the vocabulary)."""
+    from transformer_xl.data.codec import TextCodec
+
+    voc = load_vocab(model_dir, vocab)
+    if tokenizer is None and level is None:
+        tokenizer = run_text_options(Path(model_dir)).get("tokenizer")
+    if tokenizer is not None:
+        from transformer_xl.data.subword import SubwordCodec
+
+        return voc, SubwordCodec(voc, tokenizer)
+    return voc, TextCodec(voc, level)

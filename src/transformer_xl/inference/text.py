@@ -60,43 +60,63 @@ def stream_text(model: TransformerXLLM, codec: TextCodec, prompt: str, *, num_sa
     stop_ids = [codec.vocab.sym2idx[s] for s in stop_tokens]
     samples = [TextSample() for _ in range(num_samples)] if results is None else results
     samples[:] = [TextSample() for _ in range(num_samples)]
-    decoders = [codec.decoder(prompt_ids) for _ in range(num_samples)]
-    text = [""] * num_samples
-    shown = [0] * num_samples
-    done = [False] * num_samples
+    texts = [SampleText(codec, prompt_ids, stop_strings) for _ in range(num_samples)]
     steps = stream(model, [prompt_ids] * num_samples, stop_token_ids=stop_ids, **kwargs)
     try:
         for step in steps:
             toks, lps = step.tokens.tolist(), step.log_probs.tolist()
-            for b in range(num_samples):
-                if done[b]:
+            for b, t in enumerate(texts):
+                if t.done:
                     continue
-                s = samples[b]
-                s.token_ids.append(toks[b])
-                s.log_probs.append(lps[b])
-                text[b] += decoders[b].feed([toks[b]])
-                end, hold = _stop_scan(text[b], stop_strings)
-                if end is not None:
-                    done[b], s.finish_reason, text[b] = True, "stop_string", text[b][:end]
-                elif bool(step.finished[b]):
-                    done[b], s.finish_reason = True, "stop_token"
-                if done[b]:
-                    text[b] += decoders[b].flush()
-                    hold = 0
-                piece = text[b][shown[b]:len(text[b]) - hold]
-                shown[b] += len(piece)
-                yield TextPiece(b, step.index, toks[b], lps[b], piece)
-            if all(done):
+                samples[b].token_ids.append(toks[b])
+                samples[b].log_probs.append(lps[b])
+                yield TextPiece(b, step.index, toks[b], lps[b], t.feed(toks[b], stop_token=bool(step.finished[b])))
+            if all(t.done for t in texts):
                 break
-        for b in range(num_samples):
-            if not done[b]:
-                text[b] += decoders[b].flush()
-                rest = text[b][shown[b]:]
-                if rest:
-                    yield TextPiece(b, -1, -1, 0.0, rest)
-            samples[b].text = text[b]
+        for b, t in enumerate(texts):
+            rest = t.close()
+            if rest:
+                yield TextPiece(b, -1, -1, 0.0, rest)
+            samples[b].text, samples[b].finish_reason = t.text, t.finish_reason
     finally:
         steps.close()
+
+
+class SampleText:
+    """The text of one sample as its tokens arrive (what :func:`stream_text` does for each sample): detokenized
+    after ``context`` (the prompt ids), cut at the first stop string, text that could begin one held back."""
+
+    def __init__(self, codec: TextCodec, context: Sequence[int] = (), stop_strings: Sequence[str] = ()) -> None:
+        self.stop_strings = list(stop_strings)
+        self.decoder = codec.decoder(context)
+        self.text = ""  # the sample's text so far (stop string cut off)
+        self.shown = 0  # how much of it :meth:`feed` has returned
+        self.done = False
+        self.finish_reason = "length"  # length | stop_token | stop_string
+
+    def feed(self, token_id: int, *, stop_token: bool = False) -> str:
+        """Add one token (``stop_token``: it ends the sample); the text that became final."""
+        self.text += self.decoder.feed([token_id])
+        end, hold = _stop_scan(self.text, self.stop_strings)
+        if end is not None:
+            self.done, self.finish_reason, self.text = True, "stop_string", self.text[:end]
+        elif stop_token:
+            self.done, self.finish_reason = True, "stop_token"
+        if self.done:
+            self.text += self.decoder.flush()
+            hold = 0
+        piece = self.text[self.shown:len(self.text) - hold]
+        self.shown += len(piece)
+        return piece
+
+    def close(self) -> str:
+        """End the sample (if no stop ended it): the text still held back."""
+        if not self.done:
+            self.done = True
+            self.text += self.decoder.flush()
+        rest = self.text[self.shown:]
+        self.shown = len(self.text)
+        return rest
 
 
 def _check_samples(n: object) -> None:

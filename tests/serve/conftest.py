@@ -1,0 +1,78 @@
+"""A txl server started once per test module on 127.0.0.1 (a free port), over a tiny model saved to a folder."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import WORDS, generation_model
+
+#: The served model's words: plain words, so that text and ids convert both ways without loss.
+SERVE_WORDS = ["<eos>", "<unk>", *WORDS]
+
+
+@dataclass
+class Served:
+    """A running server: its base URL (``.../v1``), the model directory, the engine."""
+
+    url: str
+    model_dir: Path
+    engine: Any
+    model: Any
+    codec: Any
+
+    def client(self, **kw: Any) -> Any:
+        import openai
+
+        return openai.OpenAI(base_url=self.url, api_key=kw.pop("api_key", "unused"), max_retries=0, **kw)
+
+
+def save_served_model(root: Path, mem_len: int = 64) -> Path:
+    """A tiny generation model over :data:`SERVE_WORDS` saved with its vocabulary as ``root/tiny``."""
+    from transformer_xl.data import Vocab
+
+    vocab = Vocab(SERVE_WORDS, special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>")
+    model = generation_model(n_token=len(vocab), mem_len=mem_len)
+    model.save_pretrained(root / "tiny")
+    vocab.save(root / "tiny" / "vocab.json")
+    return root / "tiny"
+
+
+def start_server(model_dir: Path, **options: Any) -> Iterator[Served]:
+    """Serve ``model_dir`` in a thread until the generator is closed."""
+    import uvicorn
+
+    from transformer_xl.inference.loading import load_codec, load_model
+    from transformer_xl.serve.server import ServeOptions, bind, build_app
+
+    model, directory = load_model(model_dir)
+    _, codec = load_codec(directory)
+    app, engine = build_app(model, codec, ServeOptions(**options), model_name="tiny")
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", model_dir, engine, model, codec)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        engine.stop()
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server per test module (batch 32, sessions on); skipped without the serve extra."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    yield from start_server(save_served_model(tmp_path_factory.mktemp("serve")), max_batch=32)

@@ -1,0 +1,215 @@
+"""The HTTP API through the official ``openai`` client (and plain HTTP for what the client refuses to send),
+against a server started on 127.0.0.1 once for this module."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.serve.conftest import start_server
+from transformer_xl.cli import main
+
+openai = pytest.importorskip("openai")
+
+
+def _txl_generate(capsys, model_dir, prompt: str, n: int) -> dict:
+    assert main(["generate", str(model_dir), "--prompt", prompt, "--max-new-tokens", str(n), "--greedy",
+                 "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["samples"][0]
+
+
+def _post(url: str, body: bytes, headers: dict | None = None, method: str = "POST") -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_models_and_health(served) -> None:
+    assert [m.id for m in served.client().models.list().data] == ["tiny"]
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/health", timeout=30) as resp:
+        health = json.loads(resp.read())
+    cfg = served.model.config
+    assert health["status"] == "ok" and health["model"] == "tiny"
+    assert health["session_bytes"] == (cfg.n_layer + 1) * cfg.mem_len * cfg.d_model * 4
+
+
+@pytest.mark.parametrize("prompt", ["the cat sat on", "a red dog ran up and then it was very"])
+def test_greedy_output_and_logprobs_equal_txl_generate(served, capsys, prompt) -> None:
+    ref = _txl_generate(capsys, served.model_dir, prompt, 12)
+    out = served.client().completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, logprobs=1)
+    choice = out.choices[0]
+    assert choice.text == ref["text"] and choice.logprobs.tokens == ref["tokens"]
+    assert choice.logprobs.token_logprobs == pytest.approx(ref["log_probs"], rel=1e-5, abs=1e-6)
+    assert out.usage.prompt_tokens == len(prompt.split()) and out.usage.completion_tokens == 12
+    assert choice.finish_reason == "length"
+
+
+def test_streamed_text_equals_the_whole_response(served) -> None:
+    client = served.client()
+    for kw in ({"temperature": 0}, {"temperature": 1.0, "top_p": 0.9, "seed": 7}):
+        whole = client.completions.create(model="tiny", prompt="the dog", max_tokens=15, **kw)
+        chunks = list(client.completions.create(model="tiny", prompt="the dog", max_tokens=15, stream=True,
+                                                stream_options={"include_usage": True}, **kw))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+        assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 15
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_sampling_options_seed_n_echo_stop(served) -> None:
+    client = served.client()
+    a = client.completions.create(model="tiny", prompt="one two", max_tokens=10, seed=3, n=3,
+                                  extra_body={"top_k": 5})
+    b = client.completions.create(model="tiny", prompt="one two", max_tokens=10, seed=3, n=3,
+                                  extra_body={"top_k": 5})
+    assert [c.text for c in a.choices] == [c.text for c in b.choices] and len(a.choices) == 3
+    assert a.usage.completion_tokens == 30
+    two = client.completions.create(model="tiny", prompt=["the cat", "a dog"], max_tokens=4, temperature=0, n=2)
+    assert [c.index for c in two.choices] == [0, 1, 2, 3] and two.choices[0].text == two.choices[1].text
+    echo = client.completions.create(model="tiny", prompt="the cat", max_tokens=3, temperature=0, echo=True,
+                                     logprobs=0)
+    plain = client.completions.create(model="tiny", prompt="the cat", max_tokens=3, temperature=0)
+    assert echo.choices[0].text == "the cat" + plain.choices[0].text
+    assert echo.choices[0].logprobs.tokens[:2] == ["the", "cat"] and echo.choices[0].logprobs.token_logprobs[0] is None
+    word = plain.choices[0].text.split()[1]
+    stopped = client.completions.create(model="tiny", prompt="the cat", max_tokens=3, temperature=0, stop=[word])
+    assert stopped.choices[0].finish_reason == "stop" and word not in stopped.choices[0].text
+
+
+def test_bad_requests_get_4xx_and_the_server_stays_up(served) -> None:
+    client = served.client()
+    url = served.url + "/completions"
+    cases = [
+        (b"{not json", 400, "invalid_json"),
+        (b'["a list"]', 400, "invalid_body"),
+        (b'{"model": "tiny"}', 400, "missing_field"),
+        (b'{"prompt": 3}', 400, "invalid_type"),
+        (b'{"prompt": "x", "max_tokens": "many"}', 400, "invalid_type"),
+        (b'{"prompt": "x", "max_tokens": -1}', 400, "invalid_value"),
+        (b'{"prompt": "x", "max_tokens": 100000}', 400, "invalid_value"),
+        (b'{"prompt": "x", "temperature": 5}', 400, "invalid_value"),
+        (b'{"prompt": [1, 2, 999]}', 400, "invalid_value"),
+        (b'{"prompt": "x", "n": 2, "session": "s"}', 400, None),
+        (b'{"prompt": "x", "model": "gpt-4"}', 404, "model_not_found"),
+        (b'{"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}', 400, "invalid_value"),
+        (json.dumps({"prompt": "the " * 9000}).encode(), 400, "context_length_exceeded"),
+    ]
+    for body, status, code in cases:
+        got, doc = _post(url, body)
+        assert got == status, (body[:40], doc)
+        assert set(doc["error"]) == {"message", "type", "param", "code"} and doc["error"]["code"] == code
+    got, doc = _post(served.url + "/nowhere", b"{}")
+    assert got == 404 and doc["error"]["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="x", max_tokens=-5)
+    assert client.completions.create(model="tiny", prompt="the", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_an_api_key_is_required_when_set(tmp_path) -> None:
+    from tests.serve.conftest import save_served_model
+
+    gen = start_server(save_served_model(tmp_path), api_key="s3cret")
+    served = next(gen)
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            served.client(api_key="wrong").models.list()
+        assert served.client(api_key="s3cret").completions.create(model="tiny", prompt="a", max_tokens=1).choices
+        with urllib.request.urlopen(served.url.removesuffix("/v1") + "/health", timeout=30) as resp:
+            assert resp.status == 200  # health stays open
+    finally:
+        gen.close()
+
+
+def test_a_session_continues_as_the_concatenated_text(served) -> None:
+    client = served.client()
+    first = client.completions.create(model="tiny", prompt="the cat sat", max_tokens=6, temperature=0,
+                                      extra_body={"session": "s1"})
+    second = client.completions.create(model="tiny", prompt="\non a red mat", max_tokens=8, temperature=0,
+                                       logprobs=0, extra_body={"session": "s1"})
+    whole = client.completions.create(model="tiny", prompt="the cat sat" + first.choices[0].text + "\non a red mat",
+                                      max_tokens=8, temperature=0, logprobs=0)
+    assert second.choices[0].text == whole.choices[0].text
+    assert second.choices[0].logprobs.token_logprobs == pytest.approx(whole.choices[0].logprobs.token_logprobs,
+                                                                      rel=1e-4, abs=1e-5)
+    assert second.usage.prompt_tokens == 5  # only the new text is read
+    status, doc = _post(served.url + "/sessions/s1", b"", method="DELETE")
+    assert status == 200 and doc["deleted"] is True
+    assert _post(served.url + "/sessions/s1", b"", method="DELETE")[0] == 404
+    fresh = client.completions.create(model="tiny", prompt="\non a red mat", max_tokens=8, temperature=0,
+                                      extra_body={"session": "s1"})
+    assert fresh.choices[0].text == client.completions.create(model="tiny", prompt="\non a red mat", max_tokens=8,
+                                                              temperature=0).choices[0].text
+
+
+def test_32_concurrent_streaming_clients_get_their_own_outputs(served) -> None:
+    from tests.helpers import WORDS
+
+    prompts = [" ".join(WORDS[i % len(WORDS):][:1 + i % 7]) for i in range(32)]
+    client = served.client()
+    expected = [client.completions.create(model="tiny", prompt=p, max_tokens=10 + i % 5, temperature=0)
+                .choices[0].text for i, p in enumerate(prompts)]
+    got: list = [None] * 32
+    barrier = threading.Barrier(32)
+
+    def one(i: int) -> None:
+        own = served.client()
+        barrier.wait()
+        stream = own.completions.create(model="tiny", prompt=prompts[i], max_tokens=10 + i % 5, temperature=0,
+                                        stream=True)
+        got[i] = "".join(c.choices[0].text for c in stream if c.choices)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert got == expected
+    stats = served.engine.stats()
+    assert stats["running"] == 0 and stats["peak_batch"] > 1  # their steps were read together
+
+
+def test_the_playground_page_is_served(served) -> None:
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/", timeout=30) as resp:
+        page = resp.read().decode()
+    assert resp.headers["content-type"].startswith("text/html") and "/v1/completions" in page
+
+
+def test_a_client_that_goes_away_mid_stream_frees_its_row(served) -> None:
+    before = served.engine.stats()["cancelled"]
+    stream = served.client().completions.create(model="tiny", prompt="the", max_tokens=2000, temperature=0,
+                                                stream=True)
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 20
+    while served.engine.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.engine.stats()["cancelled"] == before + 1
+    assert served.client().completions.create(model="tiny", prompt="the", max_tokens=2).choices
+
+
+def test_the_playground_streams_a_completion_in_headless_chromium(served) -> None:
+    from tests.serve import chromium
+
+    if chromium.chromium() is None:
+        pytest.skip("needs Chromium (apt-get install chromium)")
+    expected = served.client().completions.create(model="tiny", prompt="the cat", max_tokens=12,
+                                                  temperature=0).choices[0].text
+    browser = chromium.Browser()
+    try:
+        browser.open(served.url.removesuffix("/v1") + "/?prompt=the+cat&max_tokens=12&temperature=0&run=1")
+        browser.wait_for("document.getElementById('output').dataset.done === '1'")
+        text = browser.evaluate("document.getElementById('output').textContent")
+        chunks = int(browser.evaluate("document.getElementById('output').dataset.chunks"))
+        status = browser.evaluate("document.getElementById('status').textContent")
+    finally:
+        browser.close()
+    assert text == "the cat" + expected and chunks > 1 and "model tiny" in status
+    assert browser.errors == []

@@ -1,0 +1,79 @@
+"""Session memories: least-recently-used eviction, idle timeout, one request at a time, the size formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import generation_model
+from transformer_xl.serve.protocol import RequestError
+from transformer_xl.serve.sessions import SessionState, SessionStore, session_bytes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _state(tag: int) -> SessionState:
+    return SessionState(mems=[torch.full((1, 2, 3), float(tag))], pending=[tag])
+
+
+def test_least_recently_used_is_evicted_first() -> None:
+    store = SessionStore(max_sessions=2, clock=Clock())
+    for sid in ("a", "b"):
+        assert store.acquire(sid) is None
+        store.release(sid, _state(ord(sid)))
+    assert store.acquire("a").pending == [ord("a")]  # a is now the most recent
+    store.release("a", None)
+    store.acquire("c")
+    store.release("c", _state(3))
+    assert "b" not in store and "a" in store and "c" in store and len(store) == 2
+
+
+def test_idle_sessions_expire() -> None:
+    clock = Clock()
+    store = SessionStore(max_sessions=4, idle_timeout=10, clock=clock)
+    store.acquire("a")
+    store.release("a", _state(1))
+    clock.now = 9.0
+    assert "a" in store
+    clock.now = 20.0
+    assert "a" not in store and store.acquire("a") is None
+
+
+def test_one_request_at_a_time_and_drop() -> None:
+    store = SessionStore()
+    store.acquire("a")
+    with pytest.raises(RequestError) as info:
+        store.acquire("a")
+    assert info.value.status == 409
+    with pytest.raises(RequestError):
+        store.drop("a")
+    store.release("a", _state(1))
+    assert store.drop("a") is True and store.drop("a") is False
+    with pytest.raises(RequestError, match="sessions are off"):
+        SessionStore(max_sessions=0).acquire("a")
+
+
+def test_a_busy_session_is_not_evicted() -> None:
+    store = SessionStore(max_sessions=1)
+    store.acquire("a")
+    store.release("a", _state(1))
+    store.acquire("a")
+    store.acquire("b")
+    store.release("b", _state(2))
+    assert "a" in store  # in use: kept beyond the bound until released
+    store.release("a", None)
+    assert len(store) == 1
+
+
+def test_session_bytes_is_the_size_of_the_memories() -> None:
+    model = generation_model(mem_len=7)
+    out = model.generate(torch.arange(12)[None] % model.config.n_token, max_new_tokens=3)
+    assert session_bytes(model) == sum(m.numel() * m.element_size() for m in out.mems)
+    cfg = model.config
+    assert session_bytes(model, 100) == (cfg.n_layer + 1) * 100 * cfg.d_model * 4
