@@ -180,7 +180,7 @@ def add_quantize(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="int8: quantize the linear layers and the output softmax to int8 weights after loading "
                         "(CPU only; about 2x faster generation at batch 1, measured cost on a trained model's "
-                        "perplexity in docs/performance.md) (default: float weights)")
+                        "perplexity in docs/generation-speed.md) (default: float weights)")
 
 
 def add_segment_lengths(parser: argparse.ArgumentParser) -> None:

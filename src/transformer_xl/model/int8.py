@@ -6,7 +6,7 @@ every call quantizes its input per tensor and runs the x86/fbgemm int8 kernel wi
 reading the weights (:mod:`transformer_xl.inference.generate`), so a quarter of the bytes is most of the speed-up.
 
 Why this path (``benchmarks/bench_int8_choice.py``, a matrix-vector pass over 55 M weights on the 2-core
-development CPU with AVX-512 VNNI and BF16, torch 2.13; ``docs/generation.md``): PyTorch's dynamic quantization
+development CPU with AVX-512 VNNI and BF16, torch 2.13; ``docs/generation-speed.md``): PyTorch's dynamic quantization
 took 6.0 ms on one thread and 3.5 ms on two, against 22.6 / 22.5 ms in float32; torchao 0.18's
 ``Int8WeightOnlyConfig`` 10.9 / 9.6 ms and its ``Int8DynamicActivationInt8WeightConfig`` 27.8 / 22.5 ms; bf16
 15.6 / 9.3 ms where the CPU has native bf16 (on one without, a bf16 matrix product ran at 0.9 GFLOP/s against 132
