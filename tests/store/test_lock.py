@@ -83,12 +83,14 @@ def test_a_holder_that_cannot_be_read_is_named_another_process(tmp_path) -> None
     for text in ("not json", '{"pid": 7}', "[1]"):
         with RunLock(tmp_path / "run"):
             (tmp_path / "run" / LOCK).write_text(text)
-            with pytest.raises(RunLockedError, match=r"^\S+ is in use by another process: wait for it to end"):
+            with pytest.raises(RunLockedError, match=r"^\S+ is in use by another process: wait for it to end or stop "
+                               r"it \(one process per run directory\)$"):
                 RunLock(tmp_path / "run").acquire()
 
 
 def test_a_nested_run_directory_is_made_and_acquiring_twice_is_the_same_hold(tmp_path) -> None:
     lock = RunLock(tmp_path / "runs" / "a")
+    assert lock.created is False  # nothing made before acquire()
     assert lock.acquire() is lock and lock.acquire() is lock and lock.held and lock.created
     lock.release()
     lock.release()  # twice: nothing more to free
