@@ -71,7 +71,7 @@ def test_hf_layout_is_converted_once_and_kept_by_commit(tmp_path, hub_cache, mon
     assert out == tmp_path / "txl-cache" / "hub" / "models--transfo-xl--tiny-wt103" / commit
     assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "config.json", "model.safetensors",
                                                      "vocab.json"]
-    assert len(notes) == 1 and "converting transfo-xl/tiny-wt103@" in notes[0]
+    assert notes == [f"converting transfo-xl/tiny-wt103@{commit[:12]} (Hugging Face TransfoXL) once, into {out}"]
     assert_same_outputs(TransformerXLLM.from_pretrained(out), model)
     assert (out / "vocab.json").read_text().count("Valkyria") == 1
 
@@ -330,3 +330,30 @@ def test_the_manifest_names_the_files_fetched_and_each_is_required(tmp_path, hub
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", _answers(hub_cache, absent, asked))
     hub.fetch("org/tiny")
     assert asked == ["config.json", "MANIFEST.json", "model.safetensors", "vocab.json"]
+
+
+@pytest.mark.parametrize(("text", "why"), [('{"files": ', r"MANIFEST\.json is not valid JSON"),
+                                           ('{"step": 3}', "no 'files' object")])
+def test_a_torn_or_empty_manifest_on_the_hub_is_one_line(tmp_path, hub_cache, text: str, why: str) -> None:
+    """A manifest that is not JSON is refused by fetch itself; one naming no files fetches nothing more and the
+    load refuses it: both a one-line CheckpointError, never a TypeError from the fetch."""
+    txl_repo(tmp_path, hub_cache)
+    (tmp_path / "txl-src" / "MANIFEST.json").write_text(text)
+    hub_repo(hub_cache, "org/torn", tmp_path / "txl-src")
+    with pytest.raises(CheckpointError, match=why) as err:
+        TransformerXLLM.from_pretrained("org/torn")
+    assert "\n" not in str(err.value)
+
+
+@needs_transformers
+def test_a_hf_vocabulary_of_another_size_than_the_model_is_refused(tmp_path, hub_cache) -> None:
+    _, commit = hf_repo(tmp_path, hub_cache)
+    short = hf_tokenizer_dict()
+    short["idx2sym"] = HF_SYMS[:-1]
+    short["sym2idx"] = {s: i for i, s in enumerate(HF_SYMS[:-1])}
+    (hub_cache / "models--transfo-xl--tiny-wt103" / "snapshots" / commit / "vocab.pkl").resolve().write_bytes(
+        pickle.dumps(short))
+    with pytest.raises(CheckpointError, match=rf"^the vocabulary of transfo-xl/tiny-wt103 \(vocab\.pkl\) has "
+                       rf"{len(HF_SYMS) - 1} symbols but its model predicts {len(HF_SYMS)}$"):
+        hub.hub_model_dir("transfo-xl/tiny-wt103")
+    assert not (tmp_path / "txl-cache" / "hub" / "models--transfo-xl--tiny-wt103" / commit).exists()

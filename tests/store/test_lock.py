@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,3 +67,51 @@ def test_discard_removes_only_a_directory_it_made_and_left_empty(tmp_path) -> No
     (tmp_path / "used" / "config.json").write_text("{}")
     lock.release(discard=True)  # something was written: kept
     assert (tmp_path / "used" / "config.json").is_file()
+
+
+def test_the_lock_file_holds_only_the_current_holder(tmp_path) -> None:
+    """Each holder rewrites the file from the start: a longer record left by an earlier holder never trails it."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK).write_text(json.dumps({"pid": 1, "host": "x" * 200, "since": "then"}) + "\n")
+    with RunLock(tmp_path / "run"):
+        info = json.loads((tmp_path / "run" / LOCK).read_text())
+    assert info["pid"] == os.getpid() and info["host"] != "x" * 200
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", info["since"])
+
+
+def test_a_holder_that_cannot_be_read_is_named_another_process(tmp_path) -> None:
+    for text in ("not json", '{"pid": 7}', "[1]"):
+        with RunLock(tmp_path / "run"):
+            (tmp_path / "run" / LOCK).write_text(text)
+            with pytest.raises(RunLockedError, match=r"^\S+ is in use by another process: wait for it to end or stop "
+                               r"it \(one process per run directory\)$"):
+                RunLock(tmp_path / "run").acquire()
+
+
+def test_a_nested_run_directory_is_made_and_acquiring_twice_is_the_same_hold(tmp_path) -> None:
+    lock = RunLock(tmp_path / "runs" / "a")
+    assert lock.created is False  # nothing made before acquire()
+    assert lock.acquire() is lock and lock.acquire() is lock and lock.held and lock.created
+    lock.release()
+    lock.release()  # twice: nothing more to free
+    assert not lock.held and (tmp_path / "runs" / "a" / LOCK).is_file()
+    assert not RunLock(tmp_path / "runs" / "a").acquire().created  # there already
+
+
+def test_release_never_raises_when_the_directory_or_the_file_cannot_be_tidied(tmp_path, monkeypatch) -> None:
+    """Freeing the lock is best effort past the lock itself: a directory that cannot be removed stays, a
+    descriptor already closed under the lock is no error."""
+    lock = RunLock(tmp_path / "new").acquire()
+
+    def busy(self) -> None:
+        raise OSError("Directory not empty")
+
+    monkeypatch.setattr(type(tmp_path), "rmdir", busy)
+    lock.release(discard=True)
+    assert not lock.held and (tmp_path / "new").is_dir()
+    monkeypatch.undo()
+    lock = RunLock(tmp_path / "new").acquire()
+    os.close(lock._file.fileno())  # the descriptor closed under it (and with it the flock)
+    lock.release()
+    assert not lock.held
+    RunLock(tmp_path / "new").acquire().release()
