@@ -109,6 +109,78 @@ def _train(cfg: TrainConfig, corpus: Path) -> Path:
     return Path(cfg.out_dir)
 
 
+def test_tensorboard_points_are_on_disk_before_the_logger_closes(tmp_path) -> None:
+    """Each logged step is flushed (live curves; a killed run keeps its points); a hyper-parameter of None is left
+    out rather than shown as the text ``null``."""
+    from transformer_xl.train.loggers import Loggers
+
+    logs = Loggers(["tensorboard"], tmp_path, hparams={"lr": 0.5, "none": None}, resumed_at=None, rewind=False,
+                   metric="ppl")
+    logs.train(1, 2.0, 0.5, 100.0, 3.0)
+    assert _tensorboard(tmp_path / "events")["train/loss"] == [(1, 2.0)]
+    content = _accumulator(tmp_path / "events").PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+    assert set(start) == {"lr"}
+    logs.close()
+
+
+def test_a_wandb_run_keeps_its_id_and_rewinds_only_when_asked(tmp_path, offline, monkeypatch) -> None:
+    """:class:`Loggers` without a training run, read back with ``wandb leet inspect``: a new run records its id in
+    ``loggers.json``; a resume with ``rewind`` branches the same run at the checkpoint's step, one without it
+    continues the run. W&B writes its log every second unless its own environment variable says otherwise."""
+    import re
+
+    import wandb
+
+    from transformer_xl.train.loggers import Loggers
+
+    run = tmp_path / "myrun"
+    run.mkdir()
+    first = Loggers(["wandb"], run, hparams={"lr": 0.5}, resumed_at=None, rewind=False, metric="ppl")
+    assert first.active[0].run.settings.x_transaction_log_flush_interval == 1.0  # a killed run loses 1 s at most
+    for step in range(1, 5):
+        first.train(step, float(step), 0.1, 1.0, 1.0)
+    first.close()
+    run_id = json.loads((run / "loggers.json").read_text())["wandb"]["id"]
+    assert re.fullmatch("[a-z0-9]{8}", run_id)
+
+    rewound = Loggers(["wandb"], run, hparams={"lr": 0.5}, resumed_at=2, rewind=True, metric="ppl")
+    for step in (3, 4):
+        rewound.train(step, 10.0 + step, 0.1, 1.0, 1.0)
+    rewound.close()
+
+    wandb.teardown()  # W&B reads its environment variables when it sets up, once per process
+    monkeypatch.setenv("WANDB_PROJECT", "other")
+    monkeypatch.setenv("WANDB__TRANSACTION_LOG_FLUSH_INTERVAL", "5")
+    continued = Loggers(["wandb"], run, hparams={"lr": 0.5}, resumed_at=4, rewind=False, metric="ppl")
+    assert continued.active[0].run.settings.x_transaction_log_flush_interval == 5.0
+    continued.train(5, 5.0, 0.1, 1.0, 1.0)
+    continued.close()
+    wandb.teardown()
+
+    (head1, rows1), (head2, rows2), (head3, rows3) = _wandb_segments(run)
+    assert [h["run_id"] for h in (head1, head2, head3)] == [run_id] * 3
+    assert [h["display_name"] for h in (head1, head2, head3)] == ["myrun"] * 3
+    assert [h["project"] for h in (head1, head2, head3)] == ["txl", "txl", "other"]
+    assert "branch_point" not in head1 and "branch_point" not in head3
+    assert head2["branch_point"] == {"run": run_id, "metric": "_step", "value": 2}
+    assert (sorted(rows1), sorted(rows2), sorted(rows3)) == ([1, 2, 3, 4], [3, 4], [5])
+    assert rows2[3]["train/loss"] == 13.0
+    assert json.loads((run / "loggers.json").read_text()) == {"wandb": {"id": run_id}}
+    assert not list((run / "wandb").rglob("output.log"))  # console capture off: txl's own output is not copied
+
+
+def test_a_wandb_logger_with_an_unreadable_run_id_file_is_off_with_a_note_naming_it(tmp_path, offline, capsys) -> None:
+    from transformer_xl.train.loggers import Loggers
+
+    (tmp_path / "loggers.json").write_text("{not json")
+    logs = Loggers(["wandb"], tmp_path, hparams={}, resumed_at=None, rewind=False, metric="ppl")
+    assert logs.active == [] and not (tmp_path / "wandb").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("txl train: warning: the wandb logger could not start (ConfigError: ")
+    assert str(tmp_path / "loggers.json") in err
+
+
 def test_tensorboard_shows_the_metrics_jsonl_values_and_the_config_as_hparams(tmp_path, word_corpus) -> None:
     run = _train(tiny_cfg(tmp_path / "run", str(word_corpus), max_step=6, eval_interval=2, loggers=["tensorboard"]),
                  word_corpus)
@@ -351,3 +423,4 @@ def test_metric_value_at_the_overflow_bound() -> None:
     assert metric_value(699.0, "ppl") == math.exp(699.0)
     assert metric_value(700.0, "ppl") == math.inf
     assert metric_value(0.0, "ppl") == 1.0 and metric_value(0.0, "bpc") == 0.0
+
