@@ -271,3 +271,25 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
     generated = samples("txl_generate")
     want = lm.generate_until([_req(s["doc"]["context"], {"until": [","], "max_gen_toks": 6}) for s in generated])
     assert [s["resps"][0][0] for s in generated] == want and all("," not in w for w in want)
+
+
+def test_the_harness_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys, monkeypatch) -> None:
+    """``txl-lm-eval`` with ``pretrained=`` a path that holds no model: one line and exit 2, no traceback."""
+    pytest.importorskip("lm_eval")
+    from transformer_xl.integrations.harness import main
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.delenv("TXL_DEBUG", raising=False)
+    (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "a b", "choices": ["c", "d"], "label": 0}) + "\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    task = GENERATE_TASK.format(data=tmp_path / "choice.jsonl").replace("answer", "label")
+    (tasks / "generate.yaml").write_text(task)
+    missing = tmp_path / "missing"
+    with pytest.raises(SystemExit) as stop:
+        main(["--model", "transformer-xl", "--model_args", f"pretrained={missing}", "--tasks", "txl_generate",
+              "--include_path", str(tasks), "--device", "cpu"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"txl-lm-eval: error: no such model or run directory: {missing}"
+    assert not any("Traceback" in line for line in err)

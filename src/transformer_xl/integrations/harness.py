@@ -24,13 +24,14 @@ Strings become ids as :mod:`transformer_xl.inference.lines` describes (the model
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, TXLError
 from transformer_xl.inference.lines import LineEncoder
 from transformer_xl.inference.loading import load_model
 from transformer_xl.inference.score import score_ids
@@ -217,7 +218,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     register()
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except TXLError as exc:  # our backend's refusal (a missing model, a bad model argument): one line, as txl's
+        if os.environ.get("TXL_DEBUG"):
+            raise
+        print(f"txl-lm-eval: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m transformer_xl.integrations.harness
