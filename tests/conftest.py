@@ -74,3 +74,19 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("TXL_CACHE_DIR", str(tmp_path / "txl-cache"))
     return cache
+
+
+@pytest.fixture(scope="session")
+def onnx_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[TransformerXLLM, Path, Path]:
+    """``(model, model directory, export directory)``: a tiny adaptive-softmax model with a word vocabulary, exported
+    once for the session by ``txl export onnx`` (the exporter takes tens of seconds): read it, never change it."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from transformer_xl.cli import main
+
+    root = tmp_path_factory.mktemp("onnx")
+    vocab = helpers.word_vocab()
+    model = helpers.generation_model(3, n_token=len(vocab), cutoffs=[8, 14], div_val=2)
+    model.save_pretrained(root / "model", vocab=vocab)
+    assert main(["export", "onnx", str(root / "model"), str(root / "export")]) == 0
+    return model, root / "model", root / "export"

@@ -60,7 +60,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from transformer_xl.cli import bench, convert, data, experiment, generate, plot, score, serve, train
+    from transformer_xl.cli import bench, convert, data, experiment, export, generate, plot, score, serve, train
     from transformer_xl.cli import eval as eval_cmd
     from transformer_xl.version import __version__
 
@@ -70,7 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of every error (also TXL_DEBUG=1)")
     parser.add_argument("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (train, data, convert, generate, plot, eval_cmd, score, experiment, bench, serve):
+    for module in (train, data, convert, export, generate, plot, eval_cmd, score, experiment, bench, serve):
         module.add_parser(sub)
     for name in THREADED_COMMANDS:
         add_threads(sub.choices[name])

@@ -228,7 +228,8 @@ def stderr_note(prefix: str) -> Callable[[str], None]:
 
 # ---------------------------------------------------------------------------------------------- threads
 #: Commands that compute with torch: they take ``--threads`` (``txl data`` and ``txl plot`` do not).
-THREADED_COMMANDS = ("train", "eval", "score", "generate", "convert", "recl", "experiment", "bench", "serve")
+THREADED_COMMANDS = ("train", "eval", "score", "generate", "convert", "export", "recl", "experiment", "bench",
+                     "serve")
 THREADS_HELP = ("CPU threads for torch (default: $TXL_NUM_THREADS, else $OMP_NUM_THREADS, else the cores "
                 "available to this process)")
 

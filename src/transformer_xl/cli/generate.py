@@ -31,7 +31,8 @@ GENERATE_HELP = """generate text from a txl model directory (incremental decodin
 
 Generate text after a prompt. The prompt is read in segments of tgt_len, then every new token is one step over the
 memories of the last --mem-len positions. The vocabulary is MODEL_DIR/vocab.json (or its parent's), or --vocab. An
-empty prompt starts from <eos> (a new line).
+empty prompt starts from <eos> (a new line). With --backend onnxruntime, MODEL is an ONNX export (txl export onnx)
+run on ONNX Runtime: the same tokens as the PyTorch backend (docs/export.md).
 """
 
 
@@ -77,6 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="decode with the captured (compiled) one-token step: the same tokens, faster per token after "
                    "a one-off compilation; with --quantize int8 its int8 weights and a bf16 key/value cache "
                    "(docs/generation.md)")
+    p.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
+                   help="torch: the PyTorch model (default); onnxruntime: MODEL is an ONNX export directory (txl "
+                   "export onnx), run on ONNX Runtime on the CPU (needs the onnx extra)")
     add_device(p)
     add_no_verify(p)
     add_quantize(p)
@@ -120,9 +124,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
     prompt = _read_prompt(args)
     int8 = args.captured and args.quantize == "int8"  # the captured step packs its own int8 weights
-    model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
-                                  quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
-    vocab, codec = load_codec(directory, args.vocab, level=args.level, tokenizer=args.tokenizer)
+    if args.backend == "onnxruntime":
+        model, vocab, codec = _onnx_model(args)
+    else:
+        model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
+                                      quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
+        vocab, codec = load_codec(directory, args.vocab, level=args.level, tokenizer=args.tokenizer)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
     with warnings.catch_warnings(record=True) as caught:
@@ -166,6 +173,26 @@ def run(args: argparse.Namespace) -> int:
                 print(f"===== sample {i + 1} =====")
             print(prompt + s.text)
     return 0
+
+
+def _onnx_model(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The export behind ``--backend onnxruntime``, its vocabulary and codec (the text options it recorded)."""
+    from transformer_xl.inference.loading import load_codec
+    from transformer_xl.interop.onnx_runtime import OnnxRuntimeLM
+
+    for flag, value in (("--captured", args.captured), ("--quantize", args.quantize),
+                        ("--device", args.device != "cpu")):
+        if value:
+            raise ConfigError(f"{flag} applies to the torch backend; --backend onnxruntime runs the exported "
+                              "float graphs on the CPU")
+    model = OnnxRuntimeLM(args.model_dir, verify=not args.no_verify, threads=args.threads)
+    text = model.info.get("text") or {}
+    level, tokenizer = args.level, args.tokenizer
+    if level is None and tokenizer is None:
+        level = text.get("level")
+        tokenizer = str(model.directory / text["tokenizer"]) if text.get("tokenizer") else None
+    vocab, codec = load_codec(model.directory, args.vocab, level=level, tokenizer=tokenizer)
+    return model, vocab, codec
 
 
 def _quiet_encode(codec, prompt: str) -> list[int]:

@@ -32,7 +32,11 @@ from torch import Tensor
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
 from transformer_xl.inference.sampling import Penalties, check_sampling, choose_next, penalize
+from transformer_xl.interop.onnx_runtime import OnnxRecurrence, OnnxRuntimeLM
 from transformer_xl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
+
+#: What generates: a PyTorch model, or an ONNX export on ONNX Runtime (:mod:`transformer_xl.interop.onnx_runtime`).
+LM = TransformerXLLM | OnnxRuntimeLM
 
 
 @dataclass
@@ -63,8 +67,8 @@ class GenerationOutput:
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def _as_ids(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> Tensor:
-    device = next(model.parameters()).device
+def _as_ids(model: LM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]]) -> Tensor:
+    device = torch.device("cpu") if isinstance(model, OnnxRuntimeLM) else next(model.parameters()).device
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=device)
     if ids.dim() == 1:
         ids = ids[None]
@@ -80,7 +84,7 @@ def _as_ids(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence
 
 
 # ---------------------------------------------------------------------------------------------- decoding
-def _lengths(model: TransformerXLLM, mem_len: int | None, clamp_len: int | None) -> Lengths:
+def _lengths(model: LM, mem_len: int | None, clamp_len: int | None) -> Lengths:
     """Generation's lengths: ``mem_len`` (default: the model's, at least 1), ``clamp_len``, no ``ext_len``."""
     if mem_len is None and model.config.mem_len == 0:
         raise ConfigError("the model has mem_len 0: generation uses the memory as its cache, give mem_len >= 1")
@@ -89,7 +93,7 @@ def _lengths(model: TransformerXLLM, mem_len: int | None, clamp_len: int | None)
 
 
 def stream(
-    model: TransformerXLLM,
+    model: LM,
     input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],
     *,
     max_new_tokens: int = 100,
@@ -113,6 +117,9 @@ def stream(
     """Yield one :class:`GenerationStep` per new token (incremental decoding, see the module docstring).
 
     Args:
+        model: a :class:`~transformer_xl.model.TransformerXLLM`, or an
+            :class:`~transformer_xl.interop.onnx_runtime.OnnxRuntimeLM` (an ONNX export run by ONNX Runtime on the
+            CPU: the same loop, sampling and stops over its graphs; its ``clamp_len`` is the export's, no ``captured``).
         input_ids: ``[B, P]`` (or ``[P]``) prompt ids, ``P >= 1``; with ``mems`` they follow the memorized text.
         do_sample: draw from the (tempered, filtered) distribution; otherwise greedy. ``temperature=0`` is greedy.
         top_k: keep the ``top_k`` most likely ids (0: all). ``top_p``: nucleus mass in (0, 1] (1: all).
@@ -146,11 +153,17 @@ def stream(
         raise ConfigError(f"stop_token_ids must lie in [0, {cfg.n_token})")
     if generator is None and seed is not None and do_sample:
         generator = torch.Generator(device=ids.device).manual_seed(seed)
-    decoder = _decoder(model, captured, batch=ids.size(0), lengths=lengths)
+    if isinstance(model, OnnxRuntimeLM):
+        if captured is not False:
+            raise ConfigError("captured decoding is a PyTorch step; the onnxruntime backend runs its exported step")
+        rec: Recurrence | OnnxRecurrence = OnnxRecurrence(model, lengths, mems=mems)
+        decoder = None
+    else:
+        rec = Recurrence(model, lengths, mems=list(mems or []))
+        decoder = _decoder(model, captured, batch=ids.size(0), lengths=lengths)
     return _stream(model, ids, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
-                   top_k=top_k, top_p=top_p, min_p=min_p, penalties=penalties,
-                   rec=Recurrence(model, lengths, mems=list(mems or [])), chunk=chunk, stop=stop, pad=pad_token_id,
-                   generator=generator, decoder=decoder)
+                   top_k=top_k, top_p=top_p, min_p=min_p, penalties=penalties, rec=rec, chunk=chunk, stop=stop,
+                   pad=pad_token_id, generator=generator, decoder=decoder)
 
 
 def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedDecoder, *, batch: int,
@@ -196,24 +209,26 @@ def advance(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence
     return log_probs, rec.mems
 
 
-def _check_mems(model: TransformerXLLM, mems: list[Tensor] | None, batch: int) -> None:
+def _check_mems(model: LM, mems: list[Tensor] | None, batch: int) -> None:
     if mems and (len(mems) != model.config.n_layer + 1 or mems[0].size(0) != batch):
         raise ConfigError(f"mems must be {model.config.n_layer + 1} tensors with batch size {batch}")
 
 
-def _next_log_probs(model: TransformerXLLM, rec: Recurrence, segments: Iterable[Tensor]) -> Tensor:
+def _next_log_probs(model: LM, rec: Recurrence | OnnxRecurrence, segments: Iterable[Tensor]) -> Tensor:
     """Feed ``segments`` to ``rec`` in eval mode without a gradient; the next-token log-probabilities ``[B, V]``.
 
     The modes are entered per call, not across the generator's ``yield``: the caller's code between two steps
     (and another generation over the same model) runs in its own mode."""
+    if isinstance(rec, OnnxRecurrence):
+        return rec.next_log_probs(segments)
     with eval_mode(model), torch.no_grad():
         for x in segments:
             hidden = rec(x).hidden
         return model.log_prob(hidden[:, -1])
 
 
-def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
-            top_k: int, top_p: float, min_p: float, penalties: Penalties, rec: Recurrence, chunk: int,
+def _stream(model: LM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
+            top_k: int, top_p: float, min_p: float, penalties: Penalties, rec: Recurrence | OnnxRecurrence, chunk: int,
             stop: Tensor, pad: int | None, generator: torch.Generator | None,
             decoder: CapturedDecoder | None = None) -> Iterator[GenerationStep]:
     log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
@@ -239,7 +254,7 @@ def _stream(model: TransformerXLLM, ids: Tensor, *, max_new_tokens: int, do_samp
             log_probs, rec.mems = decoder.step(tok, rec.mems)  # the same, as one captured graph
 
 
-def generate(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],
+def generate(model: LM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],
              **kwargs) -> GenerationOutput:
     """Generate up to ``max_new_tokens`` ids after ``input_ids``; arguments as :func:`stream`.
 

@@ -1,0 +1,202 @@
+"""Export a model to ONNX: the segment forward and the one-token step, memories in and out (``txl export onnx``).
+
+An export directory holds everything generation needs without the PyTorch weights:
+
+==========================  ========================================================================================
+file                        what it holds
+==========================  ========================================================================================
+``segment.onnx``            one segment ``input_ids [B, Q]`` (a prompt, read ``tgt_len`` tokens at a time)
+``step.onnx``               one new token ``input_ids [B, 1]`` (the generation step; the same graph at ``Q = 1``)
+``onnx_export.json``        :data:`FORMAT`, the opset, the names, types and dynamic axes of every input and output
+``config.json``             the model's :class:`~transformer_xl.model.TXLConfig`
+``vocab.json``              the vocabulary (and ``tokenizer.json`` for a model trained with a subword tokenizer)
+``MANIFEST.json``           the SHA-256 of every file (:mod:`transformer_xl.store.manifest`), checked on load
+==========================  ========================================================================================
+
+Both graphs take ``input_ids`` (int64) and the memories ``mem_0 .. mem_L`` (``L = n_layer``; float32
+``[B, M, d_model]``, ``M >= 0``: the ``n_layer + 1`` tensors :class:`~transformer_xl.model.TransformerXLLM` returns,
+the input of every layer and the final output) and return ``log_probs [B, n_token]`` (the next token's
+log-probabilities after the last position) and ``new_mem_0 .. new_mem_L [B, M + Q, d_model]``: the memory followed
+by the segment's hidden states. The model keeps the last ``mem_len`` positions of these (paper Sec. 3.2); the graph
+leaves the cut to its caller, so the memory length of a generation is chosen when it runs, as ``--mem-len`` is
+(:class:`~transformer_xl.interop.onnx_runtime.OnnxRuntimeLM` cuts).
+
+Exported: the paper's relative encoding (``attn_type`` 0), with or without adaptive input and softmax, float32.
+Refused in one line (:class:`ConfigError`): sampled softmax, ``same_length`` (its mask depends on ``mem_len``), the
+other ``attn_type`` values, and int8-quantized models. The graphs come from ``torch.onnx.export(..., dynamo=True)``
+(``torch.export``, then onnxscript) and are checked with ``onnx.checker.check_model(full_check=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from transformer_xl.errors import ConfigError
+from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.pretrained import checked_vocab_json
+from transformer_xl.store.files import atomic_dir, write_json, write_text
+from transformer_xl.store.manifest import write_manifest
+from transformer_xl.version import __version__
+
+#: The ONNX opset of the graphs written.
+OPSET = 18
+#: What ``onnx_export.json`` says it is (``format``), read back by :mod:`transformer_xl.interop.onnx_runtime`.
+FORMAT = "txl-onnx-1"
+EXPORT_JSON = "onnx_export.json"
+GRAPHS = {"segment": "segment.onnx", "step": "step.onnx"}
+#: Largest batch, memory and segment length the graphs declare (the exporter's bounds of the dynamic axes).
+MAX_DIM = 1 << 16
+#: The memory length the graphs are traced with: no cut inside the graph (``M + Q`` stays below it).
+_NO_CUT = 1 << 20
+_INSTALL = "pip install 'transformer-xl[onnx]'"
+
+
+def check_exportable(model: TransformerXLLM) -> None:
+    """Refuse, in one line (:class:`ConfigError`), a model the exported graphs would not compute exactly."""
+    cfg = model.config
+    if getattr(model, "quantized", None) is not None:
+        raise ConfigError(f"a {model.quantized}-quantized model is not exported to ONNX: export the float model")
+    if cfg.sample_softmax > 0:
+        raise ConfigError("a model with a sampled softmax (sample_softmax > 0) is not exported to ONNX: its "
+                          "output layer is trained for sampling, export a model with the (adaptive) softmax")
+    if cfg.attn_type != 0:
+        raise ConfigError(f"only the paper's relative encoding (attn_type 0) is exported to ONNX, this model has "
+                          f"attn_type {cfg.attn_type}")
+    if cfg.same_length:
+        raise ConfigError("a model with same_length is not exported to ONNX (its mask depends on mem_len); "
+                          "generation with same_length off reads the same memory")
+    if next(model.parameters()).dtype != torch.float32:
+        raise ConfigError(f"only float32 models are exported to ONNX, this one is {next(model.parameters()).dtype}")
+
+
+def require_onnx() -> Any:
+    """The ``onnx`` module, or a one-line :class:`ConfigError` naming the extra that installs it."""
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  (torch.onnx's dynamo exporter translates with it)
+    except ImportError as exc:
+        raise ConfigError(f"ONNX export needs the onnx extra ({exc.name} is missing): {_INSTALL}") from None
+    return onnx
+
+
+class _Segment(nn.Module):
+    """``(input_ids, mems) -> (log_probs, *new_mems)``: one forward, the memories kept whole (no ``mem_len`` cut)."""
+
+    def __init__(self, model: TransformerXLLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, mems: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        lengths = self.model.config.lengths(mem_len=_NO_CUT, ext_len=0)
+        out = self.model(input_ids, None, list(mems), lengths=lengths)
+        assert out.hidden is not None
+        return (self.model.log_prob(out.hidden[:, -1]), *out.mems)  # [B, V], n_layer + 1 x [B, M + Q, D]
+
+
+def io_names(n_layer: int) -> tuple[list[str], list[str]]:
+    """The graphs' input and output names: ``input_ids, mem_0..mem_L`` and ``log_probs, new_mem_0..new_mem_L``."""
+    mems = range(n_layer + 1)
+    return ["input_ids", *(f"mem_{i}" for i in mems)], ["log_probs", *(f"new_mem_{i}" for i in mems)]
+
+
+def describe(model: TransformerXLLM, *, opset: int = OPSET, text: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contents of ``onnx_export.json``: format, opset, versions, and per graph its inputs and outputs with
+    their element types and shapes (a name is a dynamic axis, a number a fixed one)."""
+    cfg = model.config
+    ins, outs = io_names(cfg.n_layer)
+    graphs = {}
+    for name, file in GRAPHS.items():
+        q = 1 if name == "step" else "seq"
+        mem_out = "mem+1" if name == "step" else "mem+seq"
+        graphs[name] = {
+            "file": file,
+            "inputs": [{"name": ins[0], "type": "int64", "shape": ["batch", q]}]
+            + [{"name": n, "type": "float32", "shape": ["batch", "mem", cfg.d_model]} for n in ins[1:]],
+            "outputs": [{"name": outs[0], "type": "float32", "shape": ["batch", cfg.n_token]}]
+            + [{"name": n, "type": "float32", "shape": ["batch", mem_out, cfg.d_model]} for n in outs[1:]],
+        }
+    return {
+        "format": FORMAT, "opset": opset, "txl_version": __version__, "torch_version": torch.__version__,
+        "graphs": graphs, "dynamic_axes": {"batch": [1, MAX_DIM], "seq": [1, MAX_DIM], "mem": [0, MAX_DIM]},
+        "memory": ("mem_i: the memory of layer i's input (i = n_layer: the final output), the last positions of "
+                   "the text read so far, oldest first; empty (mem = 0) at the start of a text. new_mem_i: mem_i "
+                   "followed by this segment's positions; keep its last mem_len positions as the next mem_i."),
+        "log_probs": "natural-log probabilities of the next token after the last position of input_ids",
+        "lengths": {"mem_len": cfg.mem_len, "clamp_len": cfg.clamp_len, "tgt_len": cfg.tgt_len},
+        "text": dict(text or {}),
+    }
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporter's progress lines, warnings and log records kept off the console (its errors still raise)."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _export_graph(module: _Segment, path: Path, *, qlen: int | None, opset: int) -> None:
+    """Export ``module`` to ``path``: batch and memory length dynamic, the segment length too unless ``qlen``."""
+    cfg = module.model.config
+    batch, q, mlen = 2, qlen or 3, 2  # example shapes (not 0 or 1 where an axis is dynamic: export would fix them)
+    ids = torch.zeros(batch, q, dtype=torch.long)
+    mems = tuple(torch.zeros(batch, mlen, cfg.d_model) for _ in range(cfg.n_layer + 1))
+    b = torch.export.Dim("batch", min=1, max=MAX_DIM)
+    m = torch.export.Dim("mem", min=0, max=MAX_DIM)
+    ids_axes = {0: b} if qlen else {0: b, 1: torch.export.Dim("seq", min=1, max=MAX_DIM)}
+    ins, outs = io_names(cfg.n_layer)
+    with _quiet():
+        torch.onnx.export(module, (ids, mems), str(path), dynamo=True, opset_version=opset, external_data=False,
+                          dynamic_shapes=(ids_axes, tuple({0: b, 1: m} for _ in mems)), input_names=ins,
+                          output_names=outs, verbose=False)
+
+
+def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab_json: str | Any = None,
+                tokenizer: str | Path | None = None, text: dict[str, Any] | None = None,
+                opset: int = OPSET) -> Path:
+    """Write the export directory of ``model`` (module docstring) to ``out_dir``, whole or not at all; returns it.
+
+    ``vocab_json`` (the vocabulary or its JSON text, of ``n_token`` symbols) and ``tokenizer`` (a subword
+    tokenizer's JSON file, copied as ``tokenizer.json``) make the directory enough to generate text; ``text``
+    (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
+    ``onnx.checker.check_model(full_check=True)`` before the directory appears."""
+    check_exportable(model)
+    onnx = require_onnx()
+    vocab_json = checked_vocab_json(vocab_json, model.config.n_token)
+    text = dict(text or {})
+    was_training = model.training
+    model.eval()
+    try:
+        with atomic_dir(out_dir) as tmp, torch.no_grad():
+            module = _Segment(model)
+            for name, file in GRAPHS.items():
+                _export_graph(module, tmp / file, qlen=1 if name == "step" else None, opset=opset)
+                onnx.checker.check_model(str(tmp / file), full_check=True)
+            write_text(tmp / "config.json", model.config.to_json())
+            if vocab_json is not None:
+                write_text(tmp / "vocab.json", vocab_json)
+            if tokenizer is not None:
+                shutil.copyfile(tokenizer, tmp / "tokenizer.json")
+                text["tokenizer"] = "tokenizer.json"
+            write_json(tmp / EXPORT_JSON, describe(model, opset=opset, text=text))
+            write_manifest(tmp)
+    finally:
+        model.train(was_training)
+    return Path(out_dir)
+
