@@ -15,8 +15,7 @@ from typing import Any
 
 from transformer_xl.data.codec import TextCodec
 from transformer_xl.errors import ConfigError
-from transformer_xl.inference.generate import stream
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.inference.generate import LM, stream
 
 
 @dataclass
@@ -40,7 +39,7 @@ class TextSample:
     finish_reason: str = "length"  # length | stop_token | stop_string
 
 
-def stream_text(model: TransformerXLLM, codec: TextCodec, prompt: str, *, num_samples: int = 1,
+def stream_text(model: LM, codec: TextCodec, prompt: str, *, num_samples: int = 1,
                 stop_strings: Sequence[str] = (), stop_tokens: Sequence[str] = (),
                 results: list[TextSample] | None = None, **kwargs: Any) -> Iterator[TextPiece]:
     """Generate ``num_samples`` continuations of ``prompt`` as a batch, yielding text as it becomes final.
