@@ -46,6 +46,8 @@ def test_graphs_pass_the_checker_and_are_described(onnx_export) -> None:
     model, _, export = onnx_export
     doc = json.loads((export / EXPORT_JSON).read_text())
     ins, outs = io_names(model.config.n_layer)
+    assert ins == ["input_ids", "mem_0", "mem_1", "mem_2"]  # the documented names (n_layer 2), in graph order
+    assert outs == ["log_probs", "new_mem_0", "new_mem_1", "new_mem_2"]
     assert doc["opset"] == OPSET and doc["text"] == {"level": "word"}
     for name, file in GRAPHS.items():
         onnx.checker.check_model(str(export / file), full_check=True)
@@ -70,15 +72,17 @@ def test_unsupported_models_are_refused_before_anything_is_written(tmp_path, ove
     assert not (tmp_path / "out").exists()
 
 
-def test_a_quantized_model_is_refused() -> None:
-    model = tiny_model().quantize()
+def test_a_quantized_or_float64_model_is_refused() -> None:
     with pytest.raises(ConfigError, match="quantized"):
-        check_exportable(model)
+        check_exportable(tiny_model().quantize())
+    with pytest.raises(ConfigError, match="float64"):
+        check_exportable(tiny_model().double())
+    check_exportable(tiny_model())
 
 
 def test_a_vocabulary_of_another_size_is_refused(tmp_path) -> None:
     from tests.helpers import word_vocab
 
     with pytest.raises(ConfigError, match="symbols"):
-        export_onnx(tiny_model(), tmp_path / "out", vocab_json=word_vocab())
+        export_onnx(tiny_model(), tmp_path / "out", vocab=word_vocab())
     assert not (tmp_path / "out").exists()

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         from transformer_xl.data.codec import detect_level
 
         text["level"] = detect_level(vocab)
-    out = export_onnx(model, args.out_dir, vocab_json=vocab, tokenizer=tokenizer,
+    out = export_onnx(model, args.out_dir, vocab=vocab, tokenizer=tokenizer,
                       text={k: v for k, v in text.items() if k == "level"})
     print(f"txl export: wrote {out} (segment.onnx, step.onnx; see {out}/onnx_export.json)", file=sys.stderr)
     return 0

@@ -75,8 +75,10 @@ def check_exportable(model: TransformerXLLM) -> None:
     if cfg.same_length:
         raise ConfigError("a model with same_length is not exported to ONNX (its mask depends on mem_len); "
                           "generation with same_length off reads the same memory")
-    if next(model.parameters()).dtype != torch.float32:
-        raise ConfigError(f"only float32 models are exported to ONNX, this one is {next(model.parameters()).dtype}")
+    p = next(model.parameters())
+    if p.dtype != torch.float32 or p.device.type != "cpu":
+        raise ConfigError(f"a float32 model on the CPU is exported to ONNX, this one is {p.dtype} on {p.device}: "
+                          "model.float().cpu() first")
 
 
 def require_onnx() -> Any:
@@ -167,18 +169,18 @@ def _export_graph(module: _Segment, path: Path, *, qlen: int | None, opset: int)
                           output_names=outs, verbose=False)
 
 
-def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab_json: str | Any = None,
+def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any = None,
                 tokenizer: str | Path | None = None, text: dict[str, Any] | None = None,
                 opset: int = OPSET) -> Path:
     """Write the export directory of ``model`` (module docstring) to ``out_dir``, whole or not at all; returns it.
 
-    ``vocab_json`` (the vocabulary or its JSON text, of ``n_token`` symbols) and ``tokenizer`` (a subword
+    ``vocab`` (a :class:`~transformer_xl.data.Vocab` or its JSON text, of ``n_token`` symbols) and ``tokenizer`` (a subword
     tokenizer's JSON file, copied as ``tokenizer.json``) make the directory enough to generate text; ``text``
     (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
     ``onnx.checker.check_model(full_check=True)`` before the directory appears."""
     check_exportable(model)
     onnx = require_onnx()
-    vocab_json = checked_vocab_json(vocab_json, model.config.n_token)
+    vocab_json = checked_vocab_json(vocab, model.config.n_token)
     text = dict(text or {})
     was_training = model.training
     model.eval()
