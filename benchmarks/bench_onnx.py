@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ from transformer_xl import TransformerXLLM, TXLConfig
 from transformer_xl.inference.generate import stream
 from transformer_xl.interop.onnx_export import export_onnx
 from transformer_xl.interop.onnx_runtime import OnnxRuntimeLM
+from transformer_xl.train.precision import device_description
 
 #: The shapes measured: the demo's model (``--preset demo``: cpu-small on WikiText-2's word vocabulary) and a
 #: mid-size one (8 layers, d_model 512).
@@ -43,16 +42,6 @@ SHAPES = {
                                        tgt_len=128, mem_len=128, cutoffs=[2000, 10000], div_val=4,
                                        tie_projs=[False, True, True]),
 }
-
-
-def _cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-        flags = [f for f in info.get("Flags", "").split() if f.startswith(("avx", "amx", "fma"))]
-        return f"{info['Model name'].strip()} ({' '.join(flags)})"
-    except (OSError, subprocess.CalledProcessError, KeyError):
-        return platform.processor() or platform.machine()
 
 
 def _decode(lm, ids: torch.Tensor, new_tokens: int, **kw) -> tuple[float, list[int]]:
@@ -110,7 +99,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/onnx_generate.json"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    report = {"cpu": _cpu(), "threads": args.threads, "new_tokens": args.new_tokens, "rounds": args.rounds,
+    report = {"cpu": device_description("cpu"), "threads": args.threads, "new_tokens": args.new_tokens,
+              "rounds": args.rounds,
               "command": "python " + " ".join(["benchmarks/bench_onnx.py", *sys.argv[1:]]),
               "torch": torch.__version__, "shapes": []}
     import onnxruntime
