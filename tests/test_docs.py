@@ -99,3 +99,6 @@ def test_the_site_builds_strict_with_the_whole_public_api(tmp_path: Path) -> Non
     missing = [f"{m}.{name}" for m in MODULES for name in importlib.import_module(m).__all__  # re-exports: once
                if name != "__version__" and not any(f'id="{home}.{name}"' in html for home in MODULES)]
     assert not missing, f"the API reference lacks {missing}"
+    roles = re.findall(r":[a-z]+:<code>[^<]*</code>", html)  # docstrings' reST roles, shown raw without the hook
+    assert not roles, f"roles left as literal text in the API reference: {roles[:3]}"
+    assert 'class="autorefs autorefs-internal"' in html and "<code>transformer_xl.data.Vocab</code></a>" in html
