@@ -174,9 +174,9 @@ def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any
                 opset: int = OPSET) -> Path:
     """Write the export directory of ``model`` (module docstring) to ``out_dir``, whole or not at all; returns it.
 
-    ``vocab`` (a :class:`~transformer_xl.data.Vocab` or its JSON text, of ``n_token`` symbols) and ``tokenizer`` (a subword
-    tokenizer's JSON file, copied as ``tokenizer.json``) make the directory enough to generate text; ``text``
-    (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
+    ``vocab`` (a :class:`~transformer_xl.data.Vocab` or its JSON text, of ``n_token`` symbols) and ``tokenizer``
+    (a subword tokenizer's JSON file, copied as ``tokenizer.json``) make the directory enough to generate text;
+    ``text`` (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
     ``onnx.checker.check_model(full_check=True)`` before the directory appears."""
     check_exportable(model)
     onnx = require_onnx()
