@@ -38,7 +38,7 @@ from transformer_xl import SequenceConfig
 from transformer_xl.integrations.rl import TransformerXLModule
 
 
-def popgym_env(name: str):  # noqa: ANN201 - a gymnasium.Env
+def popgym_env(name: str):  # -> a gymnasium.Env
     import popgym.envs as envs
 
     for module in vars(envs).values():
@@ -75,14 +75,14 @@ def make_agent(policy: str, obs_dim: int, n_act: int, args: argparse.Namespace) 
     return trunk, actor, critic
 
 
-def advantages(data, critic: nn.Module, args: argparse.Namespace) -> None:  # noqa: ANN001 - a [envs, T] TensorDict
+def advantages(data, critic: nn.Module, args: argparse.Namespace) -> None:  # data: an [envs, T] TensorDict
     """GAE over each environment's ``T`` steps: the critic in recurrent mode over the segment, and one more step
     (acting mode, from the stored next memory) for the value after the last step."""
     with torch.no_grad():
         with set_recurrent_mode(True):
             values = critic(data.select(*critic.in_keys, strict=False).clone())["state_value"]  # [E, T, 1]
         last = data[:, -1]["next"].select(*critic.in_keys, strict=False).clone()
-        if "recurrent_state_mems" in last.keys():
+        if "recurrent_state_mems" in last:
             last["is_init"] = torch.zeros_like(data[:, -1]["is_init"])
         last_value = critic(last)["state_value"]  # [E, 1]
     next_values = torch.cat([values[:, 1:], last_value[:, None]], dim=1)
