@@ -168,3 +168,5 @@ def test_bad_inputs_are_one_line_errors() -> None:
 def test_config_round_trips() -> None:
     cfg = SequenceConfig(d_in=5, gating="highway", gate_bias=1.5)
     assert SequenceConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown SequenceConfig field 'mem_length' \\(did you mean 'mem_len'"):
+        SequenceConfig.from_dict({**cfg.to_dict(), "mem_length": 3})

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_xl.errors import ConfigError, check_int
+from transformer_xl.errors import ConfigError, check_int, did_you_mean
 from transformer_xl.model.attention import DecoderLayer
 from transformer_xl.model.config import TXLConfig
 from transformer_xl.model.gating import GATINGS, Gate
@@ -97,6 +97,11 @@ class SequenceConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SequenceConfig:
+        """The config of :meth:`to_dict`'s output; an unknown field is a one-line :class:`ConfigError`."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        for name in data:
+            if name not in known:
+                raise ConfigError(f"unknown SequenceConfig field {name!r}{did_you_mean(name, known)}")
         return cls(**data)
 
 
@@ -124,6 +129,7 @@ class TransformerXLSequence(nn.Module):
         super().__init__()
         self.config = cfg = config
         txl = cfg.layers_config()
+        self.lengths = txl.lengths()  # mem_len, clamp_len; ext_len 0, same_length off
         self.in_proj = nn.Linear(cfg.d_in, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.pos_enc = RelativeSinusoid(txl)
@@ -170,11 +176,10 @@ class TransformerXLSequence(nn.Module):
         mems = list(state.mems.detach().unbind(1))  # L x [B, M, D]: SG(m)
         mlen = state.mems.size(2)
         h = self.in_proj(x)  # [B, Q, D]
-        lengths = cfg.layers_config().lengths()
         blocked, key_episode = episode_mask(reset=reset, valid=state.valid, mem_len=cfg.mem_len,
                                            window=cfg.window)  # [B, Q, K], [B, K]
         dtype, device = h.dtype, h.device
-        seg = Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=self.pos_enc,
+        seg = Segment(qlen=qlen, mlen=mlen, lengths=self.lengths, pos=self.pos_enc,
                       mask_bias=additive_mask(blocked[:, None], dtype),  # [B, 1, Q, K]
                       make_table=lambda: self.pos_enc.table(qlen + mlen, cfg.clamp_len, dtype, device))
         _ = seg.table  # made now: in training R's dropout draws come before those of h, as in the LM
