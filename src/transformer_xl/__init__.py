@@ -20,16 +20,28 @@ from transformer_xl.version import __version__
 
 if TYPE_CHECKING:
     from transformer_xl.errors import CheckpointError, ConfigError, DataError, TXLError
-    from transformer_xl.model import InferenceCache, Lengths, LMOutput, Recurrence, TransformerXLLM, TXLConfig
+    from transformer_xl.model import (
+        InferenceCache,
+        Lengths,
+        LMOutput,
+        Recurrence,
+        SequenceConfig,
+        SequenceOutput,
+        SequenceState,
+        TransformerXLLM,
+        TransformerXLSequence,
+        TXLConfig,
+    )
 
 _EXPORTS = {
     **dict.fromkeys(("CheckpointError", "ConfigError", "DataError", "TXLError"), "transformer_xl.errors"),
-    **dict.fromkeys(("InferenceCache", "LMOutput", "Lengths", "Recurrence", "TXLConfig", "TransformerXLLM"),
-                    "transformer_xl.model"),
+    **dict.fromkeys(("InferenceCache", "LMOutput", "Lengths", "Recurrence", "SequenceConfig", "SequenceOutput",
+                     "SequenceState", "TXLConfig", "TransformerXLLM", "TransformerXLSequence"), "transformer_xl.model"),
 }
 
 __all__ = ["CheckpointError", "ConfigError", "DataError", "InferenceCache", "LMOutput", "Lengths", "Recurrence",
-           "TXLConfig", "TXLError", "TransformerXLLM", "__version__"]
+           "SequenceConfig", "SequenceOutput", "SequenceState", "TXLConfig", "TXLError", "TransformerXLLM",
+           "TransformerXLSequence", "__version__"]
 
 
 class _Layers:

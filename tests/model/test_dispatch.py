@@ -121,3 +121,25 @@ def test_compiling_makes_the_mask_in_the_graph(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     made = dispatch.mask_bias(**kw)
     assert made is not cached and torch.equal(made, cached)
+
+
+@pytest.mark.parametrize("Q,grad,path", [(4, True, EXPLICIT), (4, False, FUSED), (1, False, ONE_QUERY)])
+def test_a_mask_per_row_runs_every_path_like_the_plain_one(Q: int, grad: bool, path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``[B, 1, Q, K]`` mask (episode boundaries of :mod:`transformer_xl.model.sequence`): each row keeps its own
+    keys, the blocked path (one ``[Q, K]`` mask for all rows) is not taken, and every path equals the formula."""
+    q, k, v, p, mask = _inputs(Q, shaw=False)
+    rows = mask.expand(2, 1, *mask.shape).clone()
+    rows[1, 0, :, :3] = float("-inf")  # row 1 loses its first three keys, row 0 keeps them
+    plain = attend(q, k, v, p, rows, scale=0.5, dropatt=0.0, plain=True)
+    ran: list[str] = []
+    for name in ("attend_explicit", "attend_fused", "attend_one_query"):
+        real = getattr(dispatch, name)
+        monkeypatch.setattr(dispatch, name, lambda *a, _r=real, _n=name, **kw: ran.append(_n) or _r(*a, **kw))
+    with torch.set_grad_enabled(grad):
+        got = attend(q.requires_grad_(grad), k, v, p, rows, scale=0.5, dropatt=0.0)
+    assert ran == [{EXPLICIT: "attend_explicit", FUSED: "attend_fused", ONE_QUERY: "attend_one_query"}[path]]
+    torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-6)
+    shared = attend(q, k, v, p, mask, scale=0.5, dropatt=0.0, plain=True)
+    torch.testing.assert_close(got[0], shared[0], rtol=1e-5, atol=1e-6)  # row 0: the mask shared by all rows
+    assert not torch.allclose(got[1], shared[1])  # row 1: its own mask

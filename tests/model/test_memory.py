@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_xl.model.memory import additive_mask, causal_mask, kept_range, update_mems
+from transformer_xl.model.memory import additive_mask, causal_mask, episode_mask, kept_range, update_mems
 
 
 @pytest.mark.parametrize("mlen,qlen,mem_len,ext_len", [(0, 4, 6, 0), (6, 4, 6, 0), (3, 4, 6, 0), (6, 4, 3, 0),
@@ -48,3 +48,20 @@ def test_kept_range_leaves_the_extended_context_out() -> None:
     assert kept_range(mlen=6, qlen=4, mem_len=6, ext_len=2) == (2, 8)
     assert kept_range(mlen=0, qlen=3, mem_len=8, ext_len=1) == (0, 2)
     assert kept_range(mlen=3, qlen=4, mem_len=0, ext_len=0) == (7, 7)
+
+
+def test_episode_mask_keeps_each_step_inside_its_episode() -> None:
+    """Row 0 starts a new episode at step 1, row 1 has one valid memory position: by hand, key by key."""
+    reset = torch.tensor([[False, True, False], [False, False, False]])
+    valid = torch.tensor([[True, True], [False, True]])
+    masked, ids = episode_mask(reset=reset, valid=valid, mem_len=2, window=False)
+    assert ids.tolist() == [[0, 0, 0, 1, 1], [-1, 0, 0, 0, 0]]
+    sees = (~masked).int().tolist()
+    assert sees[0] == [[1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]]  # the memory is gone after the reset
+    assert sees[1] == [[0, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 1, 1, 1, 1]]  # the invalid position never seen
+
+
+def test_episode_mask_window_limits_each_step_to_mem_len_steps_back() -> None:
+    reset = torch.zeros(1, 3, dtype=torch.bool)
+    masked, _ = episode_mask(reset=reset, valid=torch.ones(1, 2, dtype=torch.bool), mem_len=2, window=True)
+    assert (~masked[0]).int().tolist() == [[1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]

@@ -10,6 +10,8 @@ module              what it holds
 ``adaptive``        adaptive input embedding, projected adaptive log-softmax, sampled softmax
 ``segment``         what the layers of one forward share (lengths, mask, position table, cache)
 ``lm``              :class:`TransformerXLLM` and :class:`LMOutput`
+``sequence``        :class:`TransformerXLSequence`: the same layers over vectors, episode resets, GTrXL gates
+``gating``          the gates of GTrXL (Parisotto et al., 2020) in place of the residual additions
 ``dispatch``        the one place that chooses how a step runs: :func:`~transformer_xl.model.dispatch.choose`
 ``fastpath``        faster implementations of plain formulas (each tested equal to its formula)
 ``blocked``         evaluation attention over a long memory, the position term formed in blocks
@@ -24,5 +26,7 @@ from transformer_xl.model.cache import InferenceCache
 from transformer_xl.model.config import Lengths, TXLConfig
 from transformer_xl.model.lm import LMOutput, TransformerXLLM
 from transformer_xl.model.recurrence import Recurrence, eval_mode
+from transformer_xl.model.sequence import SequenceConfig, SequenceOutput, SequenceState, TransformerXLSequence
 
-__all__ = ["InferenceCache", "LMOutput", "Lengths", "Recurrence", "TXLConfig", "TransformerXLLM", "eval_mode"]
+__all__ = ["InferenceCache", "LMOutput", "Lengths", "Recurrence", "SequenceConfig", "SequenceOutput", "SequenceState",
+           "TXLConfig", "TransformerXLLM", "TransformerXLSequence", "eval_mode"]

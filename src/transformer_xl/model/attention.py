@@ -75,6 +75,12 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, h: Tensor, mem: Tensor | None, seg: Segment) -> Tensor:
         """``h``: ``[B, Q, D]``; ``mem``: ``[B, M, D]`` or None. Returns ``[B, Q, D]``."""
+        out = self.branch(h, mem, seg)  # [B, Q, D]
+        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+
+    def branch(self, h: Tensor, mem: Tensor | None, seg: Segment) -> Tensor:
+        """The residual branch ``Dropout(Linear(a))``, ``[B, Q, D]``, before it is added to ``h`` (under pre-LN its
+        input is ``LayerNorm(h)``); :mod:`transformer_xl.model.sequence` combines it with ``h`` by a gate."""
         bsz, qlen, _ = h.shape
         x = self.layer_norm(h) if self.pre_lnorm else h  # [B, Q, D]
         # Queries only for the segment. Under pre-LN the official absolute-position attention projects
@@ -88,7 +94,7 @@ class MultiHeadAttention(nn.Module):
         out = self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1))  # [B, Q, D]
         if self.training:
             out = self.drop(out)
-        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+        return out
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, seg: Segment) -> Tensor:
         """Scores (a)-(d), masked softmax and values: ``[B, H, Q, E]`` from ``q [B, H, Q, E]``, ``k, v``."""
@@ -115,9 +121,12 @@ class PositionwiseFF(nn.Module):
         self.pre_lnorm = pre_lnorm
 
     def forward(self, h: Tensor) -> Tensor:
-        if self.pre_lnorm:
-            return h + feed_forward(self.CoreNet, self.layer_norm(h), self.training)
-        return self.layer_norm(h + feed_forward(self.CoreNet, h, self.training))
+        out = self.branch(h)  # [B, Q, D]
+        return h + out if self.pre_lnorm else self.layer_norm(h + out)
+
+    def branch(self, h: Tensor) -> Tensor:
+        """The residual branch ``CoreNet(h)`` (of ``LayerNorm(h)`` under pre-LN), before it is added to ``h``."""
+        return feed_forward(self.CoreNet, self.layer_norm(h) if self.pre_lnorm else h, self.training)
 
 
 class DecoderLayer(nn.Module):

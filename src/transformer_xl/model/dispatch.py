@@ -82,7 +82,8 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     4     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
           generation step), any device, compiled or not                       the fused kernel tiles for many
     5     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
-          (relative encodings), CPU, not compiling                            memories: fresh pages, a DRAM trip
+          (relative encodings) and one mask for all rows,                     memories: fresh pages, a DRAM trip
+          CPU, not compiling
     6     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
           encodings without ``P``)                                            ``P`` whole, inductor fuses its own
     ====  ==================================================  ==============  =====================================
@@ -115,13 +116,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, sca
            plain: bool = False) -> Tensor:
     """``Dropout(softmax(scale * (q k^T + P) + mask_bias)) v``, ``[B, H, Q, E]``, from ``q [B, H, Q, E]`` (with the
     content bias added), ``k, v [B, H, K, E]``, the position term ``P`` whole ``[B, H, Q, K]``, as its factors, or
-    None, and ``mask_bias [Q, K]`` (0 / -inf), by the implementation :func:`choose` picks."""
+    None, and ``mask_bias [Q, K]`` (0 / -inf; or ``[B, 1, Q, K]``, a mask per row, which the blocked path does not
+    take: ``P`` is then formed whole), by the implementation :func:`choose` picks."""
     factors = [t for t in p if isinstance(t, Tensor)] if isinstance(p, tuple) else [p]
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, *factors))
     compiling = torch.compiler.is_compiling()
     threads = 0 if compiling else torch.get_num_threads()  # dynamo cannot trace it; row 5 excludes compiling
     choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
-                    factored=isinstance(p, tuple), threads=threads, plain=plain)
+                    factored=isinstance(p, tuple) and mask_bias.dim() == 2, threads=threads, plain=plain)
     if choice.path is PLAIN:
         scores = q @ k.transpose(-1, -2)  # [B, H, Q, K]: terms (a) + (c)
         if p is not None:

@@ -54,7 +54,8 @@ from transformer_xl.model.memory import additive_mask, causal_mask
 def attend_explicit(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
                     dropatt: float) -> Tensor:
     """``Dropout(softmax(scale * (q k^T + p) + mask_bias)) v`` for a recorded gradient: ``[B, H, Q, E]`` from
-    ``q [B, H, Q, E]``, ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]``.
+    ``q [B, H, Q, E]``, ``k, v [B, H, K, E]``, position scores ``p [B, H, Q, K]`` (or None) and ``mask_bias [Q, K]``
+    (or ``[B, 1, Q, K]``, a mask per batch row).
 
     The scores are one ``baddbmm`` (``scale * p`` in, ``scale * q k^T`` added, the mask added in place) and an
     explicit softmax, so that autograd keeps only the probabilities of the ``[Q, K]`` tensors (the fused CPU kernel
@@ -67,6 +68,8 @@ def attend_explicit(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias
     kt = k.transpose(0, 1).reshape(n_head * bsz, klen, d_head).transpose(1, 2)  # [HB, E, K]
     v3 = v.transpose(0, 1).reshape(n_head * bsz, klen, d_head)  # [HB, K, E]
     mask_bias = mask_bias.to(q.dtype)
+    if mask_bias.dim() == 4:  # a mask per row [B, 1, Q, K] -> head-major [HB, Q, K]
+        mask_bias = mask_bias.transpose(0, 1).expand(n_head, bsz, qlen, klen).reshape(n_head * bsz, qlen, klen)
     if p is None:
         scores = torch.baddbmm(mask_bias, q3, kt, alpha=scale)  # [HB, Q, K]
     else:

@@ -60,3 +60,24 @@ def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """``0`` where attention is allowed, ``-inf`` where it is masked (for ``scaled_dot_product_attention``)."""
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
 
+
+
+def episode_mask(*, reset: Tensor, valid: Tensor, mem_len: int, window: bool) -> tuple[Tensor, Tensor]:
+    """The causal mask with episode boundaries, per row: boolean ``[B, Q, K]`` (True where query ``i`` may NOT attend
+    key ``j``) and the keys' episode ids ``[B, K]``.
+
+    ``reset [B, Q]`` is True where a step starts a new episode; ``valid [B, M]`` is True where a memory position
+    belongs to the row's running episode. The queries' ids count the resets up to and including each step (0 until
+    the first); valid memory positions have id 0, the others -1 (no query's). Query ``i`` sees key ``j`` when
+    :func:`causal_mask` allows it and both have the same id, so no step attends across a boundary, inside the
+    segment or through the memory. Every query sees at least itself. With ``window`` a query also sees at most the
+    ``mem_len`` steps before it (``j >= M + i - mem_len``): what a step sees when steps run one at a time.
+    """
+    qlen, mlen = reset.size(1), valid.size(1)
+    query_episode = reset.long().cumsum(1)  # [B, Q]
+    memory_episode = torch.where(valid, 0, -1)  # [B, M]
+    key_episode = torch.cat([memory_episode, query_episode], dim=1)  # [B, K]
+    masked = causal_mask(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=False, device=reset.device)  # [Q, K]
+    if window:
+        masked = masked | torch.tril(torch.ones_like(masked), diagonal=mlen - mem_len - 1)  # j < M + i - mem_len
+    return masked | (key_episode[:, None, :] != query_episode[:, :, None]), key_episode  # [B, Q, K], [B, K]

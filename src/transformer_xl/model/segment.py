@@ -35,7 +35,7 @@ class Segment:
     mlen: int
     lengths: Lengths
     pos: PositionalEncoding
-    mask_bias: Tensor  # [Q, K]: 0 where query i may attend key j, -inf elsewhere
+    mask_bias: Tensor  # [Q, K] (or [B, 1, Q, K], a mask per row): 0 where query i may attend key j, -inf elsewhere
     make_table: Callable[[], Tensor | None] | None = None  # the [K, D] position table, made on first use
     cache: InferenceCache | None = None
     _table: list[Tensor | None] = field(default_factory=list, repr=False)  # the table once made

@@ -1,0 +1,172 @@
+"""The sequence module over vectors: the language model's layers exactly, episode resets exact (inside a segment and
+through the memory), one-step acting equal to the segment forward, the stop-gradient, shapes refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_xl import ConfigError, SequenceConfig, SequenceState, TransformerXLLM, TransformerXLSequence
+
+D_IN = 3
+
+
+def _model(seed: int = 0, **changes) -> TransformerXLSequence:
+    torch.manual_seed(seed)
+    cfg = SequenceConfig(**{**dict(d_in=D_IN, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, mem_len=4),
+                            **changes})
+    model = TransformerXLSequence(cfg).eval()
+    with torch.no_grad():  # gates away from their near-identity start, so that the memory matters
+        for gate in model.gates.modules():
+            if getattr(gate, "bias", None) is not None:
+                gate.bias.zero_()
+    return model
+
+
+def _x(*shape: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(*shape, D_IN, generator=torch.Generator().manual_seed(seed))
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_residual_without_reorder_is_the_language_models_layers(grad: bool) -> None:
+    """Given the language model's embeddings as inputs (the input projection the identity), its layers and position
+    biases: the same hidden states and memories, segment after segment (training path with grad, inference without)."""
+    seq = _model(reorder=False, gating="residual", d_in=16, window=False)
+    lm = TransformerXLLM(seq.config.layers_config(n_token=11)).eval()
+    state = {k: v for k, v in lm.state_dict().items() if k.startswith(("layers.", "pos_enc."))}
+    assert seq.load_state_dict(state, strict=False).missing_keys == ["in_proj.weight", "in_proj.bias"]
+    with torch.no_grad():
+        seq.in_proj.weight.copy_(torch.eye(16))
+        seq.in_proj.bias.zero_()
+    ids = torch.randint(0, 11, (2, 15), generator=torch.Generator().manual_seed(3))
+    mems, seq_state = None, None
+    with torch.set_grad_enabled(grad):
+        for seg in ids.split(5, dim=1):
+            out = lm(seg, mems=mems)
+            got = seq(lm.word_emb(seg), seq_state)
+            _close(got.output.detach(), out.hidden)
+            mems, seq_state = out.mems, got.state
+            _close(seq_state.mems, torch.stack(mems[:-1], dim=1))  # every layer's input, the last mem_len steps
+            assert seq_state.valid.all()
+
+
+@pytest.mark.parametrize("gating", ["residual", "output", "highway", "sigmoid-tanh", "gru"])
+def test_a_reset_inside_a_segment_equals_a_fresh_run(gating: str) -> None:
+    model = _model(gating=gating)
+    x = _x(2, 7)
+    reset = torch.zeros(2, 7, dtype=torch.bool)
+    reset[0, 3] = True
+    with torch.no_grad():
+        out = model(x, reset=reset).output
+        fresh = model(x[:1, 3:]).output
+        alone = model(x[1:]).output
+    _close(out[0, 3:], fresh[0])  # row 0 after its boundary: as if the episode started there
+    _close(out[1], alone[0])  # row 1: no boundary, untouched by row 0's
+    with torch.no_grad():  # without the reset, the steps after t=3 do see the earlier ones
+        assert not torch.allclose(model(x).output[0, 3:], fresh[0], atol=1e-4)
+
+
+def test_a_reset_masks_the_memory_and_the_new_episode_carries_on_through_it() -> None:
+    model = _model()
+    x1, x2, x3 = _x(2, 5, seed=1), _x(2, 5, seed=2), _x(2, 5, seed=3)
+    reset2 = torch.zeros(2, 5, dtype=torch.bool)
+    reset2[1, 2] = True  # row 1's new episode starts at step 2 of the second segment
+    with torch.no_grad():
+        s1 = model(x1)
+        o2 = model(x2, s1.state, reset2)
+        o3 = model(x3, o2.state)
+        f2 = model(x2[1:, 2:])  # row 1's episode from its start, fresh
+        f3 = model(x3[1:], f2.state)
+        r2 = model(x2[:1], SequenceState(s1.state.mems[:1], s1.state.valid[:1]))  # row 0 alone
+    _close(o2.output[1, 2:], f2.output[0])  # through the memory: nothing before the boundary is read
+    _close(o3.output[1], f3.output[0])  # and the memory it leaves holds the new episode's steps only
+    _close(o2.output[0], r2.output[0])
+    assert o2.state.valid[1].tolist() == [False, True, True, True] and o2.state.valid[0].all()
+
+
+@pytest.mark.parametrize("reorder,gating", [(False, "residual"), (True, "gru"), (True, "highway")])
+def test_one_step_acting_equals_the_segment_forward(reorder: bool, gating: str) -> None:
+    model = _model(reorder=reorder, gating=gating)
+    x = _x(2, 9)
+    reset = torch.zeros(2, 9, dtype=torch.bool)
+    reset[0, 4] = reset[1, 7] = True
+    with torch.no_grad():
+        whole = model(x[:, :3])  # a first segment, then the rest as one segment or step by step
+        seg = model(x[:, 3:], whole.state, reset[:, 3:])
+        state, steps = whole.state, []
+        for t in range(3, 9):
+            y, state = model.step(x[:, t], state, reset[:, t])
+            steps.append(y)
+    _close(torch.stack(steps, dim=1), seg.output)
+    _close(state.mems, seg.state.mems)
+    assert torch.equal(state.valid, seg.state.valid)
+    with torch.no_grad():  # without the window a step of a segment sees more than mem_len steps back
+        unlimited = TransformerXLSequence(model.config.__class__(**{**model.config.to_dict(), "window": False}))
+        unlimited.load_state_dict(model.state_dict())
+        assert not torch.allclose(unlimited(x[:, 3:], whole.state, reset[:, 3:]).output, seg.output, atol=1e-4)
+
+
+def test_no_gradient_crosses_the_memory() -> None:
+    model = _model().train()
+    x1, x2 = _x(2, 5, seed=1).requires_grad_(), _x(2, 5, seed=2).requires_grad_()
+    s1 = model(x1).state
+    assert not s1.mems.requires_grad
+    model(x2, s1).output.sum().backward()
+    assert x1.grad is None
+    assert x2.grad is not None and x2.grad.abs().sum() > 0
+
+
+def test_the_state_has_fixed_shapes_and_the_inputs_are_not_modified() -> None:
+    model = _model()
+    state = model.init_state(2)
+    assert state.mems.shape == (2, 2, 4, 16) and not state.valid.any()
+    mems, valid = state.mems.clone(), state.valid.clone()
+    with torch.no_grad():
+        out = model(_x(2, 6), state)
+    assert torch.equal(state.mems, mems) and torch.equal(state.valid, valid)
+    assert out.output.shape == (2, 6, 16) and out.state.mems.shape == (2, 2, 4, 16) and out.state.valid.all()
+
+
+def test_gates_start_near_the_identity_a_markov_model() -> None:
+    """With the paper's positive gate bias every layer starts close to passing its input on: the output depends on
+    the past much less than with the gates open."""
+    x = _x(1, 6)
+
+    def past_effect(model: TransformerXLSequence) -> float:
+        with torch.no_grad():
+            return (model(x).output[0, -1] - model(x[:, -1:]).output[0, -1]).abs().max().item()
+
+    closed = TransformerXLSequence(_model().config.__class__(**{**_model().config.to_dict(), "gate_bias": 6.0}))
+    assert past_effect(closed) < 0.1 * past_effect(_model())
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(gating="lstm"), "gating must be one of"),
+    (dict(gating="gru", reorder=False), "needs reorder=True"),
+    (dict(d_in=0), "d_in must be a positive integer"),
+    (dict(n_head=0), "n_head must be a positive integer"),
+])
+def test_bad_configs_are_one_line_errors(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SequenceConfig(**{"d_in": 3, **changes})
+
+
+def test_bad_inputs_are_one_line_errors() -> None:
+    model = _model()
+    with pytest.raises(ConfigError, match="x must be"):
+        model(torch.zeros(2, 5))
+    with pytest.raises(ConfigError, match="reset must be"):
+        model(_x(2, 5), reset=torch.zeros(2, 5))
+    with pytest.raises(ConfigError, match=r"state\.mems must be"):
+        model(_x(2, 5), SequenceState(torch.zeros(2, 3, 4, 16), torch.zeros(2, 4, dtype=torch.bool)))
+
+
+def test_config_round_trips() -> None:
+    cfg = SequenceConfig(d_in=5, gating="highway", gate_bias=1.5)
+    assert SequenceConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown SequenceConfig field 'mem_length' \\(did you mean 'mem_len'"):
+        SequenceConfig.from_dict({**cfg.to_dict(), "mem_length": 3})
