@@ -173,9 +173,20 @@ def linear(x: Tensor, lin: Linear) -> Tensor:
     width: the kernel needs a multiple of :data:`INT8_BLOCK`), the result back in ``x``'s type."""
     weight, scale, bias = lin
     if scale is None:
-        return F.linear(x, weight, bias)
+        return float_linear(x, weight, bias)
     xb = F.pad(x, (0, weight.size(1) - x.size(-1))).to(torch.bfloat16).contiguous()  # [N, in_16]
     y = torch.ops.aten._weight_int8pack_mm(xb, weight, scale).to(x.dtype)  # [N, out]
+    return y if bias is None else y + bias
+
+
+def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x W^T + b`` over float weights. One row (batch 1) is a multiply and a sum over ``in``, which the compiler
+    turns into one pass over ``W`` at about the machine's read rate; BLAS's matrix-vector kernel reads small
+    matrices at about half of it (``benchmarks/decode_kernels.py``). Several rows: BLAS (a sum per row would read
+    ``W`` once per row)."""
+    if x.size(0) != 1:
+        return F.linear(x, weight, bias)
+    y = (weight * x[:, None, :]).sum(-1)  # [1, out]
     return y if bias is None else y + bias
 
 
