@@ -18,6 +18,9 @@ from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peaks
 from transformer_xl.interop.hf import build_hf, hf_available
 from transformer_xl.train.precision import device_description
 
+#: How a report's FLOPs were counted (``env["flops"]``): strictly, by the yardstick.
+STRICT = "strict (yardstick)"
+
 
 def time_interleaved(runners: list[Runner], step: Callable[[Runner], None], *, steps: int, repeats: int,
                       warmup: int, device: str, warmup_s: dict[str, float] | None = None) -> dict[str, list[float]]:
@@ -179,7 +182,7 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dic
     env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
            "device": device_description(opts.device), "load_average": box["load_average"], "machine": box,
            "matmul_peak_gflops": peaks[opts.dtype] / 1e9, "matmul_peaks_gflops": {k: v / 1e9 for k, v in peaks.items()},
-           "flops": "strict (yardstick)"}
+           "flops": STRICT}
     if hf_available():
         import transformers
 
@@ -192,14 +195,17 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dic
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
-    """A Markdown table of one report; every row carries the command that produced it."""
+    """A Markdown table of one report; every row carries the command that produced it. MFU only where the report
+    counted FLOPs strictly (:mod:`~transformer_xl.experiments.bench.yardstick`; older files: a dash)."""
     opts, env = report["options"], report["env"]
     peaks = env.get("matmul_peaks_gflops", {opts["dtype"]: env["matmul_peak_gflops"]})
+    strict = env.get("flops") == STRICT
     lines = [f"Device: {env['device']}, torch {env['torch']}, {env['threads']} threads, {opts['dtype']}"
-             f"{', torch.compile (txl)' if opts['compile'] else ''}; matmul peaks "
+             f"{', torch.compile (txl)' if opts['compile'] else ''}; GEMM peaks "
              + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items())
-             + f" GFLOP/s (MFU against the peak of each row's precision); load average "
-             f"{env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
+             + (" GFLOP/s (MFU: strict FLOPs against the peak of each row's precision)" if strict else
+                " GFLOP/s (MFU not shown: measured before FLOPs were counted strictly)")
+             + f"; load average {env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
         rows = [("train tok/s", res["train"], "txl")]
@@ -215,7 +221,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             key = _ratio_key(name)
             ratio = f"**{s[key]:.2f}**" if key in s else "-"
             lines.append(f"| {res['case']} | {label} | {s[name]['tok_per_s']:,.0f} | {hf} | {ratio} | "
-                         f"{s[name]['mfu']:.1%} | `{command}` |")
+                         f"{format(s[name]['mfu'], '.1%') if strict else '–'} | `{command}` |")
         if "memory" in res:
             m = res["memory"]
             hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"
