@@ -50,11 +50,26 @@ def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) 
         assert torch.equal(cap.new_tokens, ref_ids) and (cap.log_probs - ref_lp).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
+@pytest.mark.parametrize("mem_len", [4, 30])
+def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
+    """Batch 1 takes other products (every float product a multiply-and-sum, the ring's too: ``float_linear``,
+    ``_dot_keys``, ``_dot_positions``, ``_mix_values``) than batch 2: the same tokens and log-probabilities."""
+    model, ids = _model(**overrides), _prompt(b=1)
+    plain = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=False)
+    dec = _eager(model, batch=1, mem_len=mem_len)
+    cap = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=dec)
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(cap.mems, plain.mems))
+
+
 def test_compiled_step_equals_the_plain_step() -> None:
-    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles."""
+    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles; at batch 1, where
+    every product is a reduction inductor generates (batch 2 differs only by calling BLAS)."""
     model = _model(cutoffs=[10, 25])
-    ids = _prompt()
-    dec = CapturedDecoder(model, batch=2, mem_len=4)
+    ids = _prompt(b=1)
+    dec = CapturedDecoder(model, batch=1, mem_len=4)
     plain = generate(model, ids, max_new_tokens=12, mem_len=4, captured=False)
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
