@@ -137,22 +137,41 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
-    buf = torch.ones(read_rate(passes=1)["buffer_bytes"] // 4)
-    rate = buf.nbytes / _best(buf.sum, clock, 5)[0]  # the yardstick's read pass, on the steps' clock
-    del buf
+    rate = _read_pass(clock)
     report = {"command": "python benchmarks/decode_kernels.py " + " ".join(
         [f"--threads {args.threads}", "--cases", *args.cases, f"--steps {args.steps}"]),
         "machine": machine(), "torch": torch.__version__,
         "clock": "thread_time (CPU time of the one thread)" if args.threads == 1 else "wall",
         "read_rate_bytes_per_s": rate, "rows": []}
     print(f"read rate {rate / 1e9:.1f} GB/s ({report['clock']}); load {report['machine']['load_average']}", flush=True)
+    rates = [rate]
     with torch.no_grad():
         for case in args.cases:
             shape, mem_len, batch = case.split(":")
             report["rows"].append(run_case(shape, int(mem_len), int(batch), clock, args.steps, rate))
+            rates.append(_read_pass(clock))  # the load moves: the limit is the best read pass of the whole run
+            _shares(report, rates)
             report["load_average_after"] = machine()["load_average"]
             if args.out:
                 args.out.write_text(json.dumps(report, indent=1) + "\n")
+    for row in report["rows"]:
+        print(", ".join(f"{row['shape']} mem {row['mem_len']} batch {row['batch']} {name} "
+                        f"{row[name]['share_of_read_rate']:.0%}" for name in VARIANTS if name in row))
+
+
+def _read_pass(clock) -> float:
+    buf = torch.ones(read_rate(passes=1)["buffer_bytes"] // 4)
+    return buf.nbytes / _best(buf.sum, clock, 5)[0]  # the yardstick's read pass, on the steps' clock
+
+
+def _shares(report: dict, rates: list[float]) -> None:
+    """Every share against the best read rate of the run so far."""
+    best = max(rates)
+    report["read_rate_bytes_per_s"], report["read_rate_samples"] = best, rates
+    for row in report["rows"]:
+        for name in VARIANTS:
+            if name in row:
+                row[name]["share_of_read_rate"] = row[name]["bytes_per_s"] / best
 
 
 if __name__ == "__main__":

@@ -330,7 +330,7 @@ def plain_step_bytes(model: torch.nn.Module, tokens: torch.Tensor, mems: list[to
     first loads the memory into a new inference cache, the second grows its tables)."""
     from transformer_xl.inference.generate import stream
 
-    steps = stream(model, tokens[:, None], mems=mems, max_new_tokens=3, mem_len=mem_len)
+    steps = stream(model, tokens[:, None], mems=mems, max_new_tokens=3, mem_len=mem_len, captured=False)
     next(steps)
     next(steps)
     return touched_bytes(lambda: next(steps))
