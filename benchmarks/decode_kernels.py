@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import transformer_xl.inference.captured as captured
 import transformer_xl.inference.decode as decode
 from transformer_xl.experiments.bench.generate import shape_config
-from transformer_xl.experiments.bench.yardstick import machine, mv_skeleton_rate, read_rate, step_bytes
+from transformer_xl.experiments.bench.yardstick import machine, read_rate, step_bytes
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.presets import cpu_small, wt103_base
 
@@ -116,16 +116,7 @@ def run_case(shape: str, mem_len: int, batch: int, clock, n: int, rate: float) -
         print(f"{shape} mem {mem_len} batch {batch} {name}: {r['best_s'] * 1e3:.2f} ms, "
               f"{total / r['best_s'] / 1e9:.1f} GB/s = {row[name]['share_of_read_rate']:.0%} of the read rate "
               f"(plain {plain[0] * 1e3:.2f} ms; compile {r['compile_s']:.0f} s)", flush=True)
-    mats = [t for t in decode_weights(model) if t.dim() == 2]
-    row["mv_skeleton_bytes_per_s"] = mv_skeleton_rate(mats)
     return row
-
-
-def decode_weights(model: TransformerXLLM) -> list[torch.Tensor]:
-    """The float matrices of a batch-1 step, in step order (for the ``torch.mv`` skeleton)."""
-    w = decode.pack(model)
-    mats = [m for layer in w["layers"] for m in (layer["qkv"][0], layer["o"][0], layer["ff1"][0], layer["ff2"][0])]
-    return mats + [lin[0] for pair in w["head"] for lin in pair if lin is not None]
 
 
 def main() -> None:
