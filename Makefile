@@ -15,7 +15,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-all lint docs docs-serve demo clean mutate
+.PHONY: install test test-all lint docs docs-serve figures demo clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ docs: $(DOCSDEPS)
 
 docs-serve: $(DOCSDEPS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The tables of figures in README.md and docs/*.md, rendered again from benchmarks/results/*.json.
+figures: $(RUNTIME)
+	$(BIN)/python benchmarks/render_docs.py
 
 test: lint docs
 	bash .ci/pytest.sh -m "not slow"

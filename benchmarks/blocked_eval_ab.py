@@ -23,8 +23,8 @@ import torch
 
 import transformer_xl.model.attention as attention
 from transformer_xl.experiments.bench.cases import bench_case
-from transformer_xl.experiments.bench.measure import matmul_peak, model_flops
 from transformer_xl.experiments.bench.runner import zipf_tokens
+from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peak
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.blocked import ShiftedScores, attend_blocked
 from transformer_xl.model.dispatch import attend
@@ -69,7 +69,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     seq = zipf_tokens(cfg.n_token, (case.batch_size, cfg.tgt_len + 1), gen)
     x, y = seq[:, :-1], seq[:, 1:]
-    peak = matmul_peak("cpu", "fp32")
+    peak = gemm_peak("fp32")
     print(f"case {args.case}, {torch.get_num_threads()} threads, fp32 peak {peak / 1e9:.1f} GFLOP/s, "
           f"{'CPU' if args.cpu_time else 'wall'} time, load {os.getloadavg()}")
     for mem in [int(m) for m in args.mem_lens.split(",")]:
@@ -91,7 +91,8 @@ def main() -> None:
                         recs[name](x, y)
                     times[name].append((clock() - t) / args.steps)
         attention.attend = attend
-        flops = model_flops(cfg, batch=case.batch_size, qlen=cfg.tgt_len, mlen=mem, targets=y, streaming=True)
+        flops = forward_flops(cfg, batch=case.batch_size, qlen=cfg.tgt_len, mlen=mem, targets=y,
+                              streaming=True)["total"]
         base = statistics.median(times["whole"])
         for name in paths:
             t = statistics.median(times[name])

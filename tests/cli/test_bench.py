@@ -23,7 +23,7 @@ def tiny_case(monkeypatch):
     from transformer_xl.experiments.bench import report
 
     monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**TINY), 2))
-    monkeypatch.setattr(report, "matmul_peaks", lambda device: {"fp32": 1e9, "bf16": 2e9})
+    monkeypatch.setattr(report, "gemm_peaks", lambda device: {"fp32": 1e9, "bf16": 2e9, "bf16_gemm": 2e9})
     monkeypatch.setattr(report, "hf_available", lambda: False)
 
 

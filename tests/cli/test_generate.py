@@ -197,6 +197,31 @@ def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypa
     assert all(len(s["token_ids"]) == 8 for s in runs["--captured --quantize int8"])
 
 
+def test_cli_generate_chooses_the_captured_step_and_notes_its_compilation(tmp_path, capsys, monkeypatch) -> None:
+    """By default the library's rule chooses (here made to say yes): the captured step, its first step noted on
+    stderr, the plain step's tokens; ``--no-captured`` keeps the plain step; the two flags exclude each other."""
+    from transformer_xl.inference import captured, decode
+    from transformer_xl.inference import generate as gen
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(captured, "_DONE", set())
+    monkeypatch.setattr(captured, "_compiled", lambda device: lambda *a: decode.step(*a))  # eager, "compiled"
+    monkeypatch.setattr(gen, "pays", lambda *a: True)
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    runs = {}
+    for extra in ([], ["--no-captured"]):
+        assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "8", "--greedy",
+                     "--json", *extra]) == 0
+        out = capsys.readouterr()
+        runs[" ".join(extra)] = json.loads(out.out)["samples"][0]["token_ids"], out.err
+    assert runs[""][0] == runs["--no-captured"][0]
+    assert "txl generate: captured decode step: compiling (expected about" in runs[""][1]
+    assert "txl generate: captured decode step: first step" in runs[""][1]
+    assert "captured" not in runs["--no-captured"][1]
+    assert main(["generate", str(model_dir), "--captured", "--no-captured"]) == 2
+    assert "not allowed with argument" in one_line_error(capsys, "txl generate: error: ")
+
+
 def test_cli_generate_penalties_change_greedy_output(tmp_path, capsys) -> None:
     _, model_dir = _tiny(tmp_path, _word_vocab())
     runs = {}

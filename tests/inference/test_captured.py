@@ -39,7 +39,7 @@ def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) 
     model = _model(**overrides)
     ids, n = _prompt(), 14
     for kw in ({"do_sample": True, "top_k": 3, "seed": 5}, {}):  # sampled: words of every cluster
-        plain = generate(model, ids, max_new_tokens=n, mem_len=mem_len, **kw)
+        plain = generate(model, ids, max_new_tokens=n, mem_len=mem_len, captured=False, **kw)
         cap = generate(model, ids, max_new_tokens=n, mem_len=mem_len, captured=_eager(model, mem_len=mem_len), **kw)
         assert torch.equal(cap.new_tokens, plain.new_tokens)
         assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
@@ -50,12 +50,27 @@ def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) 
         assert torch.equal(cap.new_tokens, ref_ids) and (cap.log_probs - ref_lp).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
+@pytest.mark.parametrize("mem_len", [4, 30])
+def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
+    """Batch 1 takes other products (every float product a multiply-and-sum, the ring's too: ``float_linear``,
+    ``_dot_keys``, ``_dot_positions``, ``_mix_values``) than batch 2: the same tokens and log-probabilities."""
+    model, ids = _model(**overrides), _prompt(b=1)
+    plain = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=False)
+    dec = _eager(model, batch=1, mem_len=mem_len)
+    cap = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=dec)
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(cap.mems, plain.mems))
+
+
 def test_compiled_step_equals_the_plain_step() -> None:
-    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles."""
+    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles; at batch 1, where
+    every product is a reduction inductor generates (batch 2 differs only by calling BLAS)."""
     model = _model(cutoffs=[10, 25])
-    ids = _prompt()
-    dec = CapturedDecoder(model, batch=2, mem_len=4)
-    plain = generate(model, ids, max_new_tokens=12, mem_len=4)
+    ids = _prompt(b=1)
+    dec = CapturedDecoder(model, batch=1, mem_len=4)
+    plain = generate(model, ids, max_new_tokens=12, mem_len=4, captured=False)
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
@@ -100,7 +115,7 @@ def test_interleaved_streams_over_one_decoder() -> None:
         got_a.append(sa.tokens)
         got_b.append(sb.tokens)
     for got, seed in ((got_a, 1), (got_b, 2)):
-        ref = generate(model, _prompt(seed=seed), max_new_tokens=10, mem_len=5)
+        ref = generate(model, _prompt(seed=seed), max_new_tokens=10, mem_len=5, captured=False)
         assert torch.equal(torch.stack(got, 1), ref.new_tokens)
 
 
@@ -109,7 +124,7 @@ def test_narrower_types_stay_close() -> None:
     model is measured in docs/performance.md), never the shapes or the memories' layout."""
     model = _model()
     ids = _prompt()
-    plain = generate(model, ids, max_new_tokens=8, mem_len=4)
+    plain = generate(model, ids, max_new_tokens=8, mem_len=4, captured=False)
     forced = torch.cat([ids, plain.new_tokens], 1)
     for kw, tol in (({"kv_dtype": "bfloat16"}, 0.03), ({"int8": True}, 0.15)):
         dec = _eager(model, mem_len=4, **kw)
@@ -161,7 +176,7 @@ def test_a_generation_builds_its_decoder_from_options_and_checks_a_given_one() -
         with pytest.raises(ConfigError, match=r"another model, batch .* or lengths"):
             generate(model, ids, max_new_tokens=2, mem_len=4, clamp_len=3, captured=given)
     same = _eager(model, mem_len=4, clamp_len=3)
-    plain = generate(model, ids, max_new_tokens=6, mem_len=4, clamp_len=3)
+    plain = generate(model, ids, max_new_tokens=6, mem_len=4, captured=False, clamp_len=3)
     cap = generate(model, ids, max_new_tokens=6, mem_len=4, clamp_len=3, captured=same)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     with pytest.raises(ConfigError, match="captured must be"):
@@ -186,7 +201,7 @@ def test_cuda_graph_step_equals_the_plain_step() -> None:
     """On CUDA the compiled step is replayed as a CUDA graph (reduce-overhead, the buffers static)."""
     model = _model().cuda()
     ids = _prompt().cuda()
-    plain = generate(model, ids, max_new_tokens=12, mem_len=4)
+    plain = generate(model, ids, max_new_tokens=12, mem_len=4, captured=False)
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=True)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
@@ -269,7 +284,77 @@ def test_the_shortest_clamp_lengths_match_the_plain_step(clamp_len) -> None:
     """clamp_len 0 clamps nothing; 1 makes every distance but 0 look like 1."""
     model = _model(clamp_len=clamp_len)
     ids = _prompt()
-    plain = generate(model, ids, max_new_tokens=6, mem_len=4)
+    plain = generate(model, ids, max_new_tokens=6, mem_len=4, captured=False)
     cap = generate(model, ids, max_new_tokens=6, mem_len=4, captured=_eager(model, mem_len=4))
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+
+
+# ---------------------------------------------------------------------------------------------- captured by default
+def test_the_rule_captures_when_the_tokens_left_repay_the_compilation() -> None:
+    """``pays``: the time the tokens save (a plain step's seconds times the share saved) against the compile time."""
+    from transformer_xl.inference.captured import pays
+
+    step_s, compile_s = 0.03, 20.0
+    enough = int(compile_s / (step_s * 0.5)) + 1
+    assert not pays(5, step_s, compile_s, saving=0.5)  # a handful of tokens: the plain step
+    assert pays(enough, step_s, compile_s, saving=0.5) and not pays(enough - 2, step_s, compile_s, saving=0.5)
+    assert pays(1, step_s, 0.0) and not pays(0, step_s, 0.0)  # compiled already: any step left
+    assert not pays(enough, step_s, compile_s, saving=0.25)
+
+
+def test_the_compile_estimate_is_cold_warm_from_the_disk_cache_and_zero_once_compiled(tmp_path, monkeypatch) -> None:
+    import transformer_xl.inference.captured as captured
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(captured, "_DONE", set())
+    key = captured.step_key(_model(), batch=1, lengths=_model().config.lengths(mem_len=4, ext_len=0),
+                            options=CaptureOptions())
+    assert captured.compile_estimate(key) == captured.COMPILE_S["cold"]
+    captured._record(key)
+    assert captured.compile_estimate(key) == 0.0  # this process holds the graph
+    captured._DONE.clear()  # another process: inductor's on-disk cache holds it
+    assert captured.compile_estimate(key) == captured.COMPILE_S["warm"]
+    other = key.replace('"float32"', '"bfloat16"')
+    assert other != key and captured.compile_estimate(other) == captured.COMPILE_S["cold"]
+
+
+def test_auto_true_and_false_give_the_same_tokens_and_auto_chooses_by_the_rule(tmp_path, monkeypatch) -> None:
+    """``captured=None`` (the default) decodes plain when the rule says no and captured when it says yes; both give
+    the tokens of ``captured=False`` and ``captured=True`` (the step run eagerly as if compiled: the compiled graph is
+    tested above), and a captured generation notes its first step."""
+    import transformer_xl.inference.captured as captured
+    import transformer_xl.inference.generate as gen
+    from transformer_xl.inference import decode
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(captured, "_DONE", set())
+    monkeypatch.setattr(captured, "_compiled", lambda device: lambda *a: decode.step(*a))
+    model, ids = _model(cutoffs=[10, 25]), _prompt()
+    runs, notes = {}, []
+    for name, choice in (("plain", False), ("captured", True), ("auto", None)):
+        for says in (False, True):
+            monkeypatch.setattr(gen, "pays", lambda *a, says=says: says)
+            before = len(notes)
+            out = generate(model, ids, max_new_tokens=12, mem_len=4, captured=choice, note=notes.append)
+            runs[name, says] = out
+            assert (len(notes) > before) == (choice is True or (choice is None and says)), (name, says, notes)
+    for key, out in runs.items():
+        assert torch.equal(out.new_tokens, runs["plain", False].new_tokens), key
+        assert (out.log_probs - runs["plain", False].log_probs).abs().max() <= 1e-5, key
+    assert notes[0].startswith("captured decode step: ") and notes[-1].startswith("captured decode step: ")
+
+
+def test_auto_uses_the_plain_step_for_a_model_the_captured_step_does_not_support(monkeypatch) -> None:
+    """An unsupported model (attn_type 1, a sampled softmax) decodes plain under the default, silently; with
+    ``captured=True`` it is a one-line error."""
+    import transformer_xl.inference.generate as gen
+
+    monkeypatch.setattr(gen, "pays", lambda *a: True)
+    for overrides, why in (({"attn_type": 1}, "attn_type 1"), ({"sample_softmax": 8}, "sampled-softmax")):
+        model, ids, notes = _model(**overrides), _prompt(), []
+        plain = generate(model, ids, max_new_tokens=6, mem_len=4, captured=False)
+        auto = generate(model, ids, max_new_tokens=6, mem_len=4, note=notes.append)
+        assert torch.equal(auto.new_tokens, plain.new_tokens) and not notes
+        with pytest.raises(ConfigError, match=f"^the captured decode step does not support .*{why}.*; use the plain"):
+            generate(model, ids, max_new_tokens=6, mem_len=4, captured=True)

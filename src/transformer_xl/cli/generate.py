@@ -74,10 +74,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is produced (one sample)")
     p.add_argument("--json", action="store_true",
                    help="print JSON: ids, symbols and log-probs per sample (with --stream: one JSON line per token)")
-    p.add_argument("--captured", action="store_true",
-                   help="decode with the captured (compiled) one-token step: the same tokens, faster per token after "
-                   "a one-off compilation; with --quantize int8 its int8 weights and a bf16 key/value cache "
-                   "(docs/generation.md)")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--captured", action="store_true", default=None,
+                     help="always decode with the captured (compiled) one-token step: the same tokens, faster per "
+                     "token after a one-off compilation; with --quantize int8 its int8 weights and a bf16 key/value "
+                     "cache (default: the captured step when the tokens to generate repay its compilation, "
+                     "docs/generation.md)")
+    cap.add_argument("--no-captured", dest="captured", action="store_false",
+                     help="always decode with the plain step (no compilation)")
     p.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
                    help="torch: the PyTorch model (default); onnxruntime: MODEL is an ONNX export directory (txl "
                    "export onnx), run on ONNX Runtime on the CPU (needs the onnx extra)")
@@ -99,10 +103,10 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 def _captured(args: argparse.Namespace, int8: bool) -> Any:
-    """``captured=`` of the generation: False, or the options the library builds its decoder with (with int8
-    weights: a bf16 key/value ring too, the configuration ``txl bench generate`` measures)."""
+    """``captured=`` of the generation: None (the library's choice), False, or the options the library builds its
+    decoder with (with int8 weights: a bf16 key/value ring too, the configuration ``txl bench generate`` measures)."""
     if not args.captured:
-        return False
+        return args.captured
     from transformer_xl.inference.captured import CaptureOptions
 
     return CaptureOptions(int8=True, kv_dtype="bfloat16") if int8 else CaptureOptions()
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is not None and args.level is not None:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
     prompt = _read_prompt(args)
-    int8 = args.captured and args.quantize == "int8"  # the captured step packs its own int8 weights
+    int8 = bool(args.captured) and args.quantize == "int8"  # the captured step packs its own int8 weights
     if args.backend == "onnxruntime":
         model, vocab, codec = _onnx_model(args)
     else:
@@ -143,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
                          do_sample=not args.greedy, temperature=args.temperature, top_k=args.top_k,
                          top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
                          no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed, mem_len=args.mem_len,
-                         clamp_len=args.clamp_len, captured=_captured(args, int8))
+                         clamp_len=args.clamp_len, captured=_captured(args, int8),
+                         note=stderr_note("txl generate"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptWarning)
         if args.stream:

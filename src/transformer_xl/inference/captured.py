@@ -25,9 +25,11 @@ decoder of the same model shape (another generation) reuses it without compiling
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -52,6 +54,74 @@ class CaptureOptions:
 
 
 _COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
+
+# ---------------------------------------------------------------------------------------------- when it pays
+#: What the first step of a captured decoder is expected to cost, in seconds: inductor compiling the graph
+#: ("cold") or taking it from its on-disk cache ("warm", a graph this machine compiled before). A rough estimate
+#: for a 2-core CPU, on the safe side: cold compiles of the batch-1 graph took minutes on an oversubscribed machine
+#: (compile_s in benchmarks/results/decode_kernels_cpu_1t.json), earlier graphs of fewer kernels 14-20 s cold and
+#: 1.4-3.5 s warm on a quiet one.
+COMPILE_S = {"cold": 60.0, "warm": 5.0}
+
+#: The share of a plain step's time the captured step saves, at least (the same file: about half on WT103-base's
+#: shape, more on the demo model's).
+SAVING = 0.5
+
+_DONE: set[str] = set()  # keys of the steps compiled in this process (torch.compile holds their graphs)
+_SEEN_FILE = "txl_captured_steps.json"  # in inductor's cache directory: the keys it holds a compiled graph of
+
+
+def pays(new_tokens: int, step_s: float, compile_s: float, saving: float = SAVING) -> bool:
+    """Whether decoding ``new_tokens`` tokens with the captured step repays compiling it: the time saved,
+    ``new_tokens * step_s * saving`` (``step_s``: a plain step's seconds), exceeds ``compile_s``."""
+    return new_tokens * step_s * saving > compile_s
+
+
+def step_key(model: TransformerXLLM, *, batch: int, lengths: Lengths, options: CaptureOptions) -> str:
+    """What the compiled graph of a step depends on, as one string: the model's shape, the batch, the lengths, the
+    options, the weights' type and device, torch's version."""
+    p = next(model.parameters())
+    return json.dumps([torch.__version__, model.config.to_dict(), batch, lengths.mem_len, lengths.clamp_len,
+                       lengths.same_length, options.int8, options.kv_dtype, str(p.dtype), p.device.type],
+                      sort_keys=True)
+
+
+def _seen_path() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / _SEEN_FILE
+
+
+def _seen() -> set[str]:
+    try:
+        return set(json.loads(_seen_path().read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):  # none yet, or unreadable: nothing known compiled
+        return set()
+
+
+def compile_estimate(key: str) -> float:
+    """The seconds the first step of a decoder with :func:`step_key` ``key`` is expected to take compiling: 0 when
+    this process compiled it already, :data:`COMPILE_S` ``"warm"`` when inductor's cache directory holds it (this
+    machine compiled it before), else ``"cold"``."""
+    if key in _DONE:
+        return 0.0
+    return COMPILE_S["warm"] if key in _seen() else COMPILE_S["cold"]
+
+
+def _record(key: str) -> None:
+    """Remember that the step ``key`` was compiled (in this process, and beside inductor's cache)."""
+    _DONE.add(key)
+    seen = _seen()
+    if key in seen:
+        return
+    try:
+        path = _seen_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{id(seen)}.tmp")
+        tmp.write_text(json.dumps(sorted(seen | {key})), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:  # a read-only cache directory: the estimate stays "cold", nothing else changes
+        pass
 
 
 def _compiled(device: torch.device) -> object:  # pragma: no mutate block (left out: each check compiles, ~50 s)
@@ -124,6 +194,9 @@ class CapturedDecoder:
         if compile and (why := compile_unavailable(self.device.type)):
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
         self._fn = _compiled(self.device) if compile else step
+        self.compiled = self._fn is not step  # the step is torch.compile's graph (False: the function run eagerly)
+        #: what its compiled graph depends on (:func:`step_key`), for :func:`compile_estimate`
+        self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype))
         self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
         # equivalent mutants: load() sets both bounds before any step; any _mems but the last returned is reloaded
         self._lo = self._hi = 0  # pragma: no mutate
@@ -187,11 +260,12 @@ class CapturedDecoder:
             raise ConfigError(f"tokens must be [batch={self.batch}], got shape {tuple(tokens.shape)}")
         if not self._continues(mems):
             self.load(mems)
-        start = time.perf_counter() if self.compile_s is None and self._fn is not step else None
+        start = time.perf_counter() if self.compile_s is None and self.compiled else None
         log_probs, rows = self._fn(self.spec, self.weights, tokens.to(self.device), self.ks, self.vs,
                                    self.slot_pos, self.cur, self.pos_keys)  # [B, V], [L + 1, B, D]
         if start is not None:
             self.compile_s = time.perf_counter() - start
+            _record(self.key)
         assert self._hist is not None
         if self._hi == self._hist.size(2):  # full: the live window moves to new buffers
             self._new_hist(self._hist[:, :, self._lo:self._hi], self._hi - self._lo)

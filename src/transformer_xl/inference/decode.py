@@ -173,9 +173,20 @@ def linear(x: Tensor, lin: Linear) -> Tensor:
     width: the kernel needs a multiple of :data:`INT8_BLOCK`), the result back in ``x``'s type."""
     weight, scale, bias = lin
     if scale is None:
-        return F.linear(x, weight, bias)
+        return float_linear(x, weight, bias)
     xb = F.pad(x, (0, weight.size(1) - x.size(-1))).to(torch.bfloat16).contiguous()  # [N, in_16]
     y = torch.ops.aten._weight_int8pack_mm(xb, weight, scale).to(x.dtype)  # [N, out]
+    return y if bias is None else y + bias
+
+
+def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x W^T + b`` over float weights. One row (batch 1) is a multiply and a sum over ``in``, which the compiler
+    turns into one pass over ``W`` at about the machine's read rate; BLAS's matrix-vector kernel reads small
+    matrices at about half of it (``benchmarks/decode_kernels.py``). Several rows: BLAS (a sum per row would read
+    ``W`` once per row)."""
+    if x.size(0) != 1:
+        return F.linear(x, weight, bias)
+    y = (weight * x[:, None, :]).sum(-1)  # [1, out]
     return y if bias is None else y + bias
 
 
@@ -210,8 +221,9 @@ def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
 
 def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
     """``q . k`` per slot: ``q [B, H, E]``, ``k [B, H, C, E]`` -> ``[B, H, C]``; a batched matrix-vector product
-    on a float32 ring, a fused multiply-and-sum that widens a narrower ring as it reads it."""
-    if k.dtype == q.dtype:
+    on a float32 ring with several rows, else a fused multiply-and-sum (one pass over the ring; it widens a narrower
+    ring as it reads it)."""
+    if k.dtype == q.dtype and q.size(0) != 1:
         return torch.matmul(k, q[..., None])[..., 0]
     return (q[:, :, None, :] * k).sum(-1)
 
@@ -227,14 +239,14 @@ def position_keys(model: TransformerXLLM, r_dist: Tensor, dtype: torch.dtype) ->
 
 def _dot_positions(qv: Tensor, pos: Tensor) -> Tensor:
     """``qv . pos_d`` per distance: ``qv [B, H, E]``, ``pos [H, C, E]`` (shared by the batch) -> ``[B, H, C]``."""
-    if pos.dtype == qv.dtype:  # one [H, C, E] x [H, E, B] product
+    if pos.dtype == qv.dtype and qv.size(0) != 1:  # one [H, C, E] x [H, E, B] product
         return torch.matmul(pos, qv.permute(1, 2, 0)).permute(2, 0, 1)
     return (qv[:, :, None, :] * pos).sum(-1)
 
 
 def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
     """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
-    if v.dtype == prob.dtype:
+    if v.dtype == prob.dtype and prob.size(0) != 1:
         return torch.matmul(prob[:, :, None, :], v)[:, :, 0]
     return (prob[..., None] * v).sum(2)
 

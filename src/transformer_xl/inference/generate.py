@@ -23,17 +23,20 @@ model is back in the caller's mode, so two generations over one model do not dis
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError, check_int
-from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
+from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions, compile_estimate, pays, step_key
+from transformer_xl.inference.decode import supported
 from transformer_xl.inference.sampling import Penalties, check_sampling, choose_next, penalize
 from transformer_xl.interop.onnx_runtime import OnnxRecurrence, OnnxRuntimeLM
 from transformer_xl.model import Lengths, Recurrence, TransformerXLLM, eval_mode
+from transformer_xl.model.fastpath import compile_unavailable
 
 #: What generates: a PyTorch model, or an ONNX export on ONNX Runtime (:mod:`transformer_xl.interop.onnx_runtime`).
 LM = TransformerXLLM | OnnxRuntimeLM
@@ -112,7 +115,8 @@ def stream(
     pad_token_id: int | None = None,
     seed: int | None = None,
     generator: torch.Generator | None = None,
-    captured: bool | CaptureOptions | CapturedDecoder = False,
+    captured: bool | CaptureOptions | CapturedDecoder | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Iterator[GenerationStep]:
     """Yield one :class:`GenerationStep` per new token (incremental decoding, see the module docstring).
 
@@ -134,12 +138,18 @@ def stream(
         stop_token_ids: a row stops after emitting one of these; later steps give it ``pad_token_id``
             (default: the first stop token). Generation ends when every row stopped.
         seed / generator: randomness of sampling (a ``torch.Generator`` on the model's device or the CPU).
-        captured: decode every token after the prompt with the captured step
-            (:class:`~transformer_xl.inference.captured.CapturedDecoder`, compiled once per model shape): ``True``
-            builds one for these lengths and this batch, a
+        captured: how every token after the prompt is decoded. ``None`` (default): the captured step
+            (:class:`~transformer_xl.inference.captured.CapturedDecoder`, compiled once per model shape) when it
+            pays, else the plain step: the first step is plain and timed, and the rest is captured when
+            :func:`~transformer_xl.inference.captured.pays` says the tokens left repay the expected compilation
+            (none when compiled already in this process, a few seconds from inductor's on-disk cache), and the
+            model and the machine support it. ``False``: the plain step. ``True``: the captured one (a one-line
+            error where it cannot run), built for these lengths and this batch; a
             :class:`~transformer_xl.inference.captured.CaptureOptions` one with int8 weights and/or a bf16
-            key/value ring, or give your own decoder (made for this model, batch and lengths).
-            Same tokens and log-probabilities as the plain step (to float rounding).
+            key/value ring; or give your own decoder (made for this model, batch and lengths).
+            Same tokens and log-probabilities either way (to float rounding).
+        note: called with a one-line message when a generation starts the captured step (before compiling it,
+            with the expected seconds) and after its first step (the seconds it took).
     """
     check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     penalties = Penalties(repetition_penalty, no_repeat_ngram_size)
@@ -153,17 +163,54 @@ def stream(
         raise ConfigError(f"stop_token_ids must lie in [0, {cfg.n_token})")
     if generator is None and seed is not None and do_sample:
         generator = torch.Generator(device=ids.device).manual_seed(seed)
+    batch = ids.size(0)
     if isinstance(model, OnnxRuntimeLM):
-        if captured is not False:
+        if captured:
             raise ConfigError("captured decoding is a PyTorch step; the onnxruntime backend runs its exported step")
         rec: Recurrence | OnnxRecurrence = OnnxRecurrence(model, lengths, mems=mems)
-        decoder = None
+        decoding = _Decoding(model, batch, lengths, None, False, note)
     else:
         rec = Recurrence(model, lengths, mems=list(mems or []))
-        decoder = _decoder(model, captured, batch=ids.size(0), lengths=lengths)
+        auto = captured is None and supported(model) is None and not compile_unavailable(ids.device.type)
+        decoding = _Decoding(model, batch, lengths, None if captured is None else _decoder(
+            model, captured, batch=batch, lengths=lengths), auto, note)
     return _stream(model, ids, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
                    top_k=top_k, top_p=top_p, min_p=min_p, penalties=penalties, rec=rec, chunk=chunk, stop=stop,
-                   pad=pad_token_id, generator=generator, decoder=decoder)
+                   pad=pad_token_id, generator=generator, decoding=decoding)
+
+
+class _Decoding:
+    """How a generation computes the log-probabilities after each new token: the plain step, the captured one
+    (``decoder``), or, with ``auto``, a timed plain step first and then the one :func:`pays` chooses."""
+
+    def __init__(self, model: LM, batch: int, lengths: Lengths, decoder: CapturedDecoder | None,
+                 auto: bool, note: Callable[[str], None] | None) -> None:
+        self.model, self.batch, self.lengths = model, batch, lengths
+        self.decoder, self.auto, self.note = decoder, auto, note
+
+    def __call__(self, rec: Recurrence | OnnxRecurrence, tok: Tensor, left: int) -> Tensor:
+        """``[B, V]`` after ``tok [B]`` (``rec`` moves on); ``left``: the steps that may follow this one."""
+        if self.decoder is None:
+            start = time.perf_counter()
+            log_probs = _next_log_probs(self.model, rec, [tok[:, None]])  # one new position over the memories
+            if self.auto:
+                self.auto = False
+                if log_probs.device.type == "cuda":
+                    torch.cuda.synchronize()
+                key = step_key(self.model, batch=self.batch, lengths=self.lengths, options=CaptureOptions())
+                if pays(left, time.perf_counter() - start, compile_estimate(key)):
+                    self.decoder = _decoder(self.model, True, batch=self.batch, lengths=self.lengths)
+            return log_probs
+        dec = self.decoder
+        first = self.note is not None and dec.compile_s is None and dec.compiled
+        if first:
+            expected = compile_estimate(dec.key)
+            self.note(f"captured decode step: compiling (expected about {expected:.0f} s; --no-captured: the plain "
+                      "step)" if expected else "captured decode step: compiled already")
+        log_probs, rec.mems = dec.step(tok, rec.mems)  # the same as the plain step, as one captured graph
+        if first and dec.compile_s is not None:
+            self.note(f"captured decode step: first step {dec.compile_s:.1f} s")
+        return log_probs
 
 
 def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedDecoder, *, batch: int,
@@ -230,7 +277,7 @@ def _next_log_probs(model: LM, rec: Recurrence | OnnxRecurrence, segments: Itera
 def _stream(model: LM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, temperature: float,
             top_k: int, top_p: float, min_p: float, penalties: Penalties, rec: Recurrence | OnnxRecurrence, chunk: int,
             stop: Tensor, pad: int | None, generator: torch.Generator | None,
-            decoder: CapturedDecoder | None = None) -> Iterator[GenerationStep]:
+            decoding: _Decoding) -> Iterator[GenerationStep]:
     log_probs = _next_log_probs(model, rec, (ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)))  # [B, V]
     finished = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
     history = ids  # [B, t] the text so far (what the penalties look at)
@@ -248,10 +295,7 @@ def _stream(model: LM, ids: Tensor, *, max_new_tokens: int, do_sample: bool, tem
         yield GenerationStep(index=i, tokens=tok, log_probs=lp, finished=finished.clone(), mems=rec.mems)
         if i + 1 == max_new_tokens or bool(finished.all()):
             break
-        if decoder is None:
-            log_probs = _next_log_probs(model, rec, [tok[:, None]])  # one new position over the memories
-        else:
-            log_probs, rec.mems = decoder.step(tok, rec.mems)  # the same, as one captured graph
+        log_probs = decoding(rec, tok, max_new_tokens - i - 2)
 
 
 def generate(model: LM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]],

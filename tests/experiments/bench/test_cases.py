@@ -13,12 +13,8 @@ def test_cases_are_the_issue_configs() -> None:
     assert {"enwik8-base", "wt103-base"} <= set(CASES)
 
 
-def test_char_mid_is_issue_26s_model_at_161_mflop_per_token() -> None:
-    from transformer_xl.experiments.bench import model_flops
-
+def test_char_mid_is_the_mid_size_model() -> None:
     mid = bench_case("char-mid")
     cfg = mid.config
     assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, mid.batch_size) == (6, 512, 8, 64, 2048, 4)
     assert (cfg.tgt_len, cfg.mem_len) == (256, 256)
-    per_token = 3 * model_flops(cfg, batch=4, qlen=256, mlen=256, targets=None) / (4 * 256)
-    assert 155e6 < per_token < 167e6

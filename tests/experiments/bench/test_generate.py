@@ -20,6 +20,7 @@ TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, t
 @pytest.fixture
 def tiny_shape(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setitem(G.SHAPES, "tiny", lambda: TXLConfig(**TINY))
+    monkeypatch.setattr(G, "read_rate", functools.partial(G.read_rate, nbytes=2**16))  # structure, not speed
     return "tiny"
 
 
@@ -40,13 +41,17 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     report = G.run_generate_bench(opts, log=lines.append)
     (row,) = report["rows"]
     assert row["tok_per_s"]["txl"] > 0 and row["tok_per_s"]["txl-int8"] > 0 and len(row["rounds"]["txl"]) == 2
-    limit = row["limit"]
-    assert 0 < limit["weights_s"] < limit["weights_cache_s"]
-    assert limit["cache_bytes"] == TINY["n_layer"] * 2 * 2 * 12 * 16 * 4  # layers x (k, v) x rows x mem x H*E x 4
-    assert row["fraction"]["weights"] == pytest.approx(row["tok_per_s"]["txl"] / row["limit_tok_per_s"]["weights"])
+    # every txl decoder's share of the limit its own bytes give at the run's read rate
+    rate = report["read_rate"]["bytes_per_s"]
+    assert set(row["share"]) == {"txl", "txl-int8", "captured", "captured-int8"} and "hf" not in row["step_bytes"]
+    for name, nbytes in row["step_bytes"].items():
+        assert row["share"][name] == pytest.approx(row["tok_per_s"][name] * nbytes / (2 * rate))
+    # int8 weights and a bf16 ring: fewer bytes than the fp32 captured step
+    assert row["step_bytes"]["captured-int8"] < row["step_bytes"]["captured"]
+    assert row["kernel_bytes_per_s"]["linear_chain"] > 0 and report["env"]["cpu"] == report["machine"]
     if hf_available():  # the same greedy tokens as Hugging Face from the same weights and an empty memory
         assert row["hf_same_tokens"] == "8/8" and row["txl_over_hf"] > 0
-    assert len(lines) == 2 * len(row["rounds"])
+    assert len(lines) == 1 + 2 * len(row["rounds"]) and lines[0].startswith("read rate")
     # the prompt read once per model (fp32, int8) for all rounds, once per captured decoder (its compile), and by
     # the prefill timing (2 repeats)
     assert calls["prefill"] == 2 + 2 + 2
@@ -54,20 +59,18 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     assert row["tok_per_s"]["captured"] > 0 and row["tok_per_s"]["captured-int8"] > 0
     # 2 rows x (the prompt's token, the plain step's, 5 timed steps)
     assert row["captured_same_tokens"] == "14/14" and row["kv_dtype"] == "bfloat16"
-    assert row["fraction_captured"]["weights+cache"] == pytest.approx(
-        row["tok_per_s"]["captured"] / row["limit_tok_per_s"]["weights+cache"])
     pre = row["prefill"]
     assert pre["tok_per_s"] > 0 and 0 < pre["share_of_compute"] == pytest.approx(pre["flop_per_s"] / pre[
         "peak_flop_per_s"])
     table = G.to_markdown(report, "txl bench generate --shapes tiny")
     assert "`txl bench generate --shapes tiny`" in table and "| tiny | 12 | 2 |" in table
-    assert "Captured step and prefill" in table and "(bfloat16)" in table
+    assert "| tiny | 12 | 2 | captured step, int8 weights |" in table and "prefill tok/s" in table
 
 
 def test_prefill_flops_count_the_blocks_once_per_position() -> None:
     cfg = TXLConfig(**TINY)
     one = G.prefill_flops(cfg, batch=1, prompt_len=5)  # one segment, no memory
-    assert 2 * one < G.prefill_flops(cfg, batch=3, prompt_len=5) < 3 * one  # W_kR R is per segment, not per row
+    assert G.prefill_flops(cfg, batch=3, prompt_len=5) == 3 * one  # W_kR R comes from the inference cache
     # a second segment attends over the first: more than twice the first
     assert G.prefill_flops(cfg, batch=1, prompt_len=10) > 2 * one
 
@@ -79,6 +82,7 @@ def test_step_weights_are_every_matrix_a_step_reads() -> None:
     read = {names[id(m)] for m in mats}
     assert "layers.0.dec_attn.qkv_net.weight" in read and "layers.1.pos_ff.CoreNet.3.weight" in read
     assert "word_emb.emb_layers.0.weight" in read and "crit.cluster_weight" in read  # the output (tied) matrix
+    assert not any("r_net" in n for n in read)  # a step reads the table of position keys instead
     assert len(mats) == len({id(m) for m in mats})  # the tied embedding is counted once
 
 

@@ -30,7 +30,7 @@ def _cpu_char(**kw: Any) -> TXLConfig:
 #: ``*-base`` ones are the paper's base models with the official run scripts' batch sizes (for a GPU).
 CASES: dict[str, tuple[Callable[[], TXLConfig], int]] = {
     "char": (_cpu_char, 8),
-    # issue 26's mid-size character model (161 MFLOP per trained token)
+    # the mid-size character model (6 layers, d_model 512)
     "char-mid": (lambda: _cpu_char(n_layer=6, n_head=8, d_model=512, d_head=64, d_inner=2048, tgt_len=256,
                                    mem_len=256), 4),
     "word": (lambda: _cpu_char(n_token=33278, cutoffs=[2000, 10000], div_val=4, tie_projs=[False, True, True]), 8),

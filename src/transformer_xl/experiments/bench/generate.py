@@ -1,24 +1,26 @@
 """``txl bench generate``: generation tokens/s of txl against Hugging Face's loop and the memory-bandwidth limit.
 
-At batch 1 a decoding step multiplies one vector by every weight matrix once, so its floor is the time it takes
-to read those bytes (and, per row, the cached keys/values of the memory). For every case (a model shape, a
-memory length, a batch size) one run measures, alternating them over ``repeats`` rounds:
+A decoding step reads every weight it uses once, and the keys/values of the memory, so its floor is the time it
+takes to read those bytes at the machine's read rate. For every case (a model shape, a memory length, a batch
+size) one run measures, alternating them over ``repeats`` rounds:
 
 * **txl**: :func:`transformer_xl.inference.generate.stream`, greedy, after a prompt of ``mem_len`` tokens (the memory
-  is full from the first step), decode steps only;
+  is full from the first step), decode steps only; the captured step (fp32, and int8 weights with a ``kv_dtype``
+  ring) through :class:`~transformer_xl.inference.captured.CapturedDecoder`;
 * **HF**: Hugging Face TransfoXL (same weights, :func:`transformer_xl.interop.hf.build_hf`) looping its forward with
   ``mems``, one token per step (its ``generate`` does not run on the deprecated model), decode steps only;
   the greedy tokens are compared with txl's;
 * **txl int8** (``int8=True``): the same model after :meth:`~transformer_xl.model.TransformerXLLM.quantize`;
-* **the bandwidth limit**: a matrix-vector pass (``F.linear`` of ``batch`` rows) over every weight matrix a
-  step reads, with the model's own tensors (``weights``), and the same plus one ``bmm`` read of every layer's
-  cached keys and values of that memory length and batch (``weights+cache``); its inverse is the tokens/s a
-  step could reach if it did nothing but read those bytes once.
+* **the limit** of each txl decoder (:mod:`~transformer_xl.experiments.bench.yardstick`): the bytes its step
+  reads (the captured step's from its packed weights, ring and position-key table; the plain step's counted by
+  running one under a dispatch mode) at the read rate of a buffer far larger than the last-level cache, measured
+  once per run. A share above 100 % is refused. Beside the read rate, the rates of the ``F.linear`` chain over the
+  weights (the limit this bench used before, a BLAS kernel's speed) and of the bare ``torch.mv`` skeleton.
 
-Reported: tokens/s (all rows), txl ÷ HF (median of the per-round ratios), txl's fraction of each limit, and how
-many of the generated tokens (rows × steps) HF and int8 share with txl. Random weights give nearly flat
-next-token distributions (top-2 gaps of 0.01 nats), so int8 rounding flips some greedy choices; its accuracy
-cost is measured on a trained model instead (``docs/performance.md``).
+Reported: tokens/s (all rows), ÷ HF (median of the per-round ratios), each decoder's bytes per step, limit and
+share, and how many of the generated tokens (rows × steps) the others share with the plain step. Random weights
+give nearly flat next-token distributions (top-2 gaps of 0.01 nats), so int8 rounding flips some greedy choices;
+its accuracy cost is measured on a trained model instead (``docs/generation-speed.md``).
 Shapes: ``wt103-base`` is the paper's WT103 base model (16 layers, d_model 410, 10 heads of 41, d_inner 2100)
 with a 33,278-word adaptive softmax (cutoffs 2000/10000, the size of WikiText-2's vocabulary), ``enwik8-base``
 the enwik8 base model (12 layers, d_model 512, 8 heads of 64, d_inner 2048, 204 characters); random weights.
@@ -34,10 +36,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.experiments.bench.measure import matmul_peak, model_flops, sync
+from transformer_xl.experiments.bench.measure import sync
+from transformer_xl.experiments.bench.yardstick import (
+    forward_flops,
+    gemm_peak,
+    linear_chain_rate,
+    machine,
+    mv_skeleton_rate,
+    plain_step_bytes,
+    read_rate,
+    share,
+    step_bytes,
+)
 from transformer_xl.inference.captured import KV_DTYPES, CapturedDecoder
 from transformer_xl.inference.decode import supported
 from transformer_xl.inference.generate import GenerationStep, stream
@@ -45,7 +57,6 @@ from transformer_xl.inference.loading import check_device
 from transformer_xl.interop.hf import build_hf, hf_available, hf_compat
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.presets import enwik8_base, wt103_base
-from transformer_xl.train.precision import cpu_flags, cpu_model
 
 #: Shape name -> config (random weights).
 SHAPES: dict[str, Callable[[], TXLConfig]] = {
@@ -129,53 +140,36 @@ def hf_greedy(hf: Any, prompt: torch.Tensor, n: int, chunk: int) -> tuple[list[t
 
 # ---------------------------------------------------------------------------------------------- the limit
 def step_weights(model: TransformerXLLM) -> list[torch.Tensor]:
-    """The weight matrices one decoding step of ``model`` multiplies by: every matrix of the blocks (``W_kR``
-    too: a one-query step takes the query to d_model through it) and of the output softmax (the tied input
-    embedding is that same matrix; an untied one is only indexed)."""
-    mats = [p for p in model.layers.parameters() if p.dim() == 2]
+    """The weight matrices one decoding step multiplies by, in step order: every layer's ``[W_q; W_k; W_v]``,
+    ``W_o`` and feed-forward (not ``W_kR``: a step reads a table of position keys instead), then the output
+    softmax's (the tied input embedding is that same matrix; an untied one is only indexed)."""
+    mats = [p for n, p in model.layers.named_parameters() if p.dim() == 2 and "r_net" not in n]
     head = model.crit if hasattr(model, "crit") else model.out_layer
     return mats + [p for p in head.parameters() if p.dim() == 2]
 
 
-def stream_limit(weights: list[torch.Tensor], *, batch: int, n_layer: int, n_head: int, d_head: int,
-                 mem_len: int, repeats: int = 5) -> dict[str, float]:
-    """Seconds of one pass that reads ``weights`` once (``F.linear`` of ``batch`` rows), and of the same pass
-    plus the keys and values of ``mem_len`` positions per layer and row (``bmm``, one query per head): the
-    fastest of ``repeats`` passes each."""
-    device = weights[0].device
-    xs = {w.size(1): torch.randn(batch, w.size(1), device=device) for w in weights}
-    kv = [torch.randn(2, batch * n_head, mem_len, d_head, device=device) for _ in range(n_layer)]
-    q = torch.randn(batch * n_head, 1, d_head, device=device)
+def kernel_rates(model: TransformerXLLM, batch: int) -> dict[str, float]:
+    """For comparison with the read rate: bytes/s of ``F.linear`` of ``batch`` rows over :func:`step_weights` (the
+    limit this bench used before) and of the bare ``torch.mv`` skeleton of a batch-1 step."""
+    weights = step_weights(model)
+    return {"linear_chain": linear_chain_rate(weights, batch=batch), "mv_skeleton": mv_skeleton_rate(weights)}
 
-    def weights_pass() -> None:
-        for w in weights:
-            F.linear(xs[w.size(1)], w)
 
-    def cache_pass() -> None:
-        for k_v in kv:
-            torch.bmm(torch.bmm(q, k_v[0].transpose(1, 2)), k_v[1])
-
-    def best(fn: Callable[[], None]) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            sync(device.type)
-            t = time.perf_counter()
-            fn()
-            sync(device.type)
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    w, c = best(weights_pass), best(cache_pass)
-    return {"weights_s": w, "cache_s": c, "weights_cache_s": w + c,
-            "weights_bytes": sum(t.numel() * t.element_size() for t in weights),
-            "cache_bytes": sum(t.numel() * t.element_size() for t in kv)}
+def _shares(row: dict[str, Any], rate: float) -> None:
+    """Every decoder's limit (tokens/s if a step took only the time to read its bytes once at ``rate``) and its
+    share of it (refused above 100 %: :func:`~transformer_xl.experiments.bench.yardstick.share`)."""
+    batch, tps = row["batch"], row["tok_per_s"]
+    row["limit_tok_per_s"] = {k: batch * rate / n for k, n in row["step_bytes"].items()}
+    row["share"] = {k: share(tps[k], lim, f"{row['shape']} mem_len {row['mem_len']} batch {batch} {k}")
+                    for k, lim in row["limit_tok_per_s"].items()}
 
 
 # ---------------------------------------------------------------------------------------------- a case
-def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
+def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions, rate: float,
              log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """One case: tokens/s of every decoder, the ratios and the limits (see the module docstring)."""
+    """One case: tokens/s of every decoder, the ratios, the bytes of each decoder's step and its share of the limit
+    they give at the read rate (bytes/s: the larger of ``rate`` and a measurement after the case's rounds; see the
+    module docstring)."""
     torch.manual_seed(opts.seed)
     cfg = shape_config(shape)
     model = TransformerXLLM(cfg).eval()
@@ -192,6 +186,7 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
         counts["hf"] = opts.hf_tokens
     model.to(opts.device)
     compile_s: dict[str, float] = {}
+    nbytes: dict[str, int] = {}
     if opts.captured and supported(model) is None:
         for name, kw in (("captured", {}), ("captured-int8", {"int8": True, "kv_dtype": opts.kv_dtype})):
             if kw and not (opts.int8 and opts.device == "cpu"):
@@ -199,6 +194,7 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
             dec = CapturedDecoder(model, batch=batch, mem_len=mem_len, **kw)
             _txl_decode(model, prompt[:, :cfg.tgt_len], 1, mem_len, dec)  # compiles (once per model shape)
             compile_s[name] = dec.compile_s or 0.0
+            nbytes[name] = step_bytes(dec)["total"]
             decoders[name] = lambda n, dec=dec: _txl_decode(model, prompt, n, mem_len, dec, prefilled)
             counts[name] = opts.new_tokens
     if opts.int8 and opts.device == "cpu":
@@ -216,16 +212,19 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
             rates[name].append(batch * counts[name] / secs)
             tokens[name] = toks
             log(f"  {shape} mem {mem_len} batch {batch} round {rnd + 1}: {name} {rates[name][-1]:.1f} tok/s")
-    limit = stream_limit(step_weights(model), batch=batch, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                         d_head=cfg.d_head, mem_len=mem_len)
+    plain = [("txl", model)] + ([("txl-int8", q_model)] if "txl-int8" in decoders else [])
+    for name, m in plain:  # from the prompt's state, as the timed steps
+        first = prefilled[id(m)]
+        nbytes[name] = plain_step_bytes(m, first.tokens, first.mems, mem_len=mem_len)
     row: dict[str, Any] = {"shape": shape, "mem_len": mem_len, "batch": batch, "params": model.num_parameters(),
-                           "limit": limit, "tok_per_s": {k: statistics.median(v) for k, v in rates.items()},
-                           "rounds": rates, "compile_s": compile_s, "kv_dtype": opts.kv_dtype}
+                           "tok_per_s": {k: statistics.median(v) for k, v in rates.items()}, "rounds": rates,
+                           "compile_s": compile_s, "kv_dtype": opts.kv_dtype, "step_bytes": nbytes,
+                           "kernel_bytes_per_s": kernel_rates(model, batch) if opts.device == "cpu" else {}}
+    # the limit: the best read rate of the run so far, measured again after this case's rounds (the load moves)
+    row["read_rate_bytes_per_s"] = max(rate, read_rate(opts.device)["bytes_per_s"])
+    _shares(row, row["read_rate_bytes_per_s"])
     if opts.prefill:
         row["prefill"] = measure_prefill(model, prompt, mem_len, repeats=opts.repeats)
-    txl = row["tok_per_s"]["txl"]
-    row["limit_tok_per_s"] = {"weights": batch / limit["weights_s"], "weights+cache": batch / limit["weights_cache_s"]}
-    row["fraction"] = {k: txl / v for k, v in row["limit_tok_per_s"].items()}
     ref = torch.stack(tokens["txl"], 1)
     if "hf" in rates:
         row["txl_over_hf"] = statistics.median(a / b for a, b in zip(rates["txl"], rates["hf"]))
@@ -236,10 +235,8 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
         row["int8_over_fp32"] = statistics.median(a / b for a, b in zip(rates["txl-int8"], rates["txl"]))
         q_toks = torch.stack(tokens["txl-int8"], 1)
         row["int8_same_tokens"] = f"{int((q_toks == ref).sum())}/{ref.numel()}"
-        row["fraction_int8"] = {k: row["tok_per_s"]["txl-int8"] / v for k, v in row["limit_tok_per_s"].items()}
     for name in ("captured", "captured-int8"):
         if name in rates:
-            row[f"fraction_{name}"] = {k: row["tok_per_s"][name] / v for k, v in row["limit_tok_per_s"].items()}
             row[f"{name}_same_tokens"] = f"{int((torch.stack(tokens[name], 1) == ref).sum())}/{ref.numel()}"
     if "captured-int8" in rates and "captured" in rates:
         row["captured_int8_over_fp32"] = statistics.median(
@@ -249,15 +246,12 @@ def run_case(shape: str, mem_len: int, batch: int, opts: GenerateBenchOptions,
 
 def prefill_flops(cfg: TXLConfig, *, batch: int, prompt_len: int) -> float:
     """Matmul FLOPs of reading a prompt in segments of ``tgt_len`` over a growing memory (capped at the prompt):
-    :func:`~transformer_xl.experiments.bench.measure.model_flops` with every position's keys/values projected
-    once (``streaming``), less the output softmax it counts at every position (a prompt needs it at the last)."""
-    total, d_0 = 0.0, cfg.d_embed
-    v_0 = (cfg.cutoffs[0] if cfg.cutoffs else cfg.n_token) + len(cfg.cutoffs)
-    proj = 2 * cfg.d_model * d_0 if (cfg.div_val > 1 or cfg.d_embed != cfg.d_model) else 0
+    :func:`~transformer_xl.experiments.bench.yardstick.forward_flops` of a stream (keys/values and position keys
+    from the inference cache), less the output softmax it counts at every position (a prompt needs it at the last)."""
+    total = 0.0
     for start in range(0, prompt_len, cfg.tgt_len):
-        qlen = min(cfg.tgt_len, prompt_len - start)
-        total += model_flops(cfg, batch=batch, qlen=qlen, mlen=start, targets=None, streaming=True)
-        total -= batch * qlen * (proj + 2 * d_0 * v_0)
+        parts = forward_flops(cfg, batch=batch, qlen=min(cfg.tgt_len, prompt_len - start), mlen=start, streaming=True)
+        total += parts["total"] - parts["softmax"]
     return total
 
 
@@ -272,9 +266,9 @@ def measure_prefill(model: TransformerXLLM, prompt: torch.Tensor, mem_len: int, 
         sync(prompt.device.type)
         best = min(best, time.perf_counter() - start)
     flops = prefill_flops(model.config, batch=prompt.size(0), prompt_len=prompt.size(1))
-    peak = matmul_peak(prompt.device.type, "fp32")
+    peak = gemm_peak("fp32", prompt.device.type)
     return {"tok_per_s": prompt.numel() / best, "flop_per_s": flops / best, "peak_flop_per_s": peak,
-            "share_of_compute": flops / best / peak}
+            "share_of_compute": share(flops / best, peak, "prefill")}
 
 
 def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -284,68 +278,76 @@ def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = 
         raise ConfigError(f"unknown kv dtype {opts.kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
     for shape in opts.shapes:  # every name checked before any case runs
         shape_config(shape)
-    rows = [run_case(s, m, b, opts, log) for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
-    machine = torch.cuda.get_device_name() if opts.device.startswith("cuda") else cpu_model()
+    rate = read_rate(opts.device)
+    log(f"read rate {rate['bytes_per_s'] / 1e9:.1f} GB/s ({rate['buffer_bytes'] / 2**20:.0f} MiB, {rate['method']})")
+    rows = [run_case(s, m, b, opts, rate["bytes_per_s"], log)
+            for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
+    box = machine(opts.device)
     return {"options": asdict(opts), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": machine, "cpu_flags": cpu_flags(wanted=FLAGS), "hf": opts.hf and hf_available(), "rows": rows}
+            "machine": box.get("gpu", box["cpu"]), "cpu_flags": box["cpu_flags"], "env": box, "read_rate": rate,
+            "hf": opts.hf and hf_available(), "rows": rows}
 
 
-#: The CPU flags that decide which kernels run (vector width, bf16 and int8 dot products, AMX tiles).
-FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+#: Decoders in table order, and what each is.
+DECODERS = {"txl": "plain step", "captured": "captured step", "txl-int8": "plain step, int8 weights",
+            "captured-int8": "captured step, int8 weights", "hf": "Hugging Face loop"}
+
+
+def _num(v: float | None, fmt: str = ".1f", unit: str = "") -> str:
+    return "–" if v is None else format(v, fmt) + unit
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
-    """The report as a Markdown table, with the command that measured it."""
-    head = ("| shape | mem_len | batch | txl tok/s | HF tok/s | txl ÷ HF | same tokens as HF | limit tok/s (weights) "
-            "| limit tok/s (weights+cache) | txl share of limit (weights / +cache) | int8 tok/s | int8 ÷ fp32 "
-            "| int8 same tokens |")
-    lines = [f"`{command}` (torch {report['torch']}, {report['threads']} threads, {report['machine']}; medians of "
-             f"{report['options']['repeats']} alternating rounds)", "", head, "|" + "---|" * 13]
+    """The report as Markdown: one row per case and decoder (tokens/s, the bytes of its step, the read rate, the limit
+    they give and its share of it, ÷ HF, the same greedy tokens as the plain step), the kernels' rates beside the
+    read rate, then the prefill; with the command, the CPU and its flags. A file written before the yardstick has
+    no bytes, limits or shares: dashes."""
+    flags = ", ".join(report.get("cpu_flags", [])) or "not recorded"
+    load = report.get("env", {}).get("load_average", "not recorded")
+    lines = [f"`{command}` (torch {report['torch']}, {report['threads']} threads, {report['machine']}; flags: {flags}; "
+             f"load average {load}; medians of {report['options']['repeats']} alternating rounds)", "",
+             "| shape | mem_len | batch | decoder | tok/s | MB per step | read GB/s | limit tok/s | share of limit "
+             "| ÷ HF | same tokens as plain |", "|" + "---|" * 11]
     for r in report["rows"]:
-        tps = r["tok_per_s"]
-        lim = r["limit_tok_per_s"]
-        frac = r["fraction"]
-
-        def num(v: float | None, fmt: str = ".1f") -> str:
-            return "–" if v is None else format(v, fmt)
-
-        lines.append(
-            f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {num(tps['txl'])} | {num(tps.get('hf'))} | "
-            f"{num(r.get('txl_over_hf'), '.2f')}{'×' if 'txl_over_hf' in r else ''} | {r.get('hf_same_tokens', '–')} | "
-            f"{num(lim['weights'])} | {num(lim['weights+cache'])} | "
-            f"{frac['weights']:.0%} / {frac['weights+cache']:.0%} | {num(tps.get('txl-int8'))} | "
-            f"{num(r.get('int8_over_fp32'), '.2f')}{'×' if 'int8_over_fp32' in r else ''} | "
-            f"{r.get('int8_same_tokens', '–')} |")
-    if any("captured" in r["tok_per_s"] or "prefill" in r for r in report["rows"]):
-        lines += ["", captured_markdown(report)]
+        same = {"hf": r.get("hf_same_tokens"), "txl-int8": r.get("int8_same_tokens"),
+                "captured": r.get("captured_same_tokens"), "captured-int8": r.get("captured-int8_same_tokens")}
+        nbytes, shares, rate = r.get("step_bytes", {}), r.get("share", {}), r.get("read_rate_bytes_per_s")
+        for name in (n for n in DECODERS if n in r["tok_per_s"]):
+            lim = r["limit_tok_per_s"].get(name) if shares else None
+            over_hf = None if name == "hf" or "hf" not in r["rounds"] else statistics.median(
+                a / b for a, b in zip(r["rounds"][name], r["rounds"]["hf"]))
+            lines.append(f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {DECODERS[name]} | "
+                         f"{_num(r['tok_per_s'][name])} | {_num(nbytes.get(name) and nbytes[name] / 1e6)} | "
+                         f"{_num(rate and name in shares and rate / 1e9)} | {_num(lim)} | "
+                         f"{_num(shares.get(name) and shares[name] * 100, '.0f', ' %')} | "
+                         f"{_num(over_hf, '.2f', '×')} | {same.get(name) or '–'} |")
+    lines += ["", kernels_markdown(report)]
+    if any("prefill" in r or r.get("compile_s") for r in report["rows"]):
+        lines += ["", prefill_markdown(report)]
     return "\n".join(lines)
 
 
-def captured_markdown(report: dict[str, Any]) -> str:
-    """The captured step and the prefill of the same run: tokens/s, shares of the limits, compile seconds."""
-    flags = ", ".join(report.get("cpu_flags", [])) or "–"
-    head = ("| shape | mem_len | batch | streaming GB/s | plain tok/s | captured tok/s | captured ÷ plain "
-            "| captured share of limit (weights / +cache) | captured int8 tok/s (kv) | int8 ÷ fp32 (captured) "
-            "| same tokens (fp32 / int8) | compile s (fp32 / int8) | prefill tok/s | prefill share of compute |")
-    lines = [f"Captured step and prefill (CPU flags: {flags})", "", head, "|" + "---|" * 14]
-
-    def num(v: float | None, fmt: str = ".1f") -> str:
-        return "–" if v is None else format(v, fmt)
-
+def kernels_markdown(report: dict[str, Any]) -> str:
+    """The read rate beside the rates of the BLAS kernels over each case's weight matrices (the ``F.linear`` chain
+    was the limit before the yardstick; older files record it as ``limit``)."""
+    lines = ["| shape | mem_len | batch | read GB/s (Tensor.sum, buffer ≫ LLC) | F.linear chain GB/s "
+             "| torch.mv skeleton GB/s |", "|---|---|---|---|---|---|"]
     for r in report["rows"]:
-        tps, comp, lim = r["tok_per_s"], r.get("compile_s", {}), r["limit"]
-        frac, pre = r.get("fraction_captured"), r.get("prefill")
-        ratio = statistics.median(a / b for a, b in zip(r["rounds"]["captured"], r["rounds"]["txl"])) \
-            if "captured" in r["rounds"] else None
-        share = "–" if frac is None else f"{frac['weights']:.0%} / {frac['weights+cache']:.0%}"
-        pre_share = "–" if pre is None else f"{pre['share_of_compute']:.0%}"
-        lines.append(
-            f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {lim['weights_bytes'] / lim['weights_s'] / 1e9:.1f} | "
-            f"{num(tps['txl'])} | {num(tps.get('captured'))} | {num(ratio, '.2f')}{'×' if ratio else ''} | "
-            f"{share} | "
-            f"{num(tps.get('captured-int8'))} ({r.get('kv_dtype', '–')}) | "
-            f"{num(r.get('captured_int8_over_fp32'), '.2f')}{'×' if 'captured_int8_over_fp32' in r else ''} | "
-            f"{r.get('captured_same_tokens', '–')} / {r.get('captured-int8_same_tokens', '–')} | "
-            f"{num(comp.get('captured'))} / {num(comp.get('captured-int8'))} | "
-            f"{num(pre and pre['tok_per_s'])} | {pre_share} |")
+        k, old = r.get("kernel_bytes_per_s", {}), r.get("limit", {})
+        chain = k.get("linear_chain") or (old and old["weights_bytes"] / old["weights_s"])
+        rate = r.get("read_rate_bytes_per_s")
+        lines.append(f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {_num(rate and rate / 1e9)} | "
+                     f"{_num(chain and chain / 1e9)} | {_num(k.get('mv_skeleton') and k['mv_skeleton'] / 1e9)} |")
+    return "\n".join(lines)
+
+
+def prefill_markdown(report: dict[str, Any]) -> str:
+    """The prompt's forward (tokens/s and its share of the fp32 GEMM peak) and the captured steps' compile seconds."""
+    lines = ["| shape | mem_len | batch | compile s (fp32 / int8) | prefill tok/s | prefill share of fp32 GEMM peak |",
+             "|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        comp, pre = r.get("compile_s", {}), r.get("prefill")
+        lines.append(f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {_num(comp.get('captured'))} / "
+                     f"{_num(comp.get('captured-int8'))} | {_num(pre and pre['tok_per_s'])} | "
+                     f"{_num(pre and pre['share_of_compute'] * 100, '.0f', ' %')} |")
     return "\n".join(lines)

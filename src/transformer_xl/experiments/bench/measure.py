@@ -1,5 +1,5 @@
-"""What the benchmark measures besides time: model FLOPs, the matmul peak (the MFU denominator) and the peak
-training memory (CPU: a fresh child process per measurement; CUDA: the allocator's high-water mark)."""
+"""What the benchmark measures besides time and the yardstick (:mod:`transformer_xl.experiments.bench.yardstick`):
+the peak training memory (CPU: a fresh child process per measurement; CUDA: the allocator's high-water mark)."""
 
 from __future__ import annotations
 
@@ -12,53 +12,11 @@ from typing import Any
 
 import torch
 
-from transformer_xl.model import TXLConfig
-from transformer_xl.train.precision import matmul_rate
-
 
 def sync(device: str) -> None:
     """Wait for the device (CUDA kernels run asynchronously)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def model_flops(cfg: TXLConfig, *, batch: int, qlen: int, mlen: int, targets: torch.Tensor | None,
-                streaming: bool = False) -> float:
-    """Matmul FLOPs of one forward segment (2 per multiply-add), counting the math, not any implementation.
-
-    Per layer: ``W_q`` on the segment, ``W_k, W_v`` on memory + segment, ``W_kR`` on the ``K`` position
-    rows, the three ``[Q, K]`` score/value products, ``W_o`` and the feed-forward. Plus the adaptive
-    input projections and the (adaptive) softmax: the head for every target, a tail for those in it.
-    ``streaming`` (evaluation of a long text): ``W_k, W_v`` only on the segment, since every memory
-    position was projected once already, when it was a segment token (the work a stream really needs;
-    an implementation that projects the memory again does more).
-    """
-    d, hd, klen, n = cfg.d_model, cfg.n_head * cfg.d_head, qlen + mlen, batch * qlen
-    kv_rows = batch * (qlen if streaming else klen)
-    layer = 2 * (n * d * hd + kv_rows * d * 2 * hd + klen * d * hd + 3 * batch * qlen * klen * hd
-                 + n * hd * d + 2 * n * d * cfg.d_inner)
-    bounds = [0, *cfg.cutoffs, cfg.n_token]
-    tgt = targets.reshape(-1) if targets is not None else torch.zeros(n, dtype=torch.long)
-    out = 0.0
-    for i in range(len(bounds) - 1):
-        d_i = cfg.d_embed // cfg.div_val**i
-        n_i = int(((tgt >= bounds[i]) & (tgt < bounds[i + 1])).sum()) if i else n
-        proj = 2 * d * d_i if (cfg.div_val > 1 or cfg.d_embed != d) else 0
-        v_i = bounds[i + 1] - bounds[i] + (len(cfg.cutoffs) if i == 0 else 0)
-        out += n_i * (proj + 2 * d_i * v_i) + (n_i * proj if cfg.div_val > 1 else 0)  # softmax + input
-    return cfg.n_layer * layer + out
-
-
-def matmul_peak(device: str, dtype: str, n: int = 1024, reps: int = 5) -> float:
-    """Best FLOP/s of an ``n x n x n`` matmul of ``dtype`` (``fp32`` or ``bf16``) in this process (the MFU
-    denominator; ``8192^3`` on CUDA)."""
-    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    return matmul_rate(device, dt, n=8192 if device.startswith("cuda") else n, reps=reps)
-
-
-def matmul_peaks(device: str) -> dict[str, float]:
-    """The fp32 and bf16 peaks (:func:`matmul_peak`), measured one after the other in this process."""
-    return {dtype: matmul_peak(device, dtype) for dtype in ("fp32", "bf16")}
 
 
 def _rss_kib(field_name: str) -> int:

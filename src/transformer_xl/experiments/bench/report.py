@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 import statistics
 import time
@@ -13,10 +12,14 @@ from typing import Any
 import torch
 
 from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, bench_case
-from transformer_xl.experiments.bench.measure import matmul_peaks, model_flops, peak_memory_cpu, peak_memory_cuda, sync
+from transformer_xl.experiments.bench.measure import peak_memory_cpu, peak_memory_cuda, sync
 from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
+from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peaks, machine, share, train_flops
 from transformer_xl.interop.hf import build_hf, hf_available
 from transformer_xl.train.precision import device_description
+
+#: How a report's FLOPs were counted (``env["flops"]``): strictly, by the yardstick.
+STRICT = "strict (yardstick)"
 
 
 def time_interleaved(runners: list[Runner], step: Callable[[Runner], None], *, steps: int, repeats: int,
@@ -117,10 +120,11 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
     times = time_interleaved(train_runners, lambda r: r.train_step(x, y), steps=opts.steps,
                               repeats=opts.repeats, warmup=opts.warmup, device=opts.device, warmup_s=warm)
     res["train"] = _summary(times, tokens)
-    flops = 3 * model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=cfg.mem_len, targets=y)
+    flops = train_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=cfg.mem_len, targets=y)
+    res["train_flops_per_token"] = flops / tokens
     for r in train_runners:
         row = res["train"][r.name]
-        row["mfu"] = flops * row["tok_per_s"] / tokens / peaks[r.dtype]
+        row["mfu"] = share(flops * row["tok_per_s"] / tokens, peaks[r.dtype], f"{case_name} {r.name} training MFU")
         row["warmup_s"] = warm[r.name]  # compiled runners: the compilation of their graphs, plus warm-up steps
     log(f"[{case_name}] warm-up, {opts.warmup} training steps (compilation included): "
         + ", ".join(f"{r.name} {warm[r.name]:.1f} s" for r in train_runners))
@@ -136,9 +140,10 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
         times = time_interleaved(runners, lambda r: r.eval_step(x, y), steps=opts.steps, repeats=opts.repeats,
                                   warmup=1, device=opts.device)
         ev = _summary(times, tokens)
-        flops = model_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y, streaming=True)
+        flops = forward_flops(cfg, batch=bsz, qlen=cfg.tgt_len, mlen=mem_len, targets=y, streaming=True)["total"]
         for r in runners:
-            ev[r.name]["mfu"] = flops * ev[r.name]["tok_per_s"] / tokens / peaks[r.dtype]
+            ev[r.name]["mfu"] = share(flops * ev[r.name]["tok_per_s"] / tokens, peaks[r.dtype],
+                                      f"{case_name} {r.name} evaluation MFU at mem_len {mem_len}")
         res["eval"][str(mem_len)] = ev
         log(f"[{case_name}] eval mem_len {mem_len}: " + _fmt(ev))
 
@@ -173,38 +178,34 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dic
     """Every case of ``opts``; returns a JSON-serializable dict (see :func:`to_markdown`)."""
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    peaks = matmul_peaks(opts.device)
+    peaks, box = gemm_peaks(opts.device), machine(opts.device)
     env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-           "device": device_description(opts.device), "load_average": _load_average(),
-           "matmul_peak_gflops": peaks[opts.dtype] / 1e9, "matmul_peaks_gflops": {k: v / 1e9 for k, v in peaks.items()}}
+           "device": device_description(opts.device), "load_average": box["load_average"], "machine": box,
+           "matmul_peak_gflops": peaks[opts.dtype] / 1e9, "matmul_peaks_gflops": {k: v / 1e9 for k, v in peaks.items()},
+           "flops": STRICT}
     if hf_available():
         import transformers
 
         env["transformers"] = transformers.__version__
-    log(f"{env['device']}; load average {env['load_average']}; matmul peaks fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 "
-        f"{peaks['bf16'] / 1e9:,.1f} GFLOP/s (bf16 {peaks['bf16'] / peaks['fp32']:.2f}x), {env['threads']} threads, "
-        f"torch {torch.__version__}")
+    log(f"{env['device']}; load average {env['load_average']}; GEMM peaks fp32 {peaks['fp32'] / 1e9:,.1f}, bf16 "
+        f"{peaks['bf16_gemm'] / 1e9:,.1f} GFLOP/s (bf16 {peaks['bf16_gemm'] / peaks['fp32']:.2f}x), "
+        f"{env['threads']} threads, torch {torch.__version__}")
     results = [run_case(name, opts, peaks, log) for name in opts.cases]
     return {"options": dataclasses.asdict(opts), "env": env, "results": results}
 
 
-def _load_average() -> str:
-    """The 1/5/15-minute load averages (the machine is shared: recorded with every measurement)."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def to_markdown(report: dict[str, Any], command: str) -> str:
-    """A Markdown table of one report; every row carries the command that produced it."""
+    """A Markdown table of one report; every row carries the command that produced it. MFU only where the report
+    counted FLOPs strictly (:mod:`~transformer_xl.experiments.bench.yardstick`; older files: a dash)."""
     opts, env = report["options"], report["env"]
     peaks = env.get("matmul_peaks_gflops", {opts["dtype"]: env["matmul_peak_gflops"]})
+    strict = env.get("flops") == STRICT
     lines = [f"Device: {env['device']}, torch {env['torch']}, {env['threads']} threads, {opts['dtype']}"
-             f"{', torch.compile (txl)' if opts['compile'] else ''}; matmul peaks "
+             f"{', torch.compile (txl)' if opts['compile'] else ''}; GEMM peaks "
              + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items())
-             + f" GFLOP/s (MFU against the peak of each row's precision); load average "
-             f"{env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
+             + (" GFLOP/s (MFU: strict FLOPs against the peak of each row's precision)" if strict else
+                " GFLOP/s (MFU not shown: measured before FLOPs were counted strictly)")
+             + f"; load average {env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
         rows = [("train tok/s", res["train"], "txl")]
@@ -220,7 +221,7 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             key = _ratio_key(name)
             ratio = f"**{s[key]:.2f}**" if key in s else "-"
             lines.append(f"| {res['case']} | {label} | {s[name]['tok_per_s']:,.0f} | {hf} | {ratio} | "
-                         f"{s[name]['mfu']:.1%} | `{command}` |")
+                         f"{format(s[name]['mfu'], '.1%') if strict else '–'} | `{command}` |")
         if "memory" in res:
             m = res["memory"]
             hf = f"{m['hf']['step_peak_mib']:,.0f}" if "hf" in m else "-"

@@ -1,0 +1,96 @@
+"""The tables of speed figures in the docs, rendered from the result files, so that a page and its file cannot
+disagree.
+
+A page holds a block between two markers that name a result file::
+
+    <!-- figures: benchmarks/results/generate_yardstick_cpu_2t.json -->
+    (generated: the command, the CPU and its flags, the table)
+    <!-- /figures -->
+
+and :func:`update_pages` (``make figures``, i.e. ``python benchmarks/render_docs.py``) rewrites every block from
+its file with the table the bench itself prints (:func:`render`). ``tests/experiments/bench/test_figures.py``
+fails when a committed page is not what its files render. The command shown is the one recorded in the file,
+with its ``--json`` output pointed at the committed file and its ``--markdown`` output left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from transformer_xl.errors import ConfigError
+
+#: A block: the opening marker names the file (relative to the repository root), the closing one ends it.
+BLOCK = re.compile(r"(<!-- figures: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.DOTALL)
+#: The pages :func:`update_pages` reads, relative to the repository root.
+PAGES = ("README.md", "docs/*.md")
+
+
+def _command(report: dict[str, Any], path: str) -> str:
+    """The recorded command, ``--json`` pointed at ``path`` and without ``--markdown`` (module docstring)."""
+    words, out = shlex.split(report.get("command", "")), []
+    while words:
+        word = words.pop(0)
+        if word in ("--json", "--markdown"):
+            value = words.pop(0) if words else ""
+            if word == "--json" and value:
+                out += [word, path]
+            continue
+        out.append(word)
+    if not out:
+        raise ConfigError(f"{path}: no command recorded; a table needs the command that measured it")
+    return shlex.join(out)
+
+
+def render(path: str, root: Path) -> str:
+    """The Markdown of the result file ``path`` (relative to ``root``): a ``txl bench`` report, a ``txl bench
+    generate`` report or its ``--quality`` report, as the bench prints it."""
+    file = root / path
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read a result file ({exc})") from exc
+    command = _command(report, path)
+    if "variants" in report and "tokens" in report:
+        from transformer_xl.experiments.bench.decode_quality import quality_markdown
+
+        return quality_markdown(report, f"`{command}`")
+    if "rows" in report and "options" in report:
+        from transformer_xl.experiments.bench.generate import to_markdown as generate_markdown
+
+        return generate_markdown(report, command)
+    if "results" in report and "env" in report:
+        from transformer_xl.experiments.bench.report import to_markdown
+
+        return to_markdown(report, command).rstrip("\n")
+    raise ConfigError(f"{path}: not a txl bench, bench generate or quality report")
+
+
+def update_text(text: str, root: Path) -> str:
+    """``text`` with every block rendered again from its file."""
+    def block(m: re.Match) -> str:
+        return f"{m.group(1)}{render(m.group('path'), root)}\n{m.group(4)}"
+
+    return BLOCK.sub(block, text)
+
+
+def pages(root: Path) -> list[Path]:
+    """The pages that may hold blocks (:data:`PAGES`)."""
+    return sorted(p for pattern in PAGES for p in root.glob(pattern))
+
+
+def update_pages(root: Path, *, check: bool = False) -> list[Path]:
+    """Render every block of every page under ``root`` again; the pages that changed (with ``check``: that would
+    change, nothing written)."""
+    changed = []
+    for page in pages(root):
+        text = page.read_text(encoding="utf-8")
+        new = update_text(text, root)
+        if new != text:
+            changed.append(page)
+            if not check:
+                page.write_text(new, encoding="utf-8")
+    return changed
