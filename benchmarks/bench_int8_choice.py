@@ -115,12 +115,26 @@ def table() -> str:
         ", ".join(f"`{p.relative_to(REPO)}`" for p in RESULTS) + ")"
 
 
-def write_docs() -> None:
-    """Replace the table between the markers of ``docs/generation-speed.md`` with :func:`table`."""
+def write_docs(start: str, end: str, make: Callable[[], str]) -> None:
+    """Replace the table between the markers ``start`` and ``end`` of ``docs/generation-speed.md`` with ``make()``
+    (this script's :func:`table`, or ``bench_int8_path.py``'s)."""
     text = DOC.read_text(encoding="utf-8")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{START}\n{table()}\n{END}{tail}", encoding="utf-8")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOC.write_text(f"{head}{start}\n{make()}\n{end}{tail}", encoding="utf-8")
+
+
+def parse(ap: argparse.ArgumentParser, start: str, end: str, make: Callable[[], str]) -> argparse.Namespace | None:
+    """``ap``'s arguments with ``--table`` (print ``make()``) and ``--docs`` (write it between the markers ``start``
+    and ``end``); None when one of those was done (nothing to measure)."""
+    ap.add_argument("--table", action="store_true", help="print the Markdown table of the result files")
+    ap.add_argument("--docs", action="store_true", help="write that table into docs/generation-speed.md")
+    args = ap.parse_args()
+    if args.docs:
+        write_docs(start, end, make)
+    elif args.table:
+        print(make())
+    return None if args.table or args.docs else args
 
 
 def main() -> None:
@@ -129,11 +143,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", help="write the figures here (benchmarks/results/int8_choice_cpu_<T>t.json)")
-    ap.add_argument("--table", action="store_true", help="print the Markdown table of the result files")
-    ap.add_argument("--docs", action="store_true", help="write that table into docs/generation-speed.md")
-    args = ap.parse_args()
-    if args.table or args.docs:
-        write_docs() if args.docs else print(table())
+    args = parse(ap, START, END, table)
+    if args is None:
         return
     report = measure(args.threads, args.repeats, args.rounds)
     for row in report["rows"]:
