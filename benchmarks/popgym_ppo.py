@@ -14,7 +14,7 @@ critic share the trunk (the memory, or the MLP).
 
 Writes ``OUT/<env>_<policy>_seed<k>.json`` (mean return of the episodes finished in each batch against environment
 steps, the arguments, wall time, CPU and package versions) and ``OUT/<env>.png`` (return against steps, mean over the
-seeds with their range).
+seeds with their range, from every run of that environment in OUT: seeds may run as separate processes).
 """
 
 from __future__ import annotations
@@ -193,7 +193,8 @@ def main() -> None:
             result["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in result["args"].items()}
             (args.out / f"{args.env}_{policy}_seed{seed}.json").write_text(json.dumps(result, indent=1) + "\n")
             results.append(result)
-    plot(results, args.out / f"{args.env}.png")
+    every = [json.loads(f.read_text()) for f in sorted(args.out.glob(f"{args.env}_*_seed*.json"))]
+    plot(every, args.out / f"{args.env}.png")  # every run of this env in OUT (seeds may run as separate processes)
     print(f"wrote {args.out}/{args.env}_*.json and {args.env}.png")
 
 

@@ -21,11 +21,10 @@ one graph serves every step:
 * **packed weights** (:func:`pack`): the weights are read as ``[out, in]`` matrices for batch-1 matrix-vector
   products; the adaptive softmax's clusters without projections (the WT103 shape) are one matrix
   ``[head words; cluster rows; tail words]``, read once per step; with ``int8=True`` every matrix of the blocks
-  and of the softmax is int8 ``[out, in]`` with one bf16 scale per output row, multiplied by the input cast to
-  bf16 (weight-only int8: ``aten._weight_int8pack_mm``, float accumulation, a bf16 result). That kernel reads
-  ``in`` in blocks of 16 and fails (a segfault, or garbage at batch 1) when ``in`` is not a multiple of 16, so
-  :func:`pack_linear` pads ``in`` with zero columns (``d_model`` 410 -> 416, ``d_inner`` 2100 -> 2112) and
-  :func:`linear` pads the input with zeros inside the graph (``tests/inference/test_decode.py`` guards it).
+  and of the softmax is int8 ``[out, in]`` with one bf16 scale per output row, run by the plain model's int8
+  kernel (:mod:`transformer_xl.model.int8`: :func:`~transformer_xl.model.int8.quantize_rows` packs,
+  :func:`~transformer_xl.model.int8.int8_matmul` multiplies, padding ``in`` to a multiple of
+  :data:`INT8_BLOCK`; ``tests/inference/test_decode.py`` guards the padding).
 
 Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots, ``L`` layers, ``V`` words.
 """
@@ -40,13 +39,14 @@ from torch import Tensor
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.int8 import BLOCK, int8_matmul, quantize_rows
 
 #: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W [out, in_16] int8, scales
 #: [out] bf16, b)`` with ``in_16`` = ``in`` rounded up to a multiple of :data:`INT8_BLOCK` (zero columns).
 Linear = tuple[Tensor, Tensor | None, Tensor | None]
 
-#: The int8 kernel reads the input dimension in blocks of this many (module docstring).
-INT8_BLOCK = 16
+#: The int8 kernel reads the input dimension in blocks of this many (:data:`transformer_xl.model.int8.BLOCK`).
+INT8_BLOCK = BLOCK
 
 
 @dataclass(frozen=True)
@@ -81,23 +81,12 @@ def supported(model: TransformerXLLM) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- packing
-def _int8(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric per-row int8 of ``weight [out, in]``: ``(W [out, in_16] int8, scales [out] bf16)``, the input
-    dimension padded with zero columns to a multiple of :data:`INT8_BLOCK`. The scales are rounded to bf16 before
-    the weights are divided by them, so ``q * scale`` is exactly what the kernel multiplies by (a scale rounded
-    down by at most 2^-9 leaves ``|q| <= 127.25`` before rounding: no clipping)."""
-    scale = (weight.abs().amax(1).clamp(min=1e-12) / 127.0).to(torch.bfloat16)  # [out]
-    q = torch.round(weight / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
-    pad = -weight.size(1) % INT8_BLOCK
-    return F.pad(q, (0, pad)).contiguous(), scale
-
-
 def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
     """``weight [out, in]`` and ``bias`` as a step reads them (:data:`Linear`): float, or int8 with row scales."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
-        q, scale = _int8(weight)
+        q, scale = quantize_rows(weight)
         return q, scale, bias
     return weight.contiguous(), None, bias
 
@@ -169,14 +158,12 @@ def check_supported(model: TransformerXLLM) -> None:
 
 # ---------------------------------------------------------------------------------------------- the math
 def linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights times ``x`` in bf16 (zero-padded to the packed
-    width: the kernel needs a multiple of :data:`INT8_BLOCK`), the result back in ``x``'s type."""
+    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights by the plain model's kernel
+    (:func:`~transformer_xl.model.int8.int8_matmul`), the result in ``x``'s type."""
     weight, scale, bias = lin
     if scale is None:
         return float_linear(x, weight, bias)
-    xb = F.pad(x, (0, weight.size(1) - x.size(-1))).to(torch.bfloat16).contiguous()  # [N, in_16]
-    y = torch.ops.aten._weight_int8pack_mm(xb, weight, scale).to(x.dtype)  # [N, out]
-    return y if bias is None else y + bias
+    return int8_matmul(x, weight, scale, bias)
 
 
 def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -12,8 +12,8 @@ computation                implementations                                      
 =========================  =====================================================  ===================================
 masked softmax attention   :data:`PLAIN`, :data:`EXPLICIT`, :data:`ONE_QUERY`,    :func:`choose` (:func:`attend`)
 with the position term     :data:`BLOCKED`, :data:`FUSED`
-``q = h W_q`` and          a slice of ``[W_q; W_k; W_v]``, or the int8 layer's    :func:`project_rows`: the layer's
-``[k; v] = h~ [W_k; W_v]`` output sliced (it runs whole)                          type (``TransformerXLLM.quantize``)
+``q = h W_q`` and          a slice of ``[W_q; W_k; W_v]``, float or int8 (the     :func:`project_rows`: the layer's
+``[k; v] = h~ [W_k; W_v]`` int8 layer's rows and their scales)                    type (``TransformerXLLM.quantize``)
 feed-forward ``CoreNet``   its modules one by one (dropout fused with the ReLU,   :func:`feed_forward`: training or
                            :class:`~.fastpath.ReLUDropout`), or in evaluation     not
                            two linear layers and a ReLU (fewer module calls)
@@ -155,10 +155,11 @@ def _whole(p: Scores) -> Tensor | None:
 
 
 def project_rows(linear: nn.Module, x: Tensor, rows: slice) -> Tensor:
-    """Rows ``rows`` of ``linear(x)`` (no bias): a float layer multiplies by those rows of its weight only; an int8
-    layer (:mod:`transformer_xl.model.int8`) runs whole and its output is sliced."""
+    """Rows ``rows`` of ``linear(x)`` (no bias), multiplying by those rows of the weight only: of a float layer, or
+    of an int8 layer (:class:`~transformer_xl.model.int8.Int8Linear`, with their scales; equal to its whole output
+    sliced, ``tests/model/test_dispatch.py``)."""
     if is_quantized(linear):
-        return linear(x)[..., rows]
+        return linear.rows(x, rows)
     return F.linear(x, linear.weight[rows])
 
 

@@ -1,27 +1,32 @@
-"""int8 weights for CPU inference, through PyTorch's dynamic quantization (``torch.ao.quantization``).
+"""int8 weights for CPU inference: one scheme and one kernel for the plain model and the captured decode step.
 
-A quantized linear layer keeps its weight as int8, one scale per output row (symmetric per-channel), and at
-every call quantizes its input per tensor and runs the x86/fbgemm int8 kernel with int32 accumulation
-(``torch.ops.quantized.linear_dynamic``); the bias stays float. At batch 1 a generation step is bound by
-reading the weights (:mod:`transformer_xl.inference.generate`), so a quarter of the bytes is most of the speed-up.
+**The scheme** (:func:`quantize_rows`): symmetric int8 per output row, ``W ~ q * s`` with ``q [out, in]`` in
+``-127..127`` and one bf16 scale ``s = max|W_row| / 127`` per row; the biases stay float. The scales are rounded to
+bf16 *before* the weights are divided by them, so ``q * s`` is exactly what the kernel multiplies by (a scale
+rounded down by at most 2^-9 leaves ``|q| <= 127.25`` before rounding: no clipping).
 
-Why this path (``benchmarks/bench_int8_choice.py``, a matrix-vector pass over 55 M weights on the 2-core
-development CPU with AVX-512 VNNI and BF16, torch 2.13; ``docs/generation-speed.md``): PyTorch's dynamic quantization
-took 6.0 ms on one thread and 3.5 ms on two, against 22.6 / 22.5 ms in float32; torchao 0.18's
-``Int8WeightOnlyConfig`` 10.9 / 9.6 ms and its ``Int8DynamicActivationInt8WeightConfig`` 27.8 / 22.5 ms; bf16
-15.6 / 9.3 ms where the CPU has native bf16 (on one without, a bf16 matrix product ran at 0.9 GFLOP/s against 132
-in float32). ``torch.ao.quantization`` is deprecated upstream in favour of torchao but present and working in the
-torch releases txl supports; its deprecation warnings are silenced here, and a torch without it (or without a
-quantized CPU engine) gets a one-line :class:`ConfigError`.
+**The kernel** (:func:`int8_matmul`): ``aten._weight_int8pack_mm``, weight-only int8 (int8 weights times a bf16
+input, float accumulation, a bf16 result; the input is not quantized). It reads ``in`` in blocks of
+:data:`BLOCK` and fails (a segfault, or garbage at batch 1) when ``in`` is not a multiple of it, so
+:func:`quantize_rows` pads ``in`` with zero columns (``d_model`` 410 -> 416, ``d_inner`` 2100 -> 2112) and
+:func:`int8_matmul` pads the input with zeros. With a float32 input the same kernel is about 12 times slower: the
+input is cast to bf16 for the product only, and the result back to the input's type.
+
+**Who uses it**: :class:`Int8Linear`, the layer :meth:`TransformerXLLM.quantize
+<transformer_xl.model.TransformerXLLM.quantize>` puts in place of the blocks' and the softmax's linear layers
+(:func:`quantize_linears`, :func:`int8_linear`), and the captured step's packed weights
+(:func:`transformer_xl.inference.decode.pack_linear` and ``linear``): the same functions, so the two paths
+multiply by the same int8 numbers with the same kernel. At batch 1 a generation step is bound by reading the
+weights (:mod:`transformer_xl.inference.generate`), so a quarter of the bytes is most of the speed-up.
+
+Why this kernel and not torchao's ``quantize_(model, Int8WeightOnlyConfig())`` or PyTorch's deprecated dynamic
+quantization: ``benchmarks/bench_int8_choice.py`` (figures and the choice in ``docs/generation-speed.md``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator
-
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_xl.errors import ConfigError
@@ -29,57 +34,84 @@ from transformer_xl.errors import ConfigError
 #: The quantization schemes ``TransformerXLLM.quantize`` accepts.
 SCHEMES = ("int8",)
 
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """``torch.ao.quantization`` announces its deprecation at every call: once is enough (the module docs)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*")
-        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        yield
+#: The kernel reads the input dimension in blocks of this many (module docstring).
+BLOCK = 16
 
 
 def check_scheme(scheme: str, device: torch.device) -> None:
-    """A one-line :class:`ConfigError` unless ``scheme`` can run here (int8 on the CPU, with a quantized engine)."""
+    """A one-line :class:`ConfigError` unless ``scheme`` can run here (int8 on the CPU, with the int8 kernel)."""
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown quantization {scheme!r}; known: {', '.join(SCHEMES)}")
     if device.type != "cpu":
         raise ConfigError(f"int8 quantization is for CPU inference; the model is on {device} (move it with "
                           ".cpu() first, or keep float weights on an accelerator)")
-    engines = getattr(torch.backends, "quantized", None)
-    if engines is None or not any(e in engines.supported_engines for e in ("x86", "fbgemm", "qnnpack")):
-        raise ConfigError("this torch build has no quantized CPU engine (torch.backends.quantized): int8 "
+    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):  # pragma: no cover - a torch build without the kernel
+        raise ConfigError(f"this torch ({torch.__version__}) has no int8 kernel (aten._weight_int8pack_mm): int8 "
                           "inference is not available; use float weights")
-    try:
-        from torch.ao.quantization import quantize_dynamic  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - a future torch without torch.ao.quantization
-        raise ConfigError(f"this torch ({torch.__version__}) has no torch.ao.quantization: int8 inference is "
-                          "not available; use float weights") from exc
+
+
+def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8 of ``weight [out, in]``: ``(q [out, in_16] int8, scales [out] bf16)``, the input
+    dimension padded with zero columns to a multiple of :data:`BLOCK` (module docstring)."""
+    weight = weight.detach().float()
+    scale = (weight.abs().amax(1).clamp(min=1e-12) / 127.0).to(torch.bfloat16)  # [out]
+    q = torch.round(weight / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
+    return F.pad(q, (0, -weight.size(1) % BLOCK)).contiguous(), scale
+
+
+def int8_matmul(x: Tensor, weight: Tensor, scale: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x (q s)^T + b`` for ``x [..., in]`` and int8 rows ``weight [out, in_16]`` with ``scale [out]``
+    (:func:`quantize_rows`): the input zero-padded to ``in_16`` and cast to bf16, the result ``[..., out]`` back in
+    ``x``'s type."""
+    lead = x.shape[:-1]
+    xb = F.pad(x.reshape(-1, x.size(-1)), (0, weight.size(1) - x.size(-1))).to(torch.bfloat16).contiguous()
+    y = torch.ops.aten._weight_int8pack_mm(xb, weight, scale).to(x.dtype)  # [N, out]
+    y = y.view(*lead, weight.size(0))
+    return y if bias is None else y + bias
+
+
+class Int8Linear(nn.Module):
+    """``x -> x W^T + b`` with ``W`` as int8 rows and bf16 row scales (:func:`quantize_rows`), run by
+    :func:`int8_matmul`; for inference (its tensors are buffers, not parameters). ``weight [out, in_16]`` int8,
+    ``scale [out]`` bf16, ``bias [out]`` float or None."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        """From the float ``weight [out, in]`` and ``bias`` of a linear map (copied)."""
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        q, scale = quantize_rows(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return int8_matmul(x, self.weight, self.scale, self.bias)
+
+    def rows(self, x: Tensor, rows: slice) -> Tensor:
+        """Output columns ``rows`` of ``x W^T`` (no bias), multiplying by those rows of the weight only."""
+        return int8_matmul(x, self.weight[rows], self.scale[rows])
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 def quantize_linears(module: nn.Module, names: list[str]) -> None:
-    """Replace the ``nn.Linear`` submodules ``names`` of ``module`` (dotted paths) by int8 ones, in place."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with _quiet():
-        quantize_dynamic(module, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8,
-                         inplace=True)
+    """Replace the ``nn.Linear`` submodules ``names`` of ``module`` (dotted paths) by :class:`Int8Linear`, in
+    place."""
+    for name in names:
+        parent_name, _, attr = name.rpartition(".")
+        parent = module.get_submodule(parent_name)
+        linear = getattr(parent, attr)
+        if not isinstance(linear, nn.Linear):
+            raise ConfigError(f"{name} is a {type(linear).__name__}, not a linear layer: it cannot be quantized")
+        setattr(parent, attr, Int8Linear(linear.weight, linear.bias))
 
 
 def int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
     """An int8 linear layer ``x -> x weight^T + bias`` from float ``weight [out, in]`` (copied)."""
-    linear = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
-    with torch.no_grad():
-        linear.weight.copy_(weight)
-        if bias is not None:
-            linear.bias.copy_(bias)
-    holder = nn.ModuleDict({"linear": linear})
-    quantize_linears(holder, ["linear"])
-    return holder["linear"]
+    return Int8Linear(weight, bias)
 
 
 def is_quantized(module: nn.Module) -> bool:
     """Whether ``module`` is one of the int8 layers made here."""
-    return type(module).__module__.startswith("torch.ao.nn.quantized")
+    return isinstance(module, Int8Linear)

@@ -153,8 +153,8 @@ class TransformerXLLM(nn.Module):
     def quantize(self, scheme: str = "int8") -> TransformerXLLM:
         """Quantize for CPU inference, in place, and return the model (in eval mode): the linear layers of every
         block (``qkv_net``, ``o_net``, the feed-forward ``CoreNet``) and the output softmax get int8 weights
-        (:mod:`transformer_xl.model.int8`: per-channel int8 weights, activations quantized per call). ``W_kR``
-        (``r_net``),
+        (:class:`~transformer_xl.model.int8.Int8Linear`: int8 rows with bf16 scales, the captured step's kernel;
+        the input is not quantized). ``W_kR`` (``r_net``),
         the biases ``u``, ``v``, LayerNorms and the input embedding stay float. A quantized model generates and
         evaluates; it does not train or save (keep the float model's directory). Measured cost and speed:
         ``docs/performance.md``."""
