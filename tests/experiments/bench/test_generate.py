@@ -103,3 +103,16 @@ def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, 
         assert f"{flag} values must be >= 1, got 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["bench", "generate", "--shapes", tiny_shape, "--device", "cuda"]) == 2
+
+
+def test_a_decoder_faster_than_its_byte_limit_is_refused(tiny_shape: str, tmp_path, capsys, monkeypatch) -> None:
+    """A read rate the step beats (a wrong yardstick): one line naming the case and decoder, no table, no JSON."""
+    monkeypatch.setattr(G, "read_rate", lambda device: {"bytes_per_s": 1.0, "buffer_bytes": 4, "passes": 1,
+                                                        "method": "stub"})
+    out = tmp_path / "g.json"
+    argv = ["bench", "generate", "--shapes", tiny_shape, "--mem-lens", "6", "--batches", "1", "--new-tokens", "2",
+            "--repeats", "1", "--no-hf", "--no-int8", "--no-captured", "--no-prefill", "--json", str(out)]
+    assert main(argv) != 0
+    captured = capsys.readouterr()
+    assert "tiny mem_len 6 batch 1 txl:" in captured.err and "above 100 %" in captured.err
+    assert "| tiny |" not in captured.out and not out.exists()
