@@ -42,7 +42,8 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     (row,) = report["rows"]
     assert row["tok_per_s"]["txl"] > 0 and row["tok_per_s"]["txl-int8"] > 0 and len(row["rounds"]["txl"]) == 2
     # every txl decoder's share of the limit its own bytes give at the run's read rate
-    rate = report["read_rate"]["bytes_per_s"]
+    rate = row["read_rate_bytes_per_s"]  # the best of the run's first measurement and one after the case
+    assert rate >= report["read_rate"]["bytes_per_s"]
     assert set(row["share"]) == {"txl", "txl-int8", "captured", "captured-int8"} and "hf" not in row["step_bytes"]
     for name, nbytes in row["step_bytes"].items():
         assert row["share"][name] == pytest.approx(row["tok_per_s"][name] * nbytes / (2 * rate))
