@@ -102,3 +102,18 @@ def test_eval_mem_lens_none_times_training_only(tiny_case, tmp_path, capsys) -> 
     (res,) = json.loads(out_json.read_text(encoding="utf-8"))["results"]
     assert res["eval"] == {} and res["train"]["txl"]["tok_per_s"] > 0
     assert "[tiny] warm-up, 2 training steps (compilation included): txl " in capsys.readouterr().out
+
+
+def test_a_share_above_the_limit_is_refused_not_printed(tiny_case, tmp_path, monkeypatch, capsys) -> None:
+    """A GEMM peak the model beats (a wrong yardstick): one line, non-zero exit, no table and no JSON."""
+    from transformer_xl.experiments.bench import report
+
+    monkeypatch.setattr(report, "gemm_peaks", lambda device: {"fp32": 1.0, "bf16": 1.0, "bf16_gemm": 1.0})
+    out_json = tmp_path / "r.json"
+    argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "none", "--no-hf", "--no-memory", "--steps", "1",
+            "--repeats", "1", "--json", str(out_json)]
+    assert main(argv) != 0
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "tiny txl training MFU" in err and "above 100 %" in err and len(err.splitlines()) == 1
+    assert "| tiny |" not in captured.out and not out_json.exists()

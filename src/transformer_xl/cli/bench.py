@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed,generate}",
                              help="eval-speed: Transformer-XL vs the vanilla sliding window (paper Table 9); "
-                             "generate: generation tokens/s vs Hugging Face and the memory-bandwidth limit")
+                             "generate: generation tokens/s vs Hugging Face and the read-rate limit")
     add_eval_speed(kinds, "eval-speed")
     add_generate(kinds)
 
@@ -52,9 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 BENCH_GENERATE_HELP = """generation tokens/s of txl vs Hugging Face's loop and the memory-bandwidth limit
 
 Greedy generation after a prompt that fills the memory, on random-weight models of the paper's shapes: tokens/s of
-txl, of Hugging Face TransfoXL's forward-with-mems loop (same weights, tokens compared) and of txl with int8
-weights, alternating rounds, and the limit a step reading every weight (and the cached keys/values) once would
-reach, measured in the same run (transformer_xl.experiments.bench.generate).
+txl (plain and captured steps, fp32 and int8), of Hugging Face TransfoXL's forward-with-mems loop (same weights,
+tokens compared), alternating rounds, and each txl step's share of its limit: the bytes the step reads at the
+machine's read rate, measured in the same run; a share above 100 % is refused
+(transformer_xl.experiments.bench.generate, .yardstick).
 """
 
 

@@ -42,7 +42,8 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     (row,) = report["rows"]
     assert row["tok_per_s"]["txl"] > 0 and row["tok_per_s"]["txl-int8"] > 0 and len(row["rounds"]["txl"]) == 2
     # every txl decoder's share of the limit its own bytes give at the run's read rate
-    rate = report["read_rate"]["bytes_per_s"]
+    rate = row["read_rate_bytes_per_s"]  # the best of the run's first measurement and one after the case
+    assert rate >= report["read_rate"]["bytes_per_s"]
     assert set(row["share"]) == {"txl", "txl-int8", "captured", "captured-int8"} and "hf" not in row["step_bytes"]
     for name, nbytes in row["step_bytes"].items():
         assert row["share"][name] == pytest.approx(row["tok_per_s"][name] * nbytes / (2 * rate))
@@ -103,3 +104,16 @@ def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, 
         assert f"{flag} values must be >= 1, got 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main(["bench", "generate", "--shapes", tiny_shape, "--device", "cuda"]) == 2
+
+
+def test_a_decoder_faster_than_its_byte_limit_is_refused(tiny_shape: str, tmp_path, capsys, monkeypatch) -> None:
+    """A read rate the step beats (a wrong yardstick): one line naming the case and decoder, no table, no JSON."""
+    monkeypatch.setattr(G, "read_rate", lambda device: {"bytes_per_s": 1.0, "buffer_bytes": 4, "passes": 1,
+                                                        "method": "stub"})
+    out = tmp_path / "g.json"
+    argv = ["bench", "generate", "--shapes", tiny_shape, "--mem-lens", "6", "--batches", "1", "--new-tokens", "2",
+            "--repeats", "1", "--no-hf", "--no-int8", "--no-captured", "--no-prefill", "--json", str(out)]
+    assert main(argv) != 0
+    captured = capsys.readouterr()
+    assert "tiny mem_len 6 batch 1 txl:" in captured.err and "above 100 %" in captured.err
+    assert "| tiny |" not in captured.out and not out.exists()

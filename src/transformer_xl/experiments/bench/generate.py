@@ -311,20 +311,25 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
     for r in report["rows"]:
         same = {"hf": r.get("hf_same_tokens"), "txl-int8": r.get("int8_same_tokens"),
                 "captured": r.get("captured_same_tokens"), "captured-int8": r.get("captured-int8_same_tokens")}
-        nbytes, shares, rate = r.get("step_bytes", {}), r.get("share", {}), r.get("read_rate_bytes_per_s")
+        nbytes, shares, rate = r.get("step_bytes", {}), r.get("share", {}), _row_rate(report, r)
         for name in (n for n in DECODERS if n in r["tok_per_s"]):
             lim = r["limit_tok_per_s"].get(name) if shares else None
             over_hf = None if name == "hf" or "hf" not in r["rounds"] else statistics.median(
                 a / b for a, b in zip(r["rounds"][name], r["rounds"]["hf"]))
             lines.append(f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {DECODERS[name]} | "
                          f"{_num(r['tok_per_s'][name])} | {_num(nbytes.get(name) and nbytes[name] / 1e6)} | "
-                         f"{_num(rate and name in shares and rate / 1e9)} | {_num(lim)} | "
-                         f"{_num(shares.get(name) and shares[name] * 100, '.0f', ' %')} | "
+                         f"{_num(rate / 1e9 if rate and name in shares else None)} | {_num(lim)} | "
+                         f"{_num(shares[name] * 100 if name in shares else None, '.1f', ' %')} | "
                          f"{_num(over_hf, '.2f', '×')} | {same.get(name) or '–'} |")
     lines += ["", kernels_markdown(report)]
     if any("prefill" in r or r.get("compile_s") for r in report["rows"]):
         lines += ["", prefill_markdown(report)]
     return "\n".join(lines)
+
+
+def _row_rate(report: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """The read rate a row's shares are against (the run's first measurement in files that kept no other)."""
+    return row.get("read_rate_bytes_per_s") or report.get("read_rate", {}).get("bytes_per_s")
 
 
 def kernels_markdown(report: dict[str, Any]) -> str:
@@ -335,7 +340,7 @@ def kernels_markdown(report: dict[str, Any]) -> str:
     for r in report["rows"]:
         k, old = r.get("kernel_bytes_per_s", {}), r.get("limit", {})
         chain = k.get("linear_chain") or (old and old["weights_bytes"] / old["weights_s"])
-        rate = r.get("read_rate_bytes_per_s")
+        rate = _row_rate(report, r)
         lines.append(f"| {r['shape']} | {r['mem_len']} | {r['batch']} | {_num(rate and rate / 1e9)} | "
                      f"{_num(chain and chain / 1e9)} | {_num(k.get('mv_skeleton') and k['mv_skeleton'] / 1e9)} |")
     return "\n".join(lines)
