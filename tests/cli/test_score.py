@@ -204,3 +204,36 @@ def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatc
     for bad in (["--mem-len", "-1"], ["--batch-size", "0"], ["--memory", "keep"], ["--format", "csv"]):
         with pytest.raises(UsageError, match=f"argument {bad[0]}: "):
             parser.parse_args(["score", "m", *bad])
+
+
+def test_a_run_directory_is_named_and_changed_weights_are_refused_unless_told(scored_model, tmp_path, capsys) -> None:
+    """A run directory: the note of the model picked (``txl score: using RUN/best (...)``); a file that no longer
+    matches its MANIFEST.json is refused in one line, and read with ``--no-verify``."""
+    import shutil
+
+    model_dir, _, text = scored_model
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run / "best")
+    assert main(["score", str(run), str(text)]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith(f"txl score: using {run / 'best'} (the best validation model") and out.out
+    config = model_dir / "config.json"
+    config.write_text(config.read_text() + "\n")  # the same config, other bytes
+    assert main(["score", str(model_dir), str(text)]) == 2
+    assert "config.json does not match its SHA-256 in MANIFEST.json" in one_line_error(capsys, "txl score: error: ")
+    assert main(["score", str(model_dir), str(text), "--no-verify"]) == 0
+
+
+def test_progress_lines_name_the_command(scored_model, capsys, monkeypatch) -> None:
+    """Without a terminal, progress is plain lines on stderr, ``txl score N/M (...)``, once they are due (a clock
+    that moves 10 s per reading makes every line due)."""
+    from types import SimpleNamespace
+
+    import transformer_xl.data.progress as progress
+
+    ticks = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text)]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("txl score: warning")]
+    assert lines and all(ln.startswith("txl score ") for ln in lines) and "(100%)" in lines[-1]
