@@ -186,8 +186,10 @@ def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatc
                  "run recorded)",
                  "--errors {strict,replace} bytes that are not UTF-8: strict refuses the file (default), replace reads "
                  "them as U+FFFD",
-                 "example: txl score runs/wt2 sentences.txt --format tsv"):
+                 "MODEL_OR_RUN_DIR model directory (config.json + model.safetensors), checkpoint step_* dir, or run "
+                 "dir; a Hugging Face Hub id"):
         assert text in out, text
+    assert out.endswith(" example: txl score runs/wt2 sentences.txt --format tsv")
     parser = _build_parser()
     args = parser.parse_args(["score", "m"])
     assert (args.file, args.documents, args.memory, args.format, args.batch_size, args.errors) == (
