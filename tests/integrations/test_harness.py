@@ -406,9 +406,10 @@ def test_generation_defaults_and_options(wiki) -> None:
     assert gen() == model_text(256)
     full = gen(max_gen_toks=8)
     assert gen(max_gen_toks=8, temperature=-1) == full  # greedy: the temperature is not used (nor checked)
-    sampled = gen(max_gen_toks=8, do_sample=True)
-    assert sampled == gen(max_gen_toks=8, do_sample=True, seed=0, temperature=1.0) != full
-    assert gen(max_gen_toks=8, do_sample=True, temperature=0.2) != sampled
+    sampled = gen(max_gen_toks=32, do_sample=True)  # long enough for seeds and temperatures to show
+    assert sampled == gen(max_gen_toks=32, do_sample=True, seed=0, temperature=1.0) != gen(max_gen_toks=32)
+    assert sampled != gen(max_gen_toks=32, do_sample=True, temperature=2.0)
+    assert sampled != gen(max_gen_toks=32, do_sample=True, seed=1)
     context = " ".join(docs[1].split()[:60])
     clamped = TransformerXLHarness(str(model_dir), clamp_len=1)
     ctx_ids = lm.encoder.start_ids() + lm.encoder.string_ids(context)

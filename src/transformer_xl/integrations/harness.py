@@ -141,8 +141,10 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """The log-probability of each document, read as a text file (``txl score --documents``'s total)."""
         start = self.encoder.start_ids()
-        scores = self._score([start + self.encoder.text_ids(req.args[0]) for req in requests], greedy=False,
-                             quiet=disable_tqdm)
+        streams = [start + self.encoder.text_ids(req.args[0]) for req in requests]
+        # equivalent: greedy=True would also mark each token's rank (slower); the log-probabilities are the same
+        scores = self._score(streams, quiet=disable_tqdm,
+                             greedy=False)  # pragma: no mutate
         out = []
         for req, sc in zip(requests, scores):
             out.append(math.fsum(sc.log_probs.tolist()))
