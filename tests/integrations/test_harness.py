@@ -350,6 +350,8 @@ def test_results_go_to_the_harness_cache(wiki) -> None:
     want = {hash_args("loglikelihood", r.args): v for r, v in zip(pairs, lls)}
     want |= {hash_args("loglikelihood_rolling", r.args): v for r, v in zip(documents, rolling)}
     assert hook.dbdict == want and len(want) == 4
+    del lm.cache_hook  # as the plain class is without the harness installed: no hook, the same answers
+    assert lm.loglikelihood(pairs, disable_tqdm=True) == lls
 
 
 def test_the_device_is_cuda_where_available_else_the_cpu_with_a_note(monkeypatch, capsys) -> None:
