@@ -157,3 +157,85 @@ def test_carriage_returns_end_lines_and_text_is_written_as_utf8(scored_model, tm
     out = capsys.readouterr().out
     assert [r["text"] for r in map(json.loads, out.splitlines())] == ["the cat", "the é", "dog"]
     assert '"the é"' in out  # UTF-8 as it is, not \u escapes
+
+
+def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatch) -> None:
+    """``txl score --help``: each option with its metavar or choices and what it does (the default it states is the
+    one parsed, checked below), the command's description and example."""
+    from transformer_xl.cli import UsageError, _build_parser
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: the phrases below are not cut by wrapping
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("MODEL_OR_RUN_DIR [FILE]",
+                 "Each line of FILE (or of standard input: - or nothing) is one record;",
+                 "--memory reset scores each line alone.",
+                 "FILE UTF-8 text to score, '-' for standard input (default)",
+                 "--documents one record per document (lines separated by blank lines) instead of per line",
+                 "--memory {carry,reset} carry: the lines of a document read with the memory of those before "
+                 "(default); reset: each line alone",
+                 "--format {jsonl,tsv} jsonl: one JSON object per line/document (default); tsv: one row per token",
+                 "--mem-len MEM_LEN memory length (default: the model's)",
+                 "--batch-size BATCH_SIZE streams scored side by side (padded and masked; the same scores as one at "
+                 "a time) (default: 16)",
+                 "--vocab VOCAB vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)",
+                 "--level {word,char,text8,byte} how a line becomes tokens (default: the run's, else read from the "
+                 "vocabulary)",
+                 "--tokenizer TOK_JSON the tokenizers JSON of a model trained with --tokenizer (default: the one its "
+                 "run recorded)",
+                 "--errors {strict,replace} bytes that are not UTF-8: strict refuses the file (default), replace reads "
+                 "them as U+FFFD",
+                 "MODEL_OR_RUN_DIR model directory (config.json + model.safetensors), checkpoint step_* dir, or run "
+                 "dir; a Hugging Face Hub id"):
+        assert text in out, text
+    assert out.endswith(" example: txl score runs/wt2 sentences.txt --format tsv")
+    parser = _build_parser()
+    args = parser.parse_args(["score", "m"])
+    assert (args.file, args.documents, args.memory, args.format, args.batch_size, args.errors) == (
+        "-", False, "carry", "jsonl", 16, "strict")
+    assert (args.mem_len, args.vocab, args.level, args.tokenizer) == (None, None, None, None)
+    args = parser.parse_args(["score", "m", "f.txt", "--documents", "--memory", "reset", "--format", "tsv",
+                              "--mem-len", "0", "--batch-size", "3", "--vocab", "v.json", "--level", "text8",
+                              "--tokenizer", "t.json", "--errors", "replace"])
+    assert (args.file, args.documents, args.memory, args.format, args.mem_len, args.batch_size, args.vocab,
+            args.level, args.tokenizer, args.errors) == ("f.txt", True, "reset", "tsv", 0, 3, "v.json", "text8",
+                                                         "t.json", "replace")
+    for level in ("word", "char", "byte"):
+        assert parser.parse_args(["score", "m", "--level", level]).level == level
+    for bad in (["--mem-len", "-1"], ["--batch-size", "0"], ["--memory", "keep"], ["--format", "csv"]):
+        with pytest.raises(UsageError, match=f"argument {bad[0]}: "):
+            parser.parse_args(["score", "m", *bad])
+
+
+def test_a_run_directory_is_named_and_changed_weights_are_refused_unless_told(scored_model, tmp_path, capsys) -> None:
+    """A run directory: the note of the model picked (``txl score: using RUN/best (...)``); a file that no longer
+    matches its MANIFEST.json is refused in one line, and read with ``--no-verify``."""
+    import shutil
+
+    model_dir, _, text = scored_model
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run / "best")
+    assert main(["score", str(run), str(text)]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith(f"txl score: using {run / 'best'} (the best validation model") and out.out
+    config = model_dir / "config.json"
+    config.write_text(config.read_text() + "\n")  # the same config, other bytes
+    assert main(["score", str(model_dir), str(text)]) == 2
+    assert "config.json does not match its SHA-256 in MANIFEST.json" in one_line_error(capsys, "txl score: error: ")
+    assert main(["score", str(model_dir), str(text), "--no-verify"]) == 0
+
+
+def test_progress_lines_name_the_command(scored_model, capsys, monkeypatch) -> None:
+    """Without a terminal, progress is plain lines on stderr, ``txl score N/M (...)``, once they are due (a clock
+    that moves 10 s per reading makes every line due)."""
+    from types import SimpleNamespace
+
+    import transformer_xl.data.progress as progress
+
+    ticks = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text)]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("txl score: warning")]
+    assert lines and all(ln.startswith("txl score ") for ln in lines) and "(100%)" in lines[-1]

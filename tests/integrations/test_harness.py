@@ -20,6 +20,7 @@ import torch
 
 from tests.helpers import REPO, eval_model
 from transformer_xl.data import Vocab
+from transformer_xl.errors import TXLError
 from transformer_xl.inference.evaluate import evaluate
 from transformer_xl.inference.lines import LineEncoder
 from transformer_xl.inference.score import score_text, split_documents
@@ -293,3 +294,159 @@ def test_the_harness_command_line_refuses_a_missing_model_in_one_line(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"txl-lm-eval: error: no such model or run directory: {missing}"
     assert not any("Traceback" in line for line in err)
+    monkeypatch.setenv("TXL_DEBUG", "1")  # the error itself, for a traceback
+    with pytest.raises(TXLError, match="no such model or run directory"):
+        main(["--model", "transformer-xl", "--model_args", f"pretrained={missing}", "--tasks", "txl_generate",
+              "--include_path", str(tasks), "--device", "cpu"])
+
+
+def test_progress_lines_unless_the_harness_turns_them_off(wiki, capsys, monkeypatch) -> None:
+    """The harness's ``disable_tqdm``: lines ``transformer-xl N/M`` on stderr when False (its default), none when
+    True. A clock that moves 10 s per reading makes every line due at once."""
+    import transformer_xl.data.progress as progress
+
+    ticks = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir), batch_size=2)
+    pairs, documents = [_req("The game", " began"), _req("a b", " c")], [_req(d) for d in docs[:2]]
+    capsys.readouterr()
+    for ask in (lambda **kw: lm.loglikelihood(pairs, **kw), lambda **kw: lm.loglikelihood_rolling(documents, **kw)):
+        ask(disable_tqdm=True)
+        assert capsys.readouterr().err == ""
+        ask()
+        lines = capsys.readouterr().err.splitlines()
+        assert lines and all(ln.startswith("transformer-xl ") for ln in lines) and "(100%)" in lines[-1]
+
+
+def test_requests_are_scored_batch_size_at_a_time(wiki) -> None:
+    """``batch_size`` (default 1) is the batch the model reads: each forward call's rows counted by a hook."""
+    model_dir, docs = wiki
+    requests = [_req("The game", " began"), _req("It was", " well received"), _req("a b", " c")]
+    for kw, rows in (({}, 1), ({"batch_size": 2}, 2), ({"batch_size": "3"}, 3)):
+        lm = TransformerXLHarness(str(model_dir), **kw)
+        seen: list[int] = []
+        lm.model.register_forward_pre_hook(lambda module, args, seen=seen: seen.append(args[0].shape[0]))
+        lm.loglikelihood(requests, disable_tqdm=True)
+        assert max(seen) == rows
+        seen.clear()
+        lm.loglikelihood_rolling([_req(d) for d in docs[:3]], disable_tqdm=True)
+        assert max(seen) == rows
+
+
+def test_results_go_to_the_harness_cache(wiki) -> None:
+    """``--use_cache``: each result is handed to the harness's cache hook under the request's kind and arguments."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.model import CacheHook, hash_args
+
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir))
+    assert isinstance(lm.cache_hook, CacheHook) and (lm.rank, lm.world_size) == (0, 1)  # the harness's LM set up
+    hook = CacheHook(None)
+    hook.dbdict = {}  # what a CachingLM gives it: its store
+    lm.set_cache_hook(hook)
+    pairs, documents = [_req("The game", " began"), _req("a b", " c")], [_req(d) for d in docs[:2]]
+    lls, rolling = lm.loglikelihood(pairs, disable_tqdm=True), lm.loglikelihood_rolling(documents, disable_tqdm=True)
+    want = {hash_args("loglikelihood", r.args): v for r, v in zip(pairs, lls)}
+    want |= {hash_args("loglikelihood_rolling", r.args): v for r, v in zip(documents, rolling)}
+    assert hook.dbdict == want and len(want) == 4
+    del lm.cache_hook  # as the plain class is without the harness installed: no hook, the same answers
+    assert lm.loglikelihood(pairs, disable_tqdm=True) == lls
+
+
+def test_the_device_is_cuda_where_available_else_the_cpu_with_a_note(monkeypatch, capsys) -> None:
+    from transformer_xl.integrations.harness import _device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert (_device(None), _device("cuda:1"), _device("cpu")) == ("cuda", "cuda:1", "cpu")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert (_device(None), _device("cpu")) == ("cpu", "cpu")
+    assert capsys.readouterr().err == ""
+    assert _device("cuda:1") == "cpu"
+    assert capsys.readouterr().err == ("transformer-xl: device cuda:1 asked for but CUDA is not available; using the "
+                                       "CPU\n")
+
+
+def test_vocab_level_and_tokenizer_arguments_reach_the_encoder(wiki, tmp_path) -> None:
+    from transformer_xl.errors import ConfigError
+
+    model_dir, _ = wiki
+    lm = TransformerXLHarness(str(model_dir), same_length="False")
+    assert lm.encoder.level == "word" and lm.lengths["same_length"] is False
+    Vocab(["<eos>", "<unk>", "a"], special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>").save(tmp_path / "v.json")
+    with pytest.raises(ConfigError, match=rf"^the vocabulary has 3 symbols but the model predicts "
+                                          rf"{lm.model.config.n_token}$"):
+        TransformerXLHarness(str(model_dir), vocab=str(tmp_path / "v.json"))
+    char = TransformerXLHarness(str(model_dir), level="char")
+    assert char.encoder.level == "char" and char.encoder.string_ids("The") == [char.encoder.vocab.unk_idx] * 3
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = lm.encoder.vocab.idx2sym
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tok.json"))
+    sub = TransformerXLHarness(str(model_dir), tokenizer=str(tmp_path / "tok.json"))
+    assert sub.encoder.level == "subword" and sub.encoder.string_ids("The game") == lm.encoder.string_ids("The game")
+
+
+def test_generation_defaults_and_options(wiki) -> None:
+    """``max_gen_toks`` 256, greedy, ``seed`` 0 and ``temperature`` 1 unless given; ``clamp_len`` is the model
+    argument's; a stop string is cut at its first place, even where one token brings it twice."""
+    model_dir, docs = wiki
+    lm = TransformerXLHarness(str(model_dir))
+    ids = lm.encoder.start_ids() + lm.encoder.string_ids("The game")
+
+    def gen(harness=lm, context="The game", **kw):
+        return harness.generate_until([_req(context, kw)])[0]
+
+    def model_text(n, **kw):
+        new = lm.model.generate(torch.tensor([ids]), max_new_tokens=n, **kw).sequences[0, len(ids):].tolist()
+        return lm.encoder.codec.decoder(ids).feed(new)
+
+    assert gen() == model_text(256)
+    full = gen(max_gen_toks=8)
+    assert gen(max_gen_toks=8, temperature=-1) == full  # greedy: the temperature is not used (nor checked)
+    sampled = gen(max_gen_toks=32, do_sample=True)  # long enough for seeds and temperatures to show
+    assert sampled == gen(max_gen_toks=32, do_sample=True, seed=0, temperature=1.0) != gen(max_gen_toks=32)
+    assert sampled != gen(max_gen_toks=32, do_sample=True, temperature=2.0)
+    assert sampled != gen(max_gen_toks=32, do_sample=True, seed=1)
+    context = " ".join(docs[1].split()[:60])
+    clamped = TransformerXLHarness(str(model_dir), clamp_len=1)
+    ctx_ids = lm.encoder.start_ids() + lm.encoder.string_ids(context)
+    new = lm.model.generate(torch.tensor([ctx_ids]), max_new_tokens=8, clamp_len=1).sequences[0, len(ctx_ids):]
+    assert gen(clamped, context, max_gen_toks=8) == lm.encoder.codec.decoder(ctx_ids).feed(new.tolist())
+    assert gen(clamped, context, max_gen_toks=8) != gen(lm, context, max_gen_toks=8)
+    for c in sorted(set(full)):  # at index 0 too, and where a word holds the character twice
+        assert gen(max_gen_toks=8, until=[c]) == full[:full.index(c)]
+
+
+def test_register_puts_the_backend_in_the_harness_registry(monkeypatch) -> None:
+    pytest.importorskip("lm_eval")
+    from lm_eval.api import registry
+    from lm_eval.api.model import LM
+
+    from transformer_xl.integrations.harness import MODEL_NAME, register
+
+    fresh = registry.Registry("model", base_cls=LM)
+    monkeypatch.setattr(registry, "model_registry", fresh)
+    register()
+    register()  # twice: still one entry
+    assert fresh.get(MODEL_NAME) is TransformerXLHarness and list(fresh.keys()) == [MODEL_NAME]
+
+
+def test_the_harness_command_line_without_the_harness_and_its_help(monkeypatch, capsys) -> None:
+    pytest.importorskip("lm_eval")
+    from transformer_xl.integrations.harness import main
+
+    monkeypatch.setattr(sys, "argv", ["txl-lm-eval"])
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("usage: lm-eval")  # argv, not argv[0]
+    monkeypatch.setitem(sys.modules, "lm_eval.__main__", None)  # as if not installed
+    with pytest.raises(SystemExit) as stop:
+        main(["--tasks", "x"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ("txl-lm-eval: error: the evaluation harness is not installed: pip install "
+                                       "'transformer-xl[eval]'\n")

@@ -77,3 +77,71 @@ def test_session_bytes_is_the_size_of_the_memories() -> None:
     assert session_bytes(model) == sum(m.numel() * m.element_size() for m in out.mems)
     cfg = model.config
     assert session_bytes(model, 100) == (cfg.n_layer + 1) * 100 * cfg.d_model * 4
+
+
+def test_refusals_in_full_and_the_defaults() -> None:
+    from transformer_xl.errors import ConfigError
+
+    store = SessionStore()
+    assert (store.max_sessions, store.idle_timeout) == (64, 900.0) and type(store.idle_timeout) is float
+    assert SessionStore(idle_timeout=5).idle_timeout == 5.0 and type(SessionStore(idle_timeout=5).idle_timeout) is float
+    with pytest.raises(ConfigError, match=r"^max_sessions must be an integer >= 0, got -1$"):
+        SessionStore(max_sessions=-1)
+    store.acquire("a")
+    with pytest.raises(RequestError) as info:
+        store.acquire("a")
+    err = info.value
+    assert (str(err), err.status, err.param, err.code) == ("session 'a' is in use by another request", 409,
+                                                          "session", "session_busy")
+    with pytest.raises(RequestError) as info:
+        store.drop("a")
+    err = info.value
+    assert (str(err), err.status, err.param, err.code) == ("session 'a' is in use by a request", 409, None,
+                                                          "session_busy")
+    with pytest.raises(RequestError) as info:
+        SessionStore(max_sessions=0).acquire("a")
+    err = info.value
+    assert (str(err), err.status, err.param, err.code) == ("sessions are off on this server (--max-sessions 0)", 400,
+                                                          "session", None)
+
+
+def test_a_request_that_keeps_no_new_state_still_counts_as_a_use() -> None:
+    """``release(sid, None)``: the state stays, its idle time and its place in the eviction order start again."""
+    clock = Clock()
+    store = SessionStore(max_sessions=2, idle_timeout=10, clock=clock)
+    kept = _state(1)
+    for sid, state in (("a", kept), ("b", _state(2))):
+        store.acquire(sid)
+        store.release(sid, state)
+    clock.now = 8.0
+    assert store.acquire("a") is kept
+    store.release("a", None)  # used at 8: idle until 18; and now the most recent
+    clock.now = 10.0  # exactly the timeout for b: kept
+    assert "b" in store and len(store) == 2
+    store.acquire("c")
+    store.release("c", _state(3))  # b, the least recently used, goes
+    assert "b" not in store and "a" in store and "c" in store
+    clock.now = 15.0
+    assert "a" in store and store.acquire("a") is kept
+    store.release("a", None)
+    store.release("never", None)  # a request on a session that never kept a state: nothing stored
+    assert "never" not in store and len(store) == 2
+    clock.now = 25.5  # a idle since 15, c since 10: both beyond 10 s
+    assert len(store) == 0
+
+
+def test_a_busy_session_does_not_expire_and_eviction_counts_only_the_excess() -> None:
+    clock = Clock()
+    store = SessionStore(max_sessions=2, idle_timeout=10, clock=clock)
+    store.acquire("a")
+    store.release("a", _state(1))
+    store.acquire("a")  # busy from here on
+    clock.now = 100.0
+    assert "a" in store
+    for sid in ("b", "c", "d"):
+        store.acquire(sid)
+        store.release(sid, _state(ord(sid)))
+    assert "a" in store and "d" in store and len(store) == 2  # a busy and one idle (the newest): the bound
+    store.release("a", None)
+    assert len(store) == 2 and "a" in store and "d" in store
+    assert store.drop("d") is True and store.drop("zz") is False and len(store) == 1

@@ -54,9 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="streams scored side by side (padded and masked; the same scores as one at a time) "
                    "(default: 16)")
     p.add_argument("--vocab", help="vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)")
-    p.add_argument("--level", choices=("word", "char", "text8", "byte"), default=None,
+    p.add_argument("--level", choices=("word", "char", "text8", "byte"),
                    help="how a line becomes tokens (default: the run's, else read from the vocabulary)")
-    p.add_argument("--tokenizer", metavar="TOK_JSON", default=None,
+    p.add_argument("--tokenizer", metavar="TOK_JSON",
                    help="the tokenizers JSON of a model trained with --tokenizer (default: the one its run recorded)")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict",
                    help="bytes that are not UTF-8: strict refuses the file (default), replace reads them as U+FFFD")

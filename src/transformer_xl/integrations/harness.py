@@ -132,7 +132,7 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
         out = []
         for req, (_, cont), sc in zip(requests, pairs, scores):
             n = len(cont)
-            greedy = sc.is_greedy[len(sc.is_greedy) - n:] if sc.is_greedy is not None else []
+            greedy = sc.is_greedy[len(sc.is_greedy) - n:]  # scored with greedy=True: never None
             result = (math.fsum(sc.log_probs[len(sc.log_probs) - n:].tolist()), bool(all(greedy)))
             self._remember("loglikelihood", req, result)
             out.append(result)
@@ -141,14 +141,18 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
     def loglikelihood_rolling(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[float]:
         """The log-probability of each document, read as a text file (``txl score --documents``'s total)."""
         start = self.encoder.start_ids()
-        scores = self._score([start + self.encoder.text_ids(req.args[0]) for req in requests], quiet=disable_tqdm)
+        streams = [start + self.encoder.text_ids(req.args[0]) for req in requests]
+        # equivalent: greedy=True would also mark each token's rank (slower); the log-probabilities are the same
+        scores = self._score(streams, quiet=disable_tqdm,
+                             greedy=False)  # pragma: no mutate
         out = []
         for req, sc in zip(requests, scores):
             out.append(math.fsum(sc.log_probs.tolist()))
             self._remember("loglikelihood_rolling", req, out[-1])
         return out
 
-    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:
+    # equivalent: the harness's signature; generation shows no progress, so disable_tqdm's default is never read
+    def generate_until(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[str]:  # pragma: no mutate
         """The text generated after each context: greedy unless ``do_sample``, at most ``max_gen_toks`` tokens, cut
         before the first of the ``until`` strings."""
         return [self._generate(*req.args) for req in requests]
@@ -160,11 +164,12 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
         two words), else each encoded alone (a word the request cuts in two is then two words)."""
         ctx = self.encoder.string_ids(context)
         whole = self.encoder.string_ids(context + continuation)
-        if len(whole) > len(ctx) and whole[:len(ctx)] == ctx:
+        # equivalent: with equal lengths whole == ctx, and a continuation that adds no id to it alone has none either
+        if len(whole) > len(ctx) and whole[:len(ctx)] == ctx:  # pragma: no mutate
             return ctx, whole[len(ctx):]
         return ctx, self.encoder.string_ids(continuation)
 
-    def _score(self, streams: list[list[int]], *, greedy: bool = False, quiet: bool = False) -> list[Any]:
+    def _score(self, streams: list[list[int]], *, greedy: bool, quiet: bool) -> list[Any]:
         return score_ids(self.model, streams, batch_size=self.batch_size, greedy=greedy,
                          progress="off" if quiet else "auto", desc="transformer-xl", **self.lengths)
 
@@ -172,15 +177,16 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
         kw = dict(gen_kwargs or {})
         until = kw.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
-        temperature = float(kw.get("temperature", 1.0))
-        sample = bool(kw.get("do_sample", False)) and temperature > 0
+        # sampling at temperature 0 is greedy (TransformerXLLM.stream); greedy ignores temperature and seed
+        sampling = dict(do_sample=True, temperature=float(kw.get("temperature", 1.0)),
+                        seed=int(kw.get("seed", 0))) if kw.get("do_sample") else {}
         ids = self.encoder.start_ids() + self.encoder.string_ids(context)
         decoder = self.encoder.codec.decoder(ids)
         text = ""
-        steps = self.model.stream(torch.tensor([ids], device=next(self.model.parameters()).device),
-                                  max_new_tokens=int(kw.get("max_gen_toks", 256)), do_sample=sample,
-                                  temperature=temperature if sample else 1.0, seed=int(kw.get("seed", 0)),
-                                  mem_len=self.lengths["mem_len"], clamp_len=self.lengths["clamp_len"])
+        # left out: the device of the context (the model's) only shows on a GPU
+        prompt = torch.tensor([ids], device=next(self.model.parameters()).device)  # pragma: no mutate
+        steps = self.model.stream(prompt, max_new_tokens=int(kw.get("max_gen_toks", 256)),
+                                  mem_len=self.lengths["mem_len"], clamp_len=self.lengths["clamp_len"], **sampling)
         for step in steps:
             text += decoder.feed([int(step.tokens[0])])
             cut = [i for i in (text.find(s) for s in until if s) if i >= 0]

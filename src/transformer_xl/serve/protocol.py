@@ -79,7 +79,7 @@ def _type_error(name: str, want: str, value: Any) -> RequestError:
 
 
 def _get_int(doc: dict, name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    value = doc.get(name, default)
+    value = doc.get(name)
     if value is None:
         return default
     if not isinstance(value, int) or isinstance(value, bool):
@@ -91,7 +91,7 @@ def _get_int(doc: dict, name: str, default: int | None, lo: int, hi: int | None 
 
 
 def _get_float(doc: dict, name: str, default: float, lo: float, hi: float, *, open_lo: bool = False) -> float:
-    value = doc.get(name, default)
+    value = doc.get(name)
     if value is None:
         return default
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -103,7 +103,7 @@ def _get_float(doc: dict, name: str, default: float, lo: float, hi: float, *, op
 
 
 def _get_bool(doc: dict, name: str) -> bool:
-    value = doc.get(name, False)
+    value = doc.get(name)
     if value is None:
         return False
     if not isinstance(value, bool):
