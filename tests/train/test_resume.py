@@ -405,3 +405,27 @@ def test_a_corrupt_only_checkpoint_is_refused_without_an_older_one_to_name(tmp_p
     with pytest.raises(CheckpointError, match="SHA-256") as err:
         Trainer(_resume_cfg(Path(cfg.out_dir), max_step=4), corpus=corpus, resume=cfg.out_dir)
     assert "older checkpoint" not in str(err.value)
+
+
+def test_a_checkpoint_given_to_resume_from_is_resumed_within_its_run(tmp_path, corpus, tiny_run) -> None:
+    """``--resume RUN/checkpoints/step_N``: that checkpoint (not the newest, not step 0), the run's settings and
+    a refusal that names the run directory."""
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    older, _ = list_checkpoints(run / "checkpoints")
+    plan = plan_resume(older)
+    assert plan.checkpoint == older and plan.run.root == run and plan.train["max_step"] == 4
+    with pytest.raises(ConfigError, match=rf"^cannot change optim on --resume: {run} was trained with optim="):
+        Trainer(_resume_cfg(run, optim="sgd"), corpus=corpus, resume=older)
+
+
+def test_the_vocabulary_size_is_not_compared_as_an_architecture_field(tmp_path, corpus, tiny_run) -> None:
+    """``n_token`` follows the vocabulary, which is compared by its SHA-256: a model dict with another ``n_token``
+    is no architecture change."""
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    plan = plan_resume(run)
+    model = {**plan.model, "n_token": plan.model["n_token"] + 1}
+    assert plan.check(_resume_cfg(run, max_step=6), model, corpus.vocab.sha256()) == {"max_step": [4, 6]}
