@@ -469,7 +469,7 @@ def test_a_member_checked_in_place_keeps_its_archive_and_sizes_are_checked(
     _enwik8_like(monkeypatch, body, archive_size=len(zipped))
     folder = tmp_path / "data" / "enwik8"
     capsys.readouterr()
-    assert fetch("enwik8", tmp_path / "data", mirror=url) == [folder / "enwik8.zip"]
+    assert fetch("enwik8", tmp_path / "data", mirror=f"{url}/") == [folder / "enwik8.zip"]  # a mirror folder's /
     assert (folder / "enwik8.zip").read_bytes() == zipped and "enwik8.zip:" in capsys.readouterr().err
     assert json.loads((folder / "sources.json").read_text())["enwik8.zip"]["source"] == f"{url}/enwik8.zip"
     assert fetch("enwik8", tmp_path / "data2", mirror=url, progress=False)
@@ -502,7 +502,8 @@ def test_a_member_checked_in_place_keeps_its_archive_and_sizes_are_checked(
                                                                                  "enwik8.zip"]
 
 
-def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str, Path], tmp_path: Path) -> None:
+def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str, Path], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """One Billion Word: a tarball unpacked whole (kept: no member list to check a re-extraction against) and a
     plain file; the plain file is recorded in the sources with its SHA-256."""
     url, root = server
@@ -523,6 +524,17 @@ def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str
     sources = json.loads((folder / "sources.json").read_text())
     assert sorted(sources) == [vocab] and sources[vocab]["archive"] == vocab
     assert sources[vocab]["sha256"] == hashlib.sha256(b"<S>\na\n").hexdigest()
+    (folder / "r13" / "train" / "news.en-1").unlink()
+    (root / archive).unlink()  # unpacked again from the archive kept (an unpacked folder has no list to check)
+    fetch("lm1b", tmp_path / "data", mirror=url, progress=False)
+    assert (folder / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
+    # whatever the order of the resources, one already there does not stop the fetch of the next
+    monkeypatch.setitem(corpora.DATASETS, "lm1b", dataclasses.replace(spec, resources=spec.resources[::-1]))
+    (root / archive).write_bytes(tgz.getvalue())
+    (tmp_path / "again" / spec.subdir).mkdir(parents=True)
+    (tmp_path / "again" / spec.subdir / vocab).write_bytes(b"<S>\na\n")
+    fetch("lm1b", tmp_path / "again", mirror=url, progress=False)
+    assert (tmp_path / "again" / spec.subdir / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
     (root / archive).write_bytes(b"not a tarball")
     with pytest.raises(DataError, match=rf"{archive}: cannot extract \(.+\); delete it and fetch again"):
         fetch("lm1b", tmp_path / "other", mirror=url, progress=False)

@@ -249,7 +249,7 @@ def _try_sources(spec: DatasetSpec, folder: Path, *, mirror: str | None, force: 
     """Each resource not yet done from its URLs in order, then (for what is still missing) the Hub dataset. A dead
     source is said in one line naming the next one tried; when every source failed, one :class:`DataError` line."""
     failures: list[str] = []
-    missing = False
+    missing = False  # pragma: no mutate (equivalent: None is as false)
     for res in spec.resources:
         if not force and _resource_done(res, folder):
             continue
