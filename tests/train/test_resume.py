@@ -429,3 +429,27 @@ def test_the_vocabulary_size_is_not_compared_as_an_architecture_field(tmp_path, 
     plan = plan_resume(run)
     model = {**plan.model, "n_token": plan.model["n_token"] + 1}
     assert plan.check(_resume_cfg(run, max_step=6), model, corpus.vocab.sha256()) == {"max_step": [4, 6]}
+
+
+def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when_torn(tmp_path, corpus,
+                                                                                      tiny_run) -> None:
+    """Before the first checkpoint the run's ``config.json`` is what a resume is checked against; with checkpoints
+    each one records its own, so a lost ``config.json`` is no obstacle; a torn one is a one-line refusal."""
+    from transformer_xl.errors import CheckpointError
+    from transformer_xl.train.resume import plan_resume
+
+    cfg = tiny_run(max_step=3, save_interval=100, eval_interval=100)
+    with Trainer(cfg, corpus=corpus) as tr:  # killed before its first save: config, vocabulary, metrics
+        tr._write_run_files()
+    plan = plan_resume(cfg.out_dir)
+    assert plan.checkpoint is None and plan.train["max_step"] == 3 and plan.vocab_sha256 == corpus.vocab.sha256()
+    import shutil
+
+    shutil.rmtree(cfg.out_dir)
+    run = _trained(tiny_run, corpus)
+    (run / "config.json").write_text('{"train": {"max_st')
+    with pytest.raises(CheckpointError, match=rf"^run config {run / 'config.json'} is not valid JSON: "):
+        plan_resume(run)
+    (run / "config.json").unlink()
+    plan = plan_resume(run)
+    assert plan.checkpoint == list_checkpoints(run / "checkpoints")[-1] and plan.train["max_step"] == 4
