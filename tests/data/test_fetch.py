@@ -538,3 +538,21 @@ def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str
     (root / archive).write_bytes(b"not a tarball")
     with pytest.raises(DataError, match=rf"{archive}: cannot extract \(.+\); delete it and fetch again"):
         fetch("lm1b", tmp_path / "other", mirror=url, progress=False)
+
+
+def test_force_fetches_again_over_an_archive_and_files_already_there(server: tuple[str, Path], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``txl data fetch --force``: the source is downloaded again; neither the archive nor the files already in
+    the folder are used, whatever they hold."""
+    url, root = server
+    good = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(good))
+    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
+    folder = tmp_path / "data" / "ptb"
+    folder.mkdir(parents=True)
+    for split in good:
+        (folder / f"ptb.{split}.txt").write_bytes(b"edited\n")
+    (folder / "simple-examples.tgz").write_bytes(_ptb_tgz({"train": b"x\n", "valid": b"y\n", "test": b"z\n"}))
+    fetch("ptb", tmp_path / "data", mirror=url, force=True, progress=False)
+    assert {p.name: p.read_bytes() for p in folder.glob("ptb.*.txt")} == {f"ptb.{k}.txt": v for k, v in good.items()}
+    assert not (folder / "simple-examples.tgz").exists()
