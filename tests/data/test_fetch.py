@@ -556,3 +556,14 @@ def test_force_fetches_again_over_an_archive_and_files_already_there(server: tup
     fetch("ptb", tmp_path / "data", mirror=url, force=True, progress=False)
     assert {p.name: p.read_bytes() for p in folder.glob("ptb.*.txt")} == {f"ptb.{k}.txt": v for k, v in good.items()}
     assert not (folder / "simple-examples.tgz").exists()
+
+
+def test_offline_without_a_local_source_is_one_line_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PTB has no Hub source: offline, with no archive placed by hand, nothing can be tried."""
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    url = corpora.DATASETS["ptb"].resources[0].url
+    folder = tmp_path / "data" / "ptb"
+    with pytest.raises(DataError, match=rf"^ptb: offline \(HF_HUB_OFFLINE is set\) and no local source; download "
+                       rf"{re.escape(url)} by hand and place it in {folder}/$"):
+        fetch("ptb", tmp_path / "data", progress=False)
