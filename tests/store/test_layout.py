@@ -20,6 +20,7 @@ from transformer_xl.store.layout import (
     is_checkpoint_dir,
     is_model_dir,
     load_model_dir,
+    load_weights,
     resolve_model,
     resolve_model_dir,
     save_model_dir,
@@ -81,8 +82,10 @@ def test_non_finite_weights_are_refused_with_or_without_a_manifest(tmp_path) -> 
     state = {"ok": torch.ones(2), "ids": torch.arange(3), "layer.w": torch.tensor([1.0, float("nan")])}
     d = save_model_dir(tmp_path / "m", state, json.dumps({"n_token": 3}))
     for verify in (True, False):
-        with pytest.raises(CheckpointError, match=r"tensor 'layer.w' holds non-finite values \(1 NaN, 0 inf\)"):
+        with pytest.raises(CheckpointError, match=rf"^{d / WEIGHTS}: tensor 'layer.w' holds non-finite values "
+                           r"\(1 NaN, 0 inf\)"):
             load_model_dir(d, verify=verify)
+    assert load_weights(_write(tmp_path / "ok"))["w"].device.type == "cpu"  # on the CPU unless told
     (d / MANIFEST).unlink()
     with pytest.raises(CheckpointError, match=r"'layer\.w'"):
         load_model_dir(d)
@@ -90,6 +93,9 @@ def test_non_finite_weights_are_refused_with_or_without_a_manifest(tmp_path) -> 
 
 def test_resolve_model_checkpoint_and_run_dirs(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.config.write_text("{}")  # a run directory holds a config.json and no weights: it is no model itself
+    assert not is_model_dir(run.root)
     _write(run.checkpoints / "step_00000002")
     _write(run.checkpoints / "step_00000010")
     assert resolve_model_dir(run.root) == run.checkpoints / "step_00000010"  # the newest checkpoint
@@ -134,7 +140,8 @@ def test_find_vocab_beside_the_model_or_in_its_run(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
     _write(run.best)
     (run.best / VOCAB).unlink()
-    with pytest.raises(CheckpointError, match="--vocab"):
+    with pytest.raises(CheckpointError, match=rf"^no vocabulary for {run.best}: neither {run.best / VOCAB} nor "
+                       rf"{run.vocab} exists; pass --vocab PATH \(a txl vocab JSON\)$"):
         find_vocab(run.best)
     run.vocab.write_text("{}")
     assert find_vocab(run.best) == run.vocab
