@@ -11,6 +11,7 @@ from transformer_xl.errors import CheckpointError
 from transformer_xl.store.checkpoint import (
     join_tensors,
     load_checkpoint,
+    read_checkpoint_meta,
     save_checkpoint,
     split_tensors,
     verify_checkpoint,
@@ -86,3 +87,6 @@ def test_a_trainer_state_that_is_no_json_is_refused_naming_it(tmp_path) -> None:
     write_manifest(ckpt, ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"], step=3)
     with pytest.raises(CheckpointError, match=rf"^checkpoint state {ckpt / 'train_state.json'} is not valid JSON: "):
         load_checkpoint(ckpt)
+    (ckpt / "config.json").write_text("[4]")
+    with pytest.raises(CheckpointError, match=rf"^checkpoint config {ckpt / 'config.json'} JSON must be an object$"):
+        read_checkpoint_meta(ckpt)

@@ -443,6 +443,7 @@ def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when
         tr._write_run_files()
     plan = plan_resume(cfg.out_dir)
     assert plan.checkpoint is None and plan.train["max_step"] == 3 and plan.vocab_sha256 == corpus.vocab.sha256()
+    assert plan.model["n_layer"] == 2 and plan.model["d_model"] == 16  # the architecture it was started with
     (Path(cfg.out_dir) / "vocab.json").unlink()  # the vocabulary's SHA-256 is in config.json too
     assert plan_resume(cfg.out_dir).vocab_sha256 == corpus.vocab.sha256()
     import shutil
