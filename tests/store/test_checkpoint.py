@@ -87,6 +87,8 @@ def test_a_trainer_state_that_is_no_json_is_refused_naming_it(tmp_path) -> None:
     write_manifest(ckpt, ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"], step=3)
     with pytest.raises(CheckpointError, match=rf"^checkpoint state {ckpt / 'train_state.json'} is not valid JSON: "):
         load_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint state {ckpt / 'train_state.json'} is not valid JSON: "):
+        read_checkpoint_meta(ckpt)
     (ckpt / "config.json").write_text("[4]")
     with pytest.raises(CheckpointError, match=rf"^checkpoint config {ckpt / 'config.json'} JSON must be an object$"):
         read_checkpoint_meta(ckpt)

@@ -21,6 +21,7 @@ from transformer_xl.store.layout import (
     is_model_dir,
     load_model_dir,
     load_weights,
+    read_model_config,
     resolve_model,
     resolve_model_dir,
     save_model_dir,
@@ -69,6 +70,8 @@ def test_a_changed_model_dir_is_refused_unless_not_verified(tmp_path, damage) ->
     with pytest.raises(CheckpointError, match=f"{WEIGHTS} does not match its SHA-256 in {MANIFEST}") as exc:
         load_model_dir(d)
     assert "\n" not in str(exc.value) and (damage == "bit-flip") == ("bytes where" not in str(exc.value))
+    with pytest.raises(CheckpointError, match=f"{WEIGHTS} does not match its SHA-256"):
+        read_model_config(d)  # checked by default
     if damage == "bit-flip":  # without the check the changed (finite) value loads
         w = load_model_dir(d, verify=False)[1]["w"]
         original = torch.randn(3, 2, generator=torch.Generator().manual_seed(0))
@@ -154,6 +157,12 @@ def test_find_vocab_beside_the_model_or_in_its_run(tmp_path) -> None:
 def test_missing_or_broken_model_dirs_fail_clearly(tmp_path) -> None:
     with pytest.raises(CheckpointError, match="not found"):
         load_model_dir(tmp_path / "nope")
+    d = _write(tmp_path / "m")
+    (d / MANIFEST).unlink()
+    (d / CONFIG).rename(tmp_path / "config.json")
+    with pytest.raises(CheckpointError, match=rf"^{d / CONFIG} not found \(a txl model directory holds config.json "
+                       r"and model.safetensors\)$"):
+        load_model_dir(d)
     d = _write(tmp_path / "m")
     (d / CONFIG).write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="must be an object"):
