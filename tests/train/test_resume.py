@@ -434,8 +434,10 @@ def test_the_vocabulary_size_is_not_compared_as_an_architecture_field(tmp_path, 
 def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when_torn(tmp_path, corpus,
                                                                                       tiny_run) -> None:
     """Before the first checkpoint the run's ``config.json`` is what a resume is checked against; with checkpoints
-    each one records its own, so a lost ``config.json`` is no obstacle; a torn one is a one-line refusal."""
+    each one records its own (one of an older txl does not: ``config.json`` stands in), so a lost ``config.json``
+    is no obstacle; a torn one is a one-line refusal."""
     from transformer_xl.errors import CheckpointError
+    from transformer_xl.store.manifest import write_manifest
     from transformer_xl.train.resume import plan_resume
 
     cfg = tiny_run(max_step=3, save_interval=100, eval_interval=100)
@@ -450,9 +452,17 @@ def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when
 
     shutil.rmtree(cfg.out_dir)
     run = _trained(tiny_run, corpus)
+    older, newest = list_checkpoints(run / "checkpoints")
+    state = json.loads((older / "train_state.json").read_text())  # as an older txl wrote it: the run's config.json
+    del state["train_config"], state["vocab_sha256"]  # says what it was trained with
+    (older / "train_state.json").write_text(json.dumps(state))
+    write_manifest(older, [p.name for p in older.iterdir() if p.name != "MANIFEST.json"], step=2)
+    (run / "vocab.json").unlink()
+    plan = plan_resume(older)
+    assert plan.train["max_step"] == 4 and plan.vocab_sha256 == corpus.vocab.sha256()
     (run / "config.json").write_text('{"train": {"max_st')
     with pytest.raises(CheckpointError, match=rf"^run config {run / 'config.json'} is not valid JSON: "):
         plan_resume(run)
     (run / "config.json").unlink()
     plan = plan_resume(run)
-    assert plan.checkpoint == list_checkpoints(run / "checkpoints")[-1] and plan.train["max_step"] == 4
+    assert plan.checkpoint == newest and plan.train["max_step"] == 4 and plan.vocab_sha256 == corpus.vocab.sha256()
