@@ -241,15 +241,22 @@ def test_an_archive_placed_by_hand_is_used_offline(tmp_path: Path, monkeypatch: 
     assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.train.txt").exists()
 
 
-def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+def _ptb_served(server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                bodies: dict[str, bytes]) -> tuple[str, Path, Path]:
+    """PTB's archive of ``bodies`` on the test server (members without checksums); its dataset folder made."""
     url, root = server
-    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
     (root / "simple-examples.tgz").write_bytes(_ptb_tgz(bodies))
     _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
     folder = tmp_path / "data" / "ptb"
     folder.mkdir(parents=True)
+    return url, root, folder
+
+
+def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    url, root, folder = _ptb_served(server, monkeypatch, tmp_path, bodies)
     (folder / "ptb.train.txt").write_bytes(bodies["train"])
     files = fetch("ptb", tmp_path / "data", mirror=url, progress=False)
     assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
@@ -544,12 +551,8 @@ def test_force_fetches_again_over_an_archive_and_files_already_there(server: tup
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``txl data fetch --force``: the source is downloaded again; neither the archive nor the files already in
     the folder are used, whatever they hold."""
-    url, root = server
     good = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
-    (root / "simple-examples.tgz").write_bytes(_ptb_tgz(good))
-    _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
-    folder = tmp_path / "data" / "ptb"
-    folder.mkdir(parents=True)
+    url, _, folder = _ptb_served(server, monkeypatch, tmp_path, good)
     for split in good:
         (folder / f"ptb.{split}.txt").write_bytes(b"edited\n")
     (folder / "simple-examples.tgz").write_bytes(_ptb_tgz({"train": b"x\n", "valid": b"y\n", "test": b"z\n"}))
