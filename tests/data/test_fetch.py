@@ -543,8 +543,18 @@ def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str
     fetch("lm1b", tmp_path / "again", mirror=url, progress=False)
     assert (tmp_path / "again" / spec.subdir / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
     (root / archive).write_bytes(b"not a tarball")
-    with pytest.raises(DataError, match=rf"{archive}: cannot extract \(.+\); delete it and fetch again"):
+    with pytest.raises(DataError, match=rf"{archive}: cannot extract \(file could not be opened successfully:?\); "
+                       "delete it and fetch again"):
         fetch("lm1b", tmp_path / "other", mirror=url, progress=False)
+    evil = io.BytesIO()  # a member outside the dataset folder: refused by tarfile's data filter, nothing written
+    with tarfile.open(fileobj=evil, mode="w:gz") as tf:
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"x\n"))
+    (root / archive).write_bytes(evil.getvalue())
+    with pytest.raises(DataError, match=rf"{archive}: cannot extract \(.*evil.txt.*\); delete it and fetch again"):
+        fetch("lm1b", tmp_path / "evil" / "data", mirror=url, progress=False)
+    assert not (tmp_path / "evil" / "evil.txt").exists()
 
 
 def test_force_fetches_again_over_an_archive_and_files_already_there(server: tuple[str, Path], tmp_path: Path,
