@@ -45,6 +45,8 @@ RELATED: dict[str, list[str]] = {
     "src/transformer_xl/interop/hub.py": ["tests/interop/test_hf.py"],
     "src/transformer_xl/inference/captured.py": ["tests/inference/test_generate.py"],
     "src/transformer_xl/store": ["tests/train/test_resume.py"],
+    "src/transformer_xl/store/checkpoint.py": ["tests/train/test_resume.py"],
+    "src/transformer_xl/store/layout.py": ["tests/train/test_resume.py"],
     "src/transformer_xl/inference/lines.py": ["tests/inference/test_score.py", "tests/cli/test_score.py"],
     "src/transformer_xl/inference/score.py": ["tests/cli/test_score.py", "tests/integrations/test_harness.py"],
     "src/transformer_xl/integrations/harness.py": ["tests/inference/test_score.py"],

@@ -29,6 +29,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 
     truncate_once: ClassVar[list[bool]] = []
     ranges_seen: ClassVar[list[str]] = []
+    agents_seen: ClassVar[list[str]] = []
 
     def log_message(self, *args: object) -> None:
         pass
@@ -39,11 +40,15 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             self.send_error(404)
             return
         body = path.read_bytes()
+        self.agents_seen.append(self.headers.get("User-Agent"))
         rng = self.headers.get("Range")
         start = 0
         if rng:
             self.ranges_seen.append(rng)
             start = int(rng.split("=")[1].split("-")[0])
+            if start >= len(body):
+                self.send_error(416)
+                return
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         else:
@@ -67,6 +72,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     thread.start()
     RangeHandler.truncate_once.clear()
     RangeHandler.ranges_seen.clear()
+    RangeHandler.agents_seen.clear()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", root
     httpd.shutdown()
     httpd.server_close()
@@ -75,7 +81,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_file_url_download_and_checksum(tmp_path: Path) -> None:
     src = tmp_path / "blob.bin"
     src.write_bytes(PAYLOAD)
-    dest = download(src.as_uri(), tmp_path / "out" / "blob.bin", sha256=SHA, progress=False)
+    dest = download(src.as_uri(), tmp_path / "out" / "new" / "blob.bin", sha256=SHA, progress=False)  # folders made
     assert dest.read_bytes() == PAYLOAD
     with pytest.raises(DataError, match=r"sha256 .* does not match"):
         download(src.as_uri(), tmp_path / "out" / "bad.bin", sha256="0" * 64, progress=False)
@@ -94,7 +100,50 @@ def test_http_truncated_download_resumes_with_range(server: tuple[str, Path], tm
     assert not dest.exists() and dest.with_name("blob.bin.part").stat().st_size == 341_333
     download(f"{url}/blob.bin", dest, sha256=SHA, progress=False)
     assert RangeHandler.ranges_seen == ["bytes=341333-"]
+    assert RangeHandler.agents_seen == ["txl-data", "txl-data"]  # not urllib's, which some servers refuse
     assert dest.read_bytes() == PAYLOAD and not dest.with_name("blob.bin.part").exists()
+
+
+def test_the_progress_bar_counts_from_the_resumed_part_in_binary_units_and_is_cleared(
+    server: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar names the file, starts at the bytes already there (a resumed download), counts in KiB/MiB (B/s) and
+    is erased when done: the terminal is left to the command's own output."""
+    url, root = server
+    (root / "blob.bin").write_bytes(PAYLOAD)
+    (tmp_path / "blob.bin.part").write_bytes(PAYLOAD[:262_144])  # 256 KiB of 1000 KiB already fetched
+    capsys.readouterr()
+    download(f"{url}/blob.bin", tmp_path / "blob.bin", sha256=SHA)
+    err = capsys.readouterr().err
+    assert err.startswith("\rblob.bin:  26%|") and "| 256k/0.98M [" in err and "B/s]" in err
+    assert err.endswith("\r") and not err.rsplit("\r", 2)[1].strip()  # its last line blanked, no newline left
+    download(f"{url}/blob.bin", tmp_path / "quiet.bin", sha256=SHA, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_source_that_never_answers_is_given_up_after_the_timeout(tmp_path: Path) -> None:
+    """A server that accepts the connection and sends nothing: the download stops after ``timeout`` seconds, in
+    one line, instead of waiting for the server to hang up."""
+    import socket
+
+    release = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+
+        def hold() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                release.wait(10)  # then hang up: a download without a timeout sees a closed connection
+
+        thread = threading.Thread(target=hold, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}/blob.bin"
+        try:
+            with pytest.raises(DataError, match=rf"^cannot download {url} \(timed out\); download {url} by hand"):
+                download(url, tmp_path / "blob.bin", progress=False, timeout=0.5)
+        finally:
+            release.set()
+            thread.join()
+    assert not (tmp_path / "blob.bin").exists()
 
 
 def test_http_checksum_mismatch_removes_partial(server: tuple[str, Path], tmp_path: Path) -> None:
@@ -192,15 +241,22 @@ def test_an_archive_placed_by_hand_is_used_offline(tmp_path: Path, monkeypatch: 
     assert not (folder / "simple-examples.tgz").exists() and not (folder / "ptb.train.txt").exists()
 
 
-def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+def _ptb_served(server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                bodies: dict[str, bytes]) -> tuple[str, Path, Path]:
+    """PTB's archive of ``bodies`` on the test server (members without checksums); its dataset folder made."""
     url, root = server
-    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
     (root / "simple-examples.tgz").write_bytes(_ptb_tgz(bodies))
     _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
     folder = tmp_path / "data" / "ptb"
     folder.mkdir(parents=True)
+    return url, root, folder
+
+
+def test_a_partly_fetched_folder_is_completed(server: tuple[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """One member extracted and the others missing (a fetch stopped half way, a file deleted) is not done."""
+    bodies = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    url, root, folder = _ptb_served(server, monkeypatch, tmp_path, bodies)
     (folder / "ptb.train.txt").write_bytes(bodies["train"])
     files = fetch("ptb", tmp_path / "data", mirror=url, progress=False)
     assert [f.name for f in files] == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
@@ -240,12 +296,13 @@ def test_dead_and_wrong_sources_are_passed_in_order_one_line_each(
     assert [f.name for f in files] == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
-    assert lines[0].startswith(f"txl data: {dead} failed ([Errno 2] No such file or directory: ") and \
-        lines[0].endswith(f"); trying {wrong_url}")
+    assert lines[0] == (f"txl data: {dead} failed ([Errno 2] No such file or directory: '{tmp_path / 'gone.zip'}'); "
+                        f"trying {wrong_url}")
     assert re.fullmatch(rf"txl data: {re.escape(wrong_url)} failed \(.*sha256 [0-9a-f]+ does not match the expected "
                         rf"[0-9a-f]+\); trying {re.escape(good_url)}", lines[1])
     sources = json.loads((tmp_path / "data" / "wikitext-2" / "sources.json").read_text())
     assert {v["source"] for v in sources.values()} == {good_url}
+    assert {v["archive"] for v in sources.values()} == {"wikitext-2-v1.zip"}
     c = load_corpus("wt2", tmp_path / "data", cache_dir=tmp_path / "c")
     assert c.manifest["fetched_from"]["wiki.train.tokens"]["source"] == good_url
     assert c.manifest["fetched_from"]["wiki.train.tokens"]["sha256"] == corpora._WT2_SHA["train"]
@@ -324,7 +381,8 @@ def test_an_archive_without_a_member_or_unreadable_is_one_line_and_removed(
     (root / "simple-examples.tgz").write_bytes(b"not an archive at all")
     _ptb_without_member_checksums(monkeypatch, (root / "simple-examples.tgz").read_bytes())
     with pytest.raises(DataError, match=rf"^ptb: {url}/simple-examples.tgz: {folder}/simple-examples.tgz: cannot read "
-                       r"archive \(.*\); delete it and fetch again; download ") as err:
+                       r"archive \(file could not be opened successfully:?\); delete it and fetch again; download "
+                       ) as err:
         fetch("ptb", tmp_path / "data", mirror=url, progress=False)
     assert "\n" not in str(err.value)  # tarfile's reason spans several lines: its first is kept
     assert not (folder / "simple-examples.tgz").exists()
@@ -344,3 +402,181 @@ def test_the_sources_record_is_merged_and_an_unreadable_one_is_no_record(tmp_pat
                                                            {"b.txt": {"source": "u"}})):
         (tmp_path / "sources.json").write_text(text)
         assert read_sources(tmp_path) == expected
+
+
+def test_a_part_already_whole_is_kept_on_http_416_and_a_file_gone_from_the_server_is_one_line(
+    server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """A ``.part`` of unknown expected size asks for the rest; "nothing left" (HTTP 416) verifies and keeps it.
+    A ``.part`` of a file the server no longer has (HTTP 404) is an error, not taken as complete."""
+    url, root = server
+    (root / "blob.bin").write_bytes(PAYLOAD)
+    (tmp_path / "blob.bin.part").write_bytes(PAYLOAD)
+    assert download(f"{url}/blob.bin", tmp_path / "blob.bin", sha256=SHA, progress=False).read_bytes() == PAYLOAD
+    assert RangeHandler.ranges_seen == [f"bytes={len(PAYLOAD)}-"]
+    (tmp_path / "gone.bin.part").write_bytes(PAYLOAD)
+    with pytest.raises(DataError, match=rf"^cannot download {url}/gone.bin: HTTP 404; download "):
+        download(f"{url}/gone.bin", tmp_path / "gone.bin", sha256=SHA, progress=False)
+    assert not (tmp_path / "gone.bin").exists()
+
+
+def test_a_part_longer_than_the_file_is_fetched_again_from_its_first_byte(server: tuple[str, Path],
+                                                                         tmp_path: Path) -> None:
+    url, root = server
+    (root / "blob.bin").write_bytes(PAYLOAD)
+    (tmp_path / "blob.bin.part").write_bytes(PAYLOAD + b"from an older, longer file")
+    assert download(f"{url}/blob.bin", tmp_path / "blob.bin", size=len(PAYLOAD), progress=False).read_bytes() == \
+        PAYLOAD
+    assert RangeHandler.ranges_seen == []  # no Range request: the whole file from byte 0
+
+
+def test_a_dead_http_source_is_one_line_naming_the_next(server: tuple[str, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    url, _ = server
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # the local server is tried (the Hub is not reached)
+    good = _wt2_zip(tmp_path / "wikitext-2-v1.zip")
+    _with_urls(monkeypatch, "wt2", [f"{url}/gone.zip", good.as_uri()], hashlib.sha256(good.read_bytes()).hexdigest())
+    fetch("wt2", tmp_path / "data", progress=False)
+    assert [r.getMessage() for r in caplog.records] == [f"txl data: {url}/gone.zip failed (HTTP 404); trying "
+                                                        f"{good.as_uri()}"]
+
+
+def _enwik8_like(monkeypatch: pytest.MonkeyPatch, body: bytes, *, archive_size: int, sha256: bool = True) -> None:
+    """enwik8 with a small member: checked in place inside its zip (no ``dest``), by its size (and SHA-256); the
+    archive itself has a published size and no checksum."""
+    spec = corpora.DATASETS["enwik8"]
+    res = spec.resources[0]
+    member = dataclasses.replace(res.members[0], sha256=hashlib.sha256(body).hexdigest() if sha256 else None,
+                                 size=len(body))
+    res = dataclasses.replace(res, members=(member,), size=archive_size, sha256=None)
+    monkeypatch.setitem(corpora.DATASETS, "enwik8", dataclasses.replace(spec, resources=(res,)))
+
+
+def _zipped(name: str, body: bytes) -> bytes:
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(name, body)
+    return buf.getvalue()
+
+
+def test_a_member_checked_in_place_keeps_its_archive_and_sizes_are_checked(
+    server: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """enwik8's one member is verified inside the zip (the reader reads it from there): the archive stays, shown
+    by a progress bar while it lands. A wrong archive size (a server's or a hand-placed file) or a member of another
+    size is refused in one line, and nothing wrong is kept."""
+    url, root = server
+    body = bytes(range(256)) * 40
+    zipped = _zipped("enwik8", body)
+    (root / "enwik8.zip").write_bytes(zipped)
+    _enwik8_like(monkeypatch, body, archive_size=len(zipped))
+    folder = tmp_path / "data" / "enwik8"
+    capsys.readouterr()
+    assert fetch("enwik8", tmp_path / "data", mirror=f"{url}/") == [folder / "enwik8.zip"]  # a mirror folder's /
+    assert (folder / "enwik8.zip").read_bytes() == zipped and "enwik8.zip:" in capsys.readouterr().err
+    assert json.loads((folder / "sources.json").read_text())["enwik8.zip"]["source"] == f"{url}/enwik8.zip"
+    assert fetch("enwik8", tmp_path / "data2", mirror=url, progress=False)
+    assert capsys.readouterr().err == ""
+    _enwik8_like(monkeypatch, body, archive_size=len(zipped) + 1)  # the server's file is not the published
+    with pytest.raises(DataError, match=rf"enwik8.zip.part: {len(zipped)} bytes, expected {len(zipped) + 1} "):
+        fetch("enwik8", tmp_path / "data3", mirror=url, progress=False)
+    assert not list((tmp_path / "data3" / "enwik8").iterdir())
+    # PTB (members extracted) with an archive of published size only, placed by hand: checked like a download
+    spec, tgz = corpora.DATASETS["ptb"], _ptb_tgz({"train": b"a\n", "valid": b"b\n", "test": b"c\n"})
+    members = tuple(dataclasses.replace(m, sha256=None) for m in spec.resources[0].members)
+    res = dataclasses.replace(spec.resources[0], members=members, sha256=None, size=len(tgz) + 1)
+    monkeypatch.setitem(corpora.DATASETS, "ptb", dataclasses.replace(spec, resources=(res,)))
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # the hand-placed archive is the only source
+    (tmp_path / "data4" / "ptb").mkdir(parents=True)
+    (tmp_path / "data4" / "ptb" / "simple-examples.tgz").write_bytes(tgz)
+    with pytest.raises(DataError, match=rf"simple-examples.tgz: {len(tgz)} bytes, expected {len(tgz) + 1} \(truncated "
+                       r"or wrong file\); the archive already there was removed"):
+        fetch("ptb", tmp_path / "data4", progress=False)
+    assert not list((tmp_path / "data4" / "ptb").iterdir())
+    other = _zipped("enwik8", body + b"!")  # one byte more: the member's size (its SHA-256 unknown) is wrong
+    (root / "enwik8.zip").write_bytes(other)
+    _enwik8_like(monkeypatch, body, archive_size=len(other), sha256=False)
+    with pytest.raises(DataError, match=r"enwik8.zip: member enwik8 does not match its published size/sha256 "
+                       r"\(wrong or corrupt archive\); delete it and fetch again"):
+        fetch("enwik8", tmp_path / "data5", mirror=url, progress=False)
+    _enwik8_like(monkeypatch, body + b"!", archive_size=len(other), sha256=False)  # its right size: accepted
+    assert fetch("enwik8", tmp_path / "data5", mirror=url, progress=False) == [tmp_path / "data5" / "enwik8" /
+                                                                                 "enwik8.zip"]
+
+
+def test_an_archive_unpacked_whole_is_kept_beside_a_plain_file(server: tuple[str, Path], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Billion Word: a tarball unpacked whole (kept: no member list to check a re-extraction against) and a
+    plain file; the plain file is recorded in the sources with its SHA-256."""
+    url, root = server
+    tgz = io.BytesIO()
+    with tarfile.open(fileobj=tgz, mode="w:gz") as tf:
+        for name, body in (("r13/heldout/news.en.heldout-00000-of-00050", b"a b\n"), ("r13/train/news.en-1", b"c\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    spec = corpora.DATASETS["lm1b"]
+    archive, vocab = (r.filename for r in spec.resources)
+    (root / archive).write_bytes(tgz.getvalue())
+    (root / vocab).write_bytes(b"<S>\na\n")
+    folder = tmp_path / "data" / spec.subdir
+    fetch("lm1b", tmp_path / "data", mirror=url, progress=False)
+    assert (folder / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
+    assert (folder / archive).read_bytes() == tgz.getvalue() and (folder / vocab).read_bytes() == b"<S>\na\n"
+    sources = json.loads((folder / "sources.json").read_text())
+    assert sorted(sources) == [vocab] and sources[vocab]["archive"] == vocab
+    assert sources[vocab]["sha256"] == hashlib.sha256(b"<S>\na\n").hexdigest()
+    (folder / "r13" / "train" / "news.en-1").unlink()
+    (root / archive).unlink()  # unpacked again from the archive kept (an unpacked folder has no list to check)
+    fetch("lm1b", tmp_path / "data", mirror=url, progress=False)
+    assert (folder / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
+    # whatever the order of the resources, one already there does not stop the fetch of the next
+    monkeypatch.setitem(corpora.DATASETS, "lm1b", dataclasses.replace(spec, resources=spec.resources[::-1]))
+    (root / archive).write_bytes(tgz.getvalue())
+    (tmp_path / "again" / spec.subdir).mkdir(parents=True)
+    (tmp_path / "again" / spec.subdir / vocab).write_bytes(b"<S>\na\n")
+    fetch("lm1b", tmp_path / "again", mirror=url, progress=False)
+    assert (tmp_path / "again" / spec.subdir / "r13" / "train" / "news.en-1").read_bytes() == b"c\n"
+    (root / archive).write_bytes(b"not a tarball")
+    with pytest.raises(DataError, match=rf"{archive}: cannot extract \(file could not be opened successfully:?\); "
+                       "delete it and fetch again"):
+        fetch("lm1b", tmp_path / "other", mirror=url, progress=False)
+    evil = io.BytesIO()  # a member outside the dataset folder: refused by tarfile's data filter, nothing written
+    with tarfile.open(fileobj=evil, mode="w:gz") as tf:
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = 2
+        tf.addfile(info, io.BytesIO(b"x\n"))
+    (root / archive).write_bytes(evil.getvalue())
+    with pytest.raises(DataError, match=rf"{archive}: cannot extract \(.*evil.txt.*\); delete it and fetch again"):
+        fetch("lm1b", tmp_path / "evil" / "data", mirror=url, progress=False)
+    assert not (tmp_path / "evil" / "evil.txt").exists()
+
+
+def test_force_fetches_again_over_an_archive_and_files_already_there(server: tuple[str, Path], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``txl data fetch --force``: the source is downloaded again; neither the archive nor the files already in
+    the folder are used, whatever they hold."""
+    good = {"train": b"a b\n", "valid": b"b\n", "test": b"a\n"}
+    url, _, folder = _ptb_served(server, monkeypatch, tmp_path, good)
+    for split in good:
+        (folder / f"ptb.{split}.txt").write_bytes(b"edited\n")
+    (folder / "simple-examples.tgz").write_bytes(_ptb_tgz({"train": b"x\n", "valid": b"y\n", "test": b"z\n"}))
+    fetch("ptb", tmp_path / "data", mirror=url, force=True, progress=False)
+    assert {p.name: p.read_bytes() for p in folder.glob("ptb.*.txt")} == {f"ptb.{k}.txt": v for k, v in good.items()}
+    assert not (folder / "simple-examples.tgz").exists()
+
+
+def test_offline_without_a_local_source_is_one_line_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PTB has no Hub source: offline, with no archive placed by hand, nothing can be tried."""
+    hf_constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    url = corpora.DATASETS["ptb"].resources[0].url
+    folder = tmp_path / "data" / "ptb"
+    with pytest.raises(DataError, match=rf"^ptb: offline \(HF_HUB_OFFLINE is set\) and no local source; download "
+                       rf"{re.escape(url)} by hand and place it in {folder}/$"):
+        fetch("ptb", tmp_path / "data", progress=False)

@@ -174,6 +174,15 @@ def test_files_already_there_are_kept_unless_forced(offline_hub: Path, tmp_path:
     assert (out / "wiki.valid.tokens").read_bytes() == original("valid")
 
 
+def test_fetch_with_force_rebuilds_from_the_hub_the_files_already_there(offline_hub: Path, tmp_path: Path) -> None:
+    """``txl data fetch wt2 --force`` offline: every file is rebuilt from the Hub cache, an edited one included."""
+    folder = tmp_path / "data" / "wikitext-2"
+    folder.mkdir(parents=True)
+    (folder / "wiki.valid.tokens").write_bytes(b"edited\n")
+    fetch("wt2", tmp_path / "data", force=True, progress=False)
+    assert (folder / "wiki.valid.tokens").read_bytes() == original("valid")
+
+
 def test_a_split_in_several_shards_is_rebuilt_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """WikiText-103's training text comes in two shards: the rows of every shard are written, counted and hashed."""
     cache = build_hub_cache(tmp_path / "hf")

@@ -11,6 +11,7 @@ from transformer_xl.errors import CheckpointError
 from transformer_xl.store.checkpoint import (
     join_tensors,
     load_checkpoint,
+    read_checkpoint_meta,
     save_checkpoint,
     split_tensors,
     verify_checkpoint,
@@ -69,3 +70,25 @@ def test_non_finite_checkpoint_weights_are_refused(tmp_path) -> None:
     ckpt = _checkpoint(tmp_path, {"w": torch.tensor([[0.0, float("-inf")]])})
     with pytest.raises(CheckpointError, match=r"tensor 'w' holds non-finite values \(0 NaN, 1 inf\)"):
         load_checkpoint(ckpt)
+
+
+def test_a_state_naming_a_tensor_the_checkpoint_lacks_is_one_line() -> None:
+    with pytest.raises(CheckpointError, match=r"^checkpoint lacks the tensor 'opt\.m'$"):
+        join_tensors({"m": {"__tensor__": "opt.m", "scalar": False}}, {})
+
+
+def test_a_trainer_state_that_is_no_json_is_refused_naming_it(tmp_path) -> None:
+    """A ``train_state.json`` torn before its manifest was written (the manifest agrees with it): one line."""
+    from transformer_xl.store.manifest import write_manifest
+
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "train_state.json").write_text('{"step": 3, "m": {"__ten')
+    (ckpt / "MANIFEST.json").unlink()
+    write_manifest(ckpt, ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"], step=3)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint state {ckpt / 'train_state.json'} is not valid JSON: "):
+        load_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint state {ckpt / 'train_state.json'} is not valid JSON: "):
+        read_checkpoint_meta(ckpt)
+    (ckpt / "config.json").write_text("[4]")
+    with pytest.raises(CheckpointError, match=rf"^checkpoint config {ckpt / 'config.json'} JSON must be an object$"):
+        read_checkpoint_meta(ckpt)

@@ -20,6 +20,8 @@ from transformer_xl.store.layout import (
     is_checkpoint_dir,
     is_model_dir,
     load_model_dir,
+    load_weights,
+    read_model_config,
     resolve_model,
     resolve_model_dir,
     save_model_dir,
@@ -68,6 +70,8 @@ def test_a_changed_model_dir_is_refused_unless_not_verified(tmp_path, damage) ->
     with pytest.raises(CheckpointError, match=f"{WEIGHTS} does not match its SHA-256 in {MANIFEST}") as exc:
         load_model_dir(d)
     assert "\n" not in str(exc.value) and (damage == "bit-flip") == ("bytes where" not in str(exc.value))
+    with pytest.raises(CheckpointError, match=f"{WEIGHTS} does not match its SHA-256"):
+        read_model_config(d)  # checked by default
     if damage == "bit-flip":  # without the check the changed (finite) value loads
         w = load_model_dir(d, verify=False)[1]["w"]
         original = torch.randn(3, 2, generator=torch.Generator().manual_seed(0))
@@ -81,8 +85,10 @@ def test_non_finite_weights_are_refused_with_or_without_a_manifest(tmp_path) -> 
     state = {"ok": torch.ones(2), "ids": torch.arange(3), "layer.w": torch.tensor([1.0, float("nan")])}
     d = save_model_dir(tmp_path / "m", state, json.dumps({"n_token": 3}))
     for verify in (True, False):
-        with pytest.raises(CheckpointError, match=r"tensor 'layer.w' holds non-finite values \(1 NaN, 0 inf\)"):
+        with pytest.raises(CheckpointError, match=rf"^{d / WEIGHTS}: tensor 'layer.w' holds non-finite values "
+                           r"\(1 NaN, 0 inf\)"):
             load_model_dir(d, verify=verify)
+    assert load_weights(_write(tmp_path / "ok"))["w"].device.type == "cpu"  # on the CPU unless told
     (d / MANIFEST).unlink()
     with pytest.raises(CheckpointError, match=r"'layer\.w'"):
         load_model_dir(d)
@@ -90,6 +96,9 @@ def test_non_finite_weights_are_refused_with_or_without_a_manifest(tmp_path) -> 
 
 def test_resolve_model_checkpoint_and_run_dirs(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.config.write_text("{}")  # a run directory holds a config.json and no weights: it is no model itself
+    assert not is_model_dir(run.root)
     _write(run.checkpoints / "step_00000002")
     _write(run.checkpoints / "step_00000010")
     assert resolve_model_dir(run.root) == run.checkpoints / "step_00000010"  # the newest checkpoint
@@ -134,7 +143,8 @@ def test_find_vocab_beside_the_model_or_in_its_run(tmp_path) -> None:
     run = RunDir(tmp_path / "run")
     _write(run.best)
     (run.best / VOCAB).unlink()
-    with pytest.raises(CheckpointError, match="--vocab"):
+    with pytest.raises(CheckpointError, match=rf"^no vocabulary for {run.best}: neither {run.best / VOCAB} nor "
+                       rf"{run.vocab} exists; pass --vocab PATH \(a txl vocab JSON\)$"):
         find_vocab(run.best)
     run.vocab.write_text("{}")
     assert find_vocab(run.best) == run.vocab
@@ -147,6 +157,12 @@ def test_find_vocab_beside_the_model_or_in_its_run(tmp_path) -> None:
 def test_missing_or_broken_model_dirs_fail_clearly(tmp_path) -> None:
     with pytest.raises(CheckpointError, match="not found"):
         load_model_dir(tmp_path / "nope")
+    d = _write(tmp_path / "m")
+    (d / MANIFEST).unlink()
+    (d / CONFIG).rename(tmp_path / "config.json")
+    with pytest.raises(CheckpointError, match=rf"^{d / CONFIG} not found \(a txl model directory holds config.json "
+                       r"and model.safetensors\)$"):
+        load_model_dir(d)
     d = _write(tmp_path / "m")
     (d / CONFIG).write_text("[1, 2]")
     with pytest.raises(CheckpointError, match="must be an object"):

