@@ -136,10 +136,14 @@ def test_flops_of_adaptive_clusters_count_each_target_in_its_cluster() -> None:
     assert fwd["embedding"] == 2 * 2 * 8 * 8 + 1 * 2 * 8 * 4
 
 
-def test_packed_int8_weights_count_as_their_values_scales_and_bias() -> None:
+def test_int8_weights_count_as_their_values_scales_and_bias() -> None:
     from transformer_xl.model.int8 import int8_linear
 
     weight, bias, x = torch.randn(6, 4), torch.randn(6), torch.randn(3, 4)
-    layer = int8_linear(weight, bias)  # fbgemm's packed weights, an object to the dispatcher
-    # int8 values, per output channel a float64 scale and an int64 zero point, the float bias, and the input read
-    assert Y.touched_bytes(lambda: layer(x)) == 6 * 4 + 6 * (8 + 8) + bias.nbytes + x.nbytes
+    layer = int8_linear(weight, bias)
+    # int8 rows (padded to the kernel's block), one bf16 scale per row, the float bias, and the input read; the
+    # padded bf16 copy of the input is made by the step, not read from before it
+    assert layer.weight.dtype == torch.int8 and layer.scale.dtype == torch.bfloat16
+    expected = layer.weight.nbytes + layer.scale.nbytes + bias.nbytes + x.nbytes
+    assert expected == 6 * 16 + 6 * 2 + 6 * 4 + 3 * 4 * 4
+    assert Y.touched_bytes(lambda: layer(x)) == expected

@@ -220,18 +220,13 @@ class _Reads(TorchDispatchMode):
         self.seen: set[int] = set()  # storages that existed before
         self.spans: list[tuple[int, int, int]] = []
         self.gathered: dict[int, int] = {}  # storage -> bytes of rows gathered from it (a pre-existing table)
-        self.packed: dict[int, int] = {}  # packed weights (a ScriptObject: fbgemm's int8 linear) -> their bytes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.is_view:  # a view reads nothing
             return out
-        leaves = tree_leaves((args, kwargs))
-        for obj in leaves:
-            if isinstance(obj, torch.ScriptObject) and hasattr(obj, "unpack") and id(obj) not in self.packed:
-                self.packed[id(obj)] = _packed_bytes(obj)
-        inputs = [a for a in leaves if isinstance(a, torch.Tensor)]
+        inputs = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         written = {id(a) for a, arg in zip(args, func._schema.arguments)
                    if isinstance(a, torch.Tensor) and arg.alias_info is not None and arg.alias_info.is_write}
         for i, t in enumerate(inputs):
@@ -251,27 +246,16 @@ class _Reads(TorchDispatchMode):
         return out
 
 
-def _packed_bytes(obj: Any) -> int:
-    """Bytes of a packed linear's weights (int8 values, per-channel scales and zero points, bias) as unpacked."""
-    weight, bias = obj.unpack()
-    out = weight.numel() * weight.element_size() + (0 if bias is None else bias.nbytes)
-    if weight.is_quantized and weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-        out += weight.q_per_channel_scales().nbytes + weight.q_per_channel_zero_points().nbytes
-    return out
-
-
 def touched_bytes(fn: Callable[[], Any]) -> int:
     """Bytes that ``fn`` reads of the tensors that existed before it: every pre-existing tensor an operation
     takes as input, as the memory its view covers (overlaps counted once), except tables it only indexes (the
     rows gathered) and destinations it writes (``copy_``, ``index_copy_``: a write is not a read); 0-dim tensors
-    are left out (views of them are not). Packed weights an operation takes as an object (fbgemm's int8 linear of
-    ``model.quantize``) count as their int8 values, scales and bias. Run eagerly (a compiled graph runs its own
+    are left out (views of them are not). Run eagerly (a compiled graph runs its own
     kernels)."""
     with _Reads() as reads:
         fn()
     spanned = {ptr for ptr, _, _ in reads.spans}  # a table also read whole (tied softmax weights) counts once
-    return (_union_bytes(reads.spans) + sum(n for ptr, n in reads.gathered.items() if ptr not in spanned)
-            + sum(reads.packed.values()))
+    return _union_bytes(reads.spans) + sum(n for ptr, n in reads.gathered.items() if ptr not in spanned)
 
 
 def step_bytes(decoder: Any) -> dict[str, int]:
