@@ -66,7 +66,33 @@ def render(path: str, root: Path) -> str:
         from transformer_xl.experiments.bench.report import to_markdown
 
         return to_markdown(report, command).rstrip("\n")
-    raise ConfigError(f"{path}: not a txl bench, bench generate or quality report")
+    if "rows" in report and "read_rate_bytes_per_s" in report:
+        return kernels_markdown(report, command)
+    raise ConfigError(f"{path}: not a txl bench, bench generate, quality or decode-kernels report")
+
+
+#: The variants of ``benchmarks/decode_kernels.py``, in the order of its table.
+KERNELS = {"blas": "BLAS products (before)", "reduction-linear": "weights as reductions",
+           "reduction": "every product a reduction (now)"}
+
+
+def kernels_markdown(report: dict[str, Any], command: str) -> str:
+    """The table of a ``benchmarks/decode_kernels.py`` report: per case, the bytes a step reads, the plain step's
+    time, and each compiled variant's best time with its share of the run's best read rate."""
+    m = report["machine"]
+    rate = report["read_rate_bytes_per_s"]
+    lines = [f"`{command}` (torch {report['torch']}, {m['threads']} thread(s), {m['cpu']}; flags: "
+             f"{', '.join(m['cpu_flags'])}; load average {m['load_average']}; clock: {report['clock']}; best read "
+             f"rate of the run {rate / 1e9:.1f} GB/s)", "",
+             "| shape | words | memory | batch | MB per step | plain step ms | "
+             + " | ".join(f"{name}: ms, share of the read rate" for name in KERNELS.values()) + " |",
+             "|---|---:|---:|---:|---:|---:|" + "---:|" * len(KERNELS)]
+    for row in report["rows"]:
+        cells = [f"{row[k]['best_s'] * 1e3:.1f}, {row[k]['share_of_read_rate']:.0%}" for k in KERNELS]
+        lines.append(f"| {row['shape']} | {row['n_token']:,} | {row['mem_len']:,} | {row['batch']} "
+                     f"| {row['blas']['bytes']['total'] / 1e6:.1f} | {row['plain_step_s']['best'] * 1e3:.1f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def update_text(text: str, root: Path) -> str:
