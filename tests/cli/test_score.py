@@ -239,3 +239,14 @@ def test_progress_lines_name_the_command(scored_model, capsys, monkeypatch) -> N
     assert main(["score", str(model_dir), str(text)]) == 0
     lines = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("txl score: warning")]
     assert lines and all(ln.startswith("txl score ") for ln in lines) and "(100%)" in lines[-1]
+
+
+def test_a_level_alone_is_taken_and_changes_the_tokens(scored_model, capsys) -> None:
+    """``--level`` without ``--tokenizer`` is accepted and reaches the encoder: the word model's text read as
+    characters gives one token per character (most of them unknown to its vocabulary) instead of one per word."""
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text)]) == 0
+    words = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["score", str(model_dir), str(text), "--level", "char"]) == 0
+    chars = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert words[0]["n_tokens"] == 7 and chars[0]["n_tokens"] > len("thecatsatonthemat")
