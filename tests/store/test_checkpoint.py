@@ -12,6 +12,7 @@ from transformer_xl.store.checkpoint import (
     join_tensors,
     load_checkpoint,
     read_checkpoint_meta,
+    remove_stale_temporaries,
     save_checkpoint,
     split_tensors,
     verify_checkpoint,
@@ -92,3 +93,15 @@ def test_a_trainer_state_that_is_no_json_is_refused_naming_it(tmp_path) -> None:
     (ckpt / "config.json").write_text("[4]")
     with pytest.raises(CheckpointError, match=rf"^checkpoint config {ckpt / 'config.json'} JSON must be an object$"):
         read_checkpoint_meta(ckpt)
+
+
+def test_stale_temporaries_of_a_killed_writer_are_removed_and_nothing_else(tmp_path) -> None:
+    """``remove_stale_temporaries`` deletes the ``.step_*.tmp`` folders a killed writer left (with their files) and
+    leaves finished checkpoints and other files alone."""
+    stale = tmp_path / ".step_00000005.tmp"
+    (stale / "inner").mkdir(parents=True)
+    (stale / "inner" / "weights.safetensors").write_bytes(b"partial")
+    (tmp_path / "step_00000004").mkdir()
+    (tmp_path / "notes.tmp").write_text("mine")
+    remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "step_00000004"]
