@@ -67,7 +67,7 @@ def render(path: str, root: Path) -> str:
 
         return to_markdown(report, command).rstrip("\n")
     if "rows" in report and "read_rate_bytes_per_s" in report:
-        return kernels_markdown(report, command)
+        return decode_kernels_markdown(report, command)
     raise ConfigError(f"{path}: not a txl bench, bench generate, quality or decode-kernels report")
 
 
@@ -76,7 +76,7 @@ KERNELS = {"blas": "BLAS products (before)", "reduction-linear": "weights as red
            "reduction": "every product a reduction (now)"}
 
 
-def kernels_markdown(report: dict[str, Any], command: str) -> str:
+def decode_kernels_markdown(report: dict[str, Any], command: str) -> str:
     """The table of a ``benchmarks/decode_kernels.py`` report: per case, the bytes a step reads, the plain step's
     time, and each compiled variant's best time with its share of the run's best read rate."""
     m = report["machine"]
