@@ -61,16 +61,18 @@ test-all: lint docs
 
 # Mutation testing of MODULE (a file or a package folder) against its mirror tests and related ones (or TESTS="...");
 # writes benchmarks/results/mutation/<module>.json under LABEL (after; REF=main LABEL=before measures main's code)
-# and the table of docs/mutation-testing.md; RECHECK=1 runs the last run's survivors again against the current tests.
+# and the table of docs/mutation-testing.md; RECHECK=1 runs the last run's survivors again against the current tests;
+# CHILDREN=1 tests one mutant at a time (leaves a core free).
 MODULE ?=
 TESTS ?=
 LABEL ?= after
 REF ?=
 RECHECK ?=
+CHILDREN ?= 2
 mutate: $(MUTATEDEPS)
 	@test -n "$(MODULE)" || { echo "make mutate: give MODULE=src/transformer_xl/... (a file or a folder)" >&2; exit 2; }
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python benchmarks/mutate.py $(MODULE) --label $(LABEL) \
-		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF)) $(if $(RECHECK),--recheck)
+		$(if $(TESTS),--tests "$(TESTS)") $(if $(REF),--ref $(REF)) $(if $(RECHECK),--recheck) --max-children $(CHILDREN)
 	$(BIN)/python benchmarks/mutate.py --docs
 
 # Never deletes a run: trains into runs/demo, or runs/demo-2, -3, ... when it exists (resume one with
