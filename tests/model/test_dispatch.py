@@ -8,7 +8,7 @@ import torch
 
 from tests.helpers import tiny_model
 from transformer_xl.model import blocked, dispatch, fastpath, positional
-from transformer_xl.model.dispatch import BLOCKED, EXPLICIT, FUSED, ONE_QUERY, PLAIN, attend, choose
+from transformer_xl.model.dispatch import BLOCKED, EXPLICIT, FUSED, ONE_QUERY, PLAIN, SHIFTED, attend, choose
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
 
@@ -19,7 +19,11 @@ FACTS = dict(grad=False, qlen=4, device=CPU, compiling=False, dropatt=0.0, facto
 @pytest.mark.parametrize("change,path", [
     (dict(plain=True), PLAIN),
     (dict(plain=True, grad=True), PLAIN),
-    (dict(grad=True), EXPLICIT),
+    (dict(grad=True), SHIFTED),
+    (dict(grad=True, threads=2, dropatt=0.1), SHIFTED),
+    (dict(grad=True, factored=False), EXPLICIT),
+    (dict(grad=True, device=GPU), EXPLICIT),
+    (dict(grad=True, compiling=True), EXPLICIT),
     (dict(grad=True, compiling=True, qlen=1), EXPLICIT),
     (dict(dropatt=0.1), FUSED),
     (dict(qlen=1), ONE_QUERY),
@@ -51,8 +55,8 @@ def _inputs(Q: int, shaw: bool, seed: int = 0):
 
 
 @pytest.mark.parametrize("shaw", [False, True])
-@pytest.mark.parametrize("Q,grad,path", [(4, True, EXPLICIT), (4, False, BLOCKED), (1, False, ONE_QUERY),
-                                         (1, True, EXPLICIT)])
+@pytest.mark.parametrize("Q,grad,path", [(4, True, SHIFTED), (4, False, BLOCKED), (1, False, ONE_QUERY),
+                                         (1, True, SHIFTED)])
 def test_attend_runs_the_chosen_path_and_it_equals_the_plain_one(shaw: bool, Q: int, grad: bool, path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     q, k, v, p, mask = _inputs(Q, shaw)
@@ -63,12 +67,12 @@ def test_attend_runs_the_chosen_path_and_it_equals_the_plain_one(shaw: bool, Q: 
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, **kw: ran.append(name) or real(*a, **kw))
 
-    for name in ("attend_explicit", "attend_fused", "attend_one_query"):
+    for name in ("attend_explicit", "attend_fused", "attend_one_query", "attend_shifted"):
         spy(dispatch, name)
     spy(blocked, "attend_blocked")
     with torch.set_grad_enabled(grad):
         got = attend(q.requires_grad_(grad), k, v, p, mask, scale=0.5, dropatt=0.0)
-    assert ran == [{EXPLICIT: "attend_explicit", BLOCKED: "attend_blocked", ONE_QUERY: "attend_one_query"}[path]]
+    assert ran == [{SHIFTED: "attend_shifted", BLOCKED: "attend_blocked", ONE_QUERY: "attend_one_query"}[path]]
     torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-6)
 
 

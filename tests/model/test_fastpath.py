@@ -20,8 +20,8 @@ import torch
 
 from transformer_xl import TransformerXLLM, TXLConfig
 from transformer_xl.model.dispatch import attend
+from transformer_xl.model.fastpath import KEEP_BITS, MaskCache, keep_mask, mask_bias, relu_dropout, shift_padded
 from transformer_xl.model.fastpath import CompactDropout as Dropout
-from transformer_xl.model.fastpath import MaskCache, mask_bias, relu_dropout, shift_padded
 from transformer_xl.model.memory import additive_mask, causal_mask
 
 V = 40
@@ -122,6 +122,29 @@ def test_dropout_keeps_distribution_and_scale() -> None:
     assert torch.equal(drop.eval()(x), x)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.25, 0.9])
+def test_keep_mask_is_bernoulli_in_every_lane_and_independent(p: float) -> None:
+    torch.manual_seed(3)
+    n = 400_000
+    keep = keep_mask((n,), p, torch.device("cpu")).float()
+    tol = 4 * (p * (1 - p) / (n // 4)) ** 0.5  # four standard errors of a lane's rate
+    for lane in range(4):  # the four 16-bit pieces of one 64-bit draw
+        assert abs(keep[lane::4].mean().item() - (1 - p)) < tol
+    both = (keep[:-1] * keep[1:]).mean().item()  # neighbours (pieces of one draw, and across draws) independent
+    assert abs(both - (1 - p) ** 2) < 2 * tol
+    assert keep_mask((2, 3, 5), p, torch.device("cpu")).shape == (2, 3, 5)  # any numel, not only multiples of 4
+
+
+def test_keep_mask_drops_with_p_rounded_to_16_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the draw replaced by an enumeration: lane 0 of word i holds -2**15 + i, every 16-bit value once, so the count
+    # dropped in lane 0 is exactly round(p * 2**16), for p in the middle and near the ends
+    words = torch.arange(-(2**15), 2**15, dtype=torch.int64)
+    monkeypatch.setattr(torch, "randint", lambda *a, **kw: words.clone())
+    for p in (0.1, 0.5, 1e-6, 0.999999):
+        dropped = (~keep_mask((4 * 2**16,), p, torch.device("cpu"))[::4]).sum().item()
+        assert dropped == min(round(p * 2**KEEP_BITS), 2**KEEP_BITS - 1)
+
+
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
 def test_relu_dropout_equals_relu_then_dropout(p: float) -> None:
     h = torch.randn(64, 300, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -129,7 +152,7 @@ def test_relu_dropout_equals_relu_then_dropout(p: float) -> None:
     torch.manual_seed(5)
     out = relu_dropout(h, p, training=True)
     torch.manual_seed(5)
-    keep = torch.rand_like(h) >= p  # the mask the fused op draws (same generator state)
+    keep = keep_mask(h.shape, p, h.device)  # the mask the fused op draws (same generator state)
     ref_h = h.detach().clone().requires_grad_(True)
     ref = torch.relu(ref_h) * keep * (1.0 / (1.0 - p))
     torch.testing.assert_close(out, ref, rtol=0, atol=0)

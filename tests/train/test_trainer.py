@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.assets.golden import GOLDEN_RUN, golden_run
+from tests.assets.golden import GOLDEN_RUN, golden_run, previous_draws
 from tests.helpers import corpus_dir
 from tests.helpers import tiny_train_config as tiny_cfg
 from transformer_xl.errors import CheckpointError, ConfigError
@@ -173,13 +174,16 @@ def test_torch_compile_matches_eager(tmp_path, corpus) -> None:
     torch.testing.assert_close(torch.tensor(losses[2:]), torch.tensor(losses[:2]), rtol=1e-4, atol=1e-4)
 
 
-def test_golden_loss_curve(tmp_path) -> None:
+@pytest.mark.parametrize("golden_file", ["golden_tiny_run.json", "golden_tiny_run_0.1.json"])
+def test_golden_loss_curve(tmp_path, golden_file: str) -> None:
     """A tiny fixed run (dropout, adaptive softmax, batch chunks, warmup + cosine) reproduces the losses kept in
-    ``tests/assets/golden_tiny_run.json`` (written by txl 0.1.0 before the 0.2 redesign; see that module).
+    ``tests/assets/golden_tiny_run.json``, and, with the dropout draws of the code before ``keep_mask``
+    (``previous_draws``), those that txl 0.1.0 wrote before the 0.2 redesign (see that module).
     The tolerance absorbs other CPUs' float rounding, not a change of the computation."""
-    golden = json.loads((Path(__file__).parents[1] / "assets" / "golden_tiny_run.json").read_text())
+    golden = json.loads((Path(__file__).parents[1] / "assets" / golden_file).read_text())
     assert golden["config"] == GOLDEN_RUN
-    got = golden_run(tmp_path)
+    with previous_draws() if "0.1" in golden_file else contextlib.nullcontext():
+        got = golden_run(tmp_path)
     assert len(got["train_loss"]) == GOLDEN_RUN["max_step"] and len(got["valid_loss"]) == 2
     np.testing.assert_allclose(got["lr"], golden["lr"], rtol=1e-12)
     np.testing.assert_allclose(got["train_loss"], golden["train_loss"], rtol=2e-4, atol=2e-4)

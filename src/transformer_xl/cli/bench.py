@@ -13,13 +13,15 @@ from transformer_xl.store.files import write_json
 BENCH_HELP = """benchmark training/evaluation throughput against Hugging Face TransfoXL
 
 Times txl and (if installed) Hugging Face TransfoXL side by side, alternating rounds, and prints txl/HF ratios.
-Cases: char, word (CPU), enwik8-base, wt103-base (GPU).
+Cases: char, char-mid, word, wt2-cpu (CPU), enwik8-base, wt103-base (GPU).
 """
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "bench", BENCH_HELP)
-    p.add_argument("--cases", default="char,word", help="comma-separated cases (default: char,word)")
+    p.add_argument("--cases", default="char,word",
+                   help="comma-separated cases: char, char-mid, word, wt2-cpu, enwik8-base, wt103-base "
+                   "(default: char,word)")
     p.add_argument("--eval-mem-lens", default="128,512,1600",
                    help="evaluation memory lengths (default: 128,512,1600; none: time training only)")
     p.add_argument("--steps", type=positive_int, default=3, help="timed steps per round (default: 3)")
@@ -35,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--recompute", action="store_true",
                    help="also time and measure txl training with recomputed attention (less memory)")
+    p.add_argument("--skeleton", action="store_true",
+                   help="also time the GEMM skeleton of each eager txl training step: its matrix products alone, "
+                   "back to back (what bounds the step)")
     p.add_argument("--profile", choices=["txl", "hf"], default=None,
                    help="print a torch.profiler table of training steps of the first case instead (with "
                    "--compile: of the compiled model, after its compilation)")
@@ -151,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
                         steps=args.steps,
                         repeats=args.repeats, device=args.device, dtype=args.dtype, compile=args.compile,
                         threads=args.threads, hf=not args.no_hf, memory=not args.no_memory,
-                        recompute=args.recompute, variants=args.variants,
+                        recompute=args.recompute, variants=args.variants, skeleton=args.skeleton,
                         batch_size=args.batch_size)
     report = run_benchmark(opts, log=lambda line: print(line, flush=True))
     report["command"] = command = _command()

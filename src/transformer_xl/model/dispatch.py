@@ -10,8 +10,8 @@ replaces (``tests/model/test_fastpath.py``, ``tests/model/test_blocked.py``, ``t
 =========================  =====================================================  ===================================
 computation                implementations                                        chosen by
 =========================  =====================================================  ===================================
-masked softmax attention   :data:`PLAIN`, :data:`EXPLICIT`, :data:`ONE_QUERY`,    :func:`choose` (:func:`attend`)
-with the position term     :data:`BLOCKED`, :data:`FUSED`
+masked softmax attention   :data:`PLAIN`, :data:`SHIFTED`, :data:`EXPLICIT`,      :func:`choose` (:func:`attend`)
+with the position term     :data:`ONE_QUERY`, :data:`BLOCKED`, :data:`FUSED`
 ``q = h W_q`` and          a slice of ``[W_q; W_k; W_v]``, float or int8 (the     :func:`project_rows`: the layer's
 ``[k; v] = h~ [W_k; W_v]`` int8 layer's rows and their scales)                    type (``TransformerXLLM.quantize``)
 feed-forward ``CoreNet``   its modules one by one (dropout fused with the ReLU,   :func:`feed_forward`: training or
@@ -44,6 +44,7 @@ from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_
 from transformer_xl.model.int8 import is_quantized
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
+from transformer_xl.model.shifted import attend_shifted
 
 
 class Path(str, Enum):
@@ -52,11 +53,13 @@ class Path(str, Enum):
     PLAIN = "plain"  # the formula as written: P whole by rel_shift, [B, H, Q, K] scores, softmax
     EXPLICIT = "explicit"  # P whole (shift as a view), one baddbmm, autograd keeps only the probabilities
     ONE_QUERY = "one-query"  # P unshifted (one query: the shift is the identity), two batched products over B*H
+    SHIFTED = "shifted"  # with a gradient: P's factors, mask and scale in two baddbmm, the shift's own backward
     BLOCKED = "blocked"  # P made a few MB at a time beside the mask, each block into scaled_dot_product_attention
     FUSED = "fused"  # P whole, scaled_dot_product_attention with the bias scale P + mask
 
 
 PLAIN, EXPLICIT, ONE_QUERY, BLOCKED, FUSED = Path.PLAIN, Path.EXPLICIT, Path.ONE_QUERY, Path.BLOCKED, Path.FUSED
+SHIFTED = Path.SHIFTED
 
 
 class Choice(NamedTuple):
@@ -74,21 +77,26 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     row   when                                                path            why
     ====  ==================================================  ==============  =====================================
     1     ``plain`` (``TransformerXLLM.reference()``)         ``PLAIN``       the paper's formulas, for checking
-    2     a gradient is recorded (training, or a forward      ``EXPLICIT``    autograd keeps only the ``[Q, K]``
+    2     a gradient is recorded, ``P`` as its factors        ``SHIFTED``     mask, scale and shift folded into
+          (relative encodings) and one mask for all rows,     (dropatt in)    the products: three passes over
+          CPU, not compiling                                                  ``[Q, K]`` fewer each way
+    3     a gradient is recorded (training, or a forward      ``EXPLICIT``    autograd keeps only the ``[Q, K]``
           with grad enabled on trainable weights), compiled   (dropatt in)    probabilities; the fused CPU kernel
           or not                                                              takes no gradient for its bias
-    3     no gradient, attention dropout on (``dropatt > 0``  ``FUSED``       the fused kernel draws the dropout
+    4     no gradient, attention dropout on (``dropatt > 0``  ``FUSED``       the fused kernel draws the dropout
           outside training mode)
-    4     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
+    5     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
           generation step), any device, compiled or not                       the fused kernel tiles for many
-    5     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
+    6     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
           (relative encodings) and one mask for all rows,                     memories: fresh pages, a DRAM trip
           CPU, not compiling
-    6     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
+    7     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
           encodings without ``P``)                                            ``P`` whole, inductor fuses its own
     ====  ==================================================  ==============  =====================================
 
-    ``threads`` (torch's intra-op threads) sets the block size of row 5: one core's L2 with one thread
+    Row 2 is the CPU's (``tests/model/test_shifted.py`` tests it equal to the formula; the GPU and compiled
+    training keep row 3, whose speed there was measured). ``threads`` (torch's intra-op threads) sets the block size
+    of row 6: one core's L2 with one thread
     (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_ONE_THREAD`), larger with several, whose every block ends in a
     barrier (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_THREADS`). The memory length and the dtype do not
     change the path: with ``Q`` and the heads they set how many batch rows a block holds
@@ -98,7 +106,7 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     if plain:
         return Choice(PLAIN)
     if grad:
-        return Choice(EXPLICIT)
+        return Choice(SHIFTED if factored and device.type == "cpu" and not compiling else EXPLICIT)
     if dropatt > 0.0:
         return Choice(FUSED)
     if qlen == 1:
@@ -122,14 +130,19 @@ def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, sca
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, *factors))
     compiling = torch.compiler.is_compiling()
     threads = 0 if compiling else torch.get_num_threads()  # dynamo cannot trace it; row 5 excludes compiling
+    # P as factors: with a gradient those of PositionScores (the shifted path's), without either kind (the blocked's)
+    factored = isinstance(p, PositionScores if grad else tuple) and mask_bias.dim() == 2
     choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
-                    factored=isinstance(p, tuple) and mask_bias.dim() == 2, threads=threads, plain=plain)
+                    factored=factored, threads=threads, plain=plain)
     if choice.path is PLAIN:
         scores = q @ k.transpose(-1, -2)  # [B, H, Q, K]: terms (a) + (c)
         if p is not None:
             scores = scores + (p if isinstance(p, Tensor) else p.dense())  # + terms (b) + (d)
         prob = F.dropout(torch.softmax(scores * scale + mask_bias, -1), dropatt, training=dropatt > 0)
         return prob @ v
+    if choice.path is SHIFTED:
+        assert isinstance(p, PositionScores)
+        return attend_shifted(q, k, v, p.x, p.y, p.d, mask_bias, scale=scale, dropatt=dropatt)
     if choice.path is BLOCKED:
         shifted = p if isinstance(p, ShiftedScores) else ShiftedScores.of(*p)
         return blocked.attend_blocked(q, k, v, shifted, mask_bias, scale=scale, block_bytes=choice.block_bytes)

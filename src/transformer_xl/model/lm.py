@@ -36,6 +36,7 @@ from transformer_xl.model.attention import DecoderLayer
 from transformer_xl.model.cache import InferenceCache
 from transformer_xl.model.config import Lengths, TXLConfig
 from transformer_xl.model.dispatch import mask_bias
+from transformer_xl.model.fastpath import CompactDropout
 from transformer_xl.model.int8 import check_scheme, quantize_linears
 from transformer_xl.model.memory import kept_range, update_mems
 from transformer_xl.model.positional import build_positional
@@ -67,7 +68,7 @@ class TransformerXLLM(nn.Module):
         self.config = cfg = config
         self.word_emb = AdaptiveEmbedding(cfg.n_token, cfg.d_embed, cfg.d_model, cfg.cutoffs, cfg.div_val,
                                           sparse=False)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = CompactDropout(cfg.dropout)  # nn.Dropout's scaling, faster draws on the CPU (fastpath)
         self.pos_enc = build_positional(cfg)
         self.layers = nn.ModuleList(
             DecoderLayer(i, cfg.n_head, cfg.d_model, cfg.d_head, cfg.d_inner, cfg.dropout, cfg.dropatt,

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model.config import TXLConfig
+from transformer_xl.model.fastpath import CompactDropout
 from transformer_xl.model.segment import Segment
 
 
@@ -144,7 +145,7 @@ class RelativeSinusoid(_SinusoidTable):
         self.untie_r = cfg.untie_r
         self.r_w_bias = nn.Parameter(torch.zeros(shape))  # u, term (c)
         self.r_r_bias = nn.Parameter(torch.zeros(shape))  # v, term (d)
-        self.drop = nn.Dropout(cfg.dropout)  # the official code applies dropout to R
+        self.drop = CompactDropout(cfg.dropout)  # the official code applies dropout to R
 
     def table(self, klen: int, clamp_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         return self.drop(super().table(klen, clamp_len, dtype, device))

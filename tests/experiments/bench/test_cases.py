@@ -18,3 +18,12 @@ def test_char_mid_is_the_mid_size_model() -> None:
     cfg = mid.config
     assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_head, cfg.d_inner, mid.batch_size) == (6, 512, 8, 64, 2048, 4)
     assert (cfg.tgt_len, cfg.mem_len) == (256, 256)
+
+
+def test_wt2_cpu_is_the_demo_model() -> None:
+    from transformer_xl.model.presets import model_preset
+    from transformer_xl.train.presets import train_demo
+
+    case, demo = bench_case("wt2-cpu"), train_demo()
+    assert case.config == model_preset(demo.model, 33278, **demo.model_overrides)  # WikiText-2's words
+    assert case.batch_size == demo.batch_size

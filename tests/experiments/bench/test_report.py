@@ -35,3 +35,22 @@ def test_smoke_run_with_recompute_runner(monkeypatch) -> None:
     assert "| tiny | train tok/s, recompute |" in table
     if report["results"][0]["hf"]:
         assert "ratio_" + bench.RECOMPUTE in train and report["results"][0]["max_abs_nll_diff"] < 1e-5
+
+
+def test_the_skeleton_rows_are_the_steps_products_alone(monkeypatch) -> None:
+    from transformer_xl.experiments import bench
+
+    tiny = dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=6, mem_len=6)
+    monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**tiny), 2))
+    opts = bench.BenchOptions(cases=["tiny"], eval_mem_lens=[], steps=1, repeats=1, warmup=1, memory=False,
+                              skeleton=True, threads=1)
+    report = bench.run_benchmark(opts, log=lambda line: None)
+    res = report["results"][0]
+    sk = res["skeleton"]["txl"]
+    # faster than the step it comes from: the same products without the rest of the step
+    assert sk["step_over_skeleton"] > 1 and sk["tok_per_s"] > res["train"]["txl"]["tok_per_s"]
+    assert 0 < sk["mfu"] <= 1.02 and sk["calls"] > 0 and sk["ops"] > sk["calls"]
+    table = to_markdown(report, "txl bench --cases tiny --skeleton")
+    assert "| tiny | train tok/s, GEMM skeleton |" in table
+    if res["hf"]:
+        assert "ratio" in res["skeleton"] and "hf" in res["skeleton"]

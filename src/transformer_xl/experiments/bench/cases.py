@@ -8,7 +8,7 @@ from typing import Any
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TXLConfig
-from transformer_xl.model.presets import enwik8_base, wt103_base
+from transformer_xl.model.presets import cpu_small, enwik8_base, wt103_base
 
 
 @dataclass
@@ -34,6 +34,8 @@ CASES: dict[str, tuple[Callable[[], TXLConfig], int]] = {
     "char-mid": (lambda: _cpu_char(n_layer=6, n_head=8, d_model=512, d_head=64, d_inner=2048, tgt_len=256,
                                    mem_len=256), 4),
     "word": (lambda: _cpu_char(n_token=33278, cutoffs=[2000, 10000], div_val=4, tie_projs=[False, True, True]), 8),
+    # the demo's model (`txl train --preset wt2-cpu` / `demo`): cpu-small, pre-LN, WikiText-2's 33,278 words
+    "wt2-cpu": (lambda: cpu_small(33278, pre_lnorm=True), 16),
     "enwik8-base": (enwik8_base, 22),
     "wt103-base": (wt103_base, 60),
 }
@@ -69,3 +71,4 @@ class BenchOptions:
     seed: int = 0
     variants: bool = False  # also time txl eager/compiled x fp32/bf16 in the same run (runners txl-<mode>-<dtype>)
     recompute: bool = False  # also time/measure txl training with TransformerXLLM.recompute (runner "txl-recompute")
+    skeleton: bool = False  # also time the GEMM skeleton of each eager txl training step (yardstick.gemm_skeleton)

@@ -14,7 +14,14 @@ import torch
 from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, bench_case
 from transformer_xl.experiments.bench.measure import peak_memory_cpu, peak_memory_cuda, sync
 from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
-from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peaks, machine, share, train_flops
+from transformer_xl.experiments.bench.yardstick import (
+    forward_flops,
+    gemm_peaks,
+    gemm_skeleton,
+    machine,
+    share,
+    train_flops,
+)
 from transformer_xl.interop.hf import build_hf, hf_available
 from transformer_xl.train.precision import device_description
 
@@ -132,6 +139,23 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
     for r in variants:
         res["train"][f"speedup_{r.name}"] = res["train"][r.name]["tok_per_s"] / res["train"]["txl"]["tok_per_s"]
     log(f"[{case_name}] train: " + _fmt(res["train"]))
+    if opts.skeleton:
+        res["skeleton"] = {}
+        for r in train_runners:
+            if r.compiled:  # a compiled graph's products are not dispatched one by one
+                continue
+            sk = gemm_skeleton(lambda r=r: r.train_step(x, y), device=opts.device)
+            res["skeleton"][r.name] = {**sk, "tok_per_s": tokens / sk["seconds"], "dtype": r.dtype,
+                                       "flop_per_s": flops / sk["seconds"],
+                                       "step_over_skeleton": statistics.median(times[r.name]) / sk["seconds"]}
+        skeleton = res["skeleton"]
+        if "hf" in skeleton:
+            for name in [n for n in skeleton if n != "hf"]:
+                skeleton[_ratio_key(name)] = skeleton["hf"]["seconds"] / skeleton[name]["seconds"]
+        log(f"[{case_name}] GEMM skeleton (the step's matrix products alone): " + ", ".join(
+            f"{k} {v['tok_per_s']:,.0f} tok/s, step {v['step_over_skeleton']:.2f}x its time, "
+            f"{v['ops']:.0f} operators per step" for k, v in res["skeleton"].items()
+            if isinstance(v, dict)))
 
     res["eval"] = {}
     gen = torch.Generator().manual_seed(opts.seed + 1)
@@ -203,8 +227,8 @@ def _final_mfu(results: list[dict[str, Any]], peaks: dict[str, float]) -> None:
     """Every row's MFU against the run's best peak of its precision, refused above 100 %
     (:func:`~transformer_xl.experiments.bench.yardstick.share`)."""
     for res in results:
-        for what, section in [("training", res["train"])] + [(f"evaluation at mem_len {m}", ev)
-                                                             for m, ev in res["eval"].items()]:
+        sections = [("training", res["train"]), ("GEMM skeleton", res.get("skeleton", {}))]
+        for what, section in sections + [(f"evaluation at mem_len {m}", ev) for m, ev in res["eval"].items()]:
             for name, row in section.items():
                 if isinstance(row, dict) and "flop_per_s" in row:
                     row["mfu"] = share(row["flop_per_s"], peaks[row["dtype"]], f"{res['case']} {name} {what} MFU")
@@ -232,6 +256,8 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         rows += [(f"train tok/s, {v[4:]}", res["train"], v) for v in variants]
         for m, ev in res["eval"].items():
             rows += [(f"eval tok/s, mem {m}", ev, "txl")] + [(f"eval tok/s, mem {m}, {v[4:]}", ev, v) for v in variants]
+        rows += [(f"train tok/s, GEMM skeleton{'' if v == 'txl' else ', ' + v[4:]}", res["skeleton"], v)
+                 for v, row in res.get("skeleton", {}).items() if v != "hf" and isinstance(row, dict)]
         for label, s, name in rows:
             hf = f"{s['hf']['tok_per_s']:,.0f}" if "hf" in s else "-"
             key = _ratio_key(name)
