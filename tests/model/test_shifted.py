@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers import tiny_model
 from transformer_xl.model import shifted
@@ -79,15 +80,49 @@ def test_attention_dropout_equals_the_explicit_path_with_the_same_mask(shaw: boo
     assert not torch.allclose(other, got)  # the mask is drawn, not fixed
 
 
-def test_bf16_autocast_computes_in_bf16_and_tracks_fp32() -> None:
-    q, k, v, x, y, d, mask = _inputs(6, 5, shaw=False)
+@pytest.mark.parametrize("shaw", [False, True])
+def test_bf16_autocast_computes_in_bf16_and_tracks_fp32(shaw: bool) -> None:
+    q, k, v, x, y, d, mask = _inputs(6, 5, shaw=shaw)
+    inputs = [t for t in (q, k, v, x, y, d) if t is not None]
     want = attend_shifted(q, k, v, x, y, d, mask, scale=0.5, dropatt=0.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = attend_shifted(q, k, v, x, y, d, mask, scale=0.5, dropatt=0.0)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.05)
-    (gq,) = torch.autograd.grad(got.float().sum(), [q])
-    assert gq.dtype == torch.float32 and torch.isfinite(gq).all()
+    for a, b in zip(_grads(got.float(), inputs), _grads(want, inputs)):  # every input's gradient, d's included
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=0.05, atol=0.05)
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("needed", [(0,), (1, 2), (3,), (4,), (5,), (0, 1, 2, 3, 4, 5)])
+def test_backward_computes_only_the_gradients_asked_for(needed: tuple[int, ...]) -> None:
+    """Inputs that need no gradient (a frozen W_kR, Shaw's bias) get None and cost no product: each gradient of q, k,
+    x, y is one bmm, d's one sum, and v's (with the probabilities' own) always two."""
+    q, k, v, x, y, d, mask = _inputs(5, 4, shaw=True)
+    inputs = [q, k, v, x, y, d]
+    for i, t in enumerate(inputs):
+        t.requires_grad_(i in needed)
+    out = attend_shifted(q, k, v, x, y, d, mask, scale=0.5, dropatt=0.0)
+    plain = attend(q, k, v, PositionScores(x, y, d), mask, scale=0.5, dropatt=0.0, plain=True)
+    asked = [inputs[i] for i in needed]
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
+    with _Count() as count:
+        got = torch.autograd.grad(out, asked, g)
+    for a, b in zip(got, torch.autograd.grad(plain, asked, g)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    products = sum(i in needed for i in (0, 1, 3, 4))  # q, k, x, y: one bmm each
+    assert count.ops.count("bmm.default") == 2 + products  # + grad_v and the probabilities' gradient
+    assert count.ops.count("sum.dim_IntList") == (5 in needed)
 
 
 def _saved_bytes(fn) -> int:

@@ -61,16 +61,15 @@ class _ShiftedAttention(torch.autograd.Function):
         init = padded_mask(mask_bias.to(q.dtype), bsz)  # [BQ, K+1]
         if d is not None:  # a bias per distance (Shaw et al.): scale d, zero in front
             init = init + scale * zero_row_in_front(d).t()[:, None, :]  # [H, BQ, K+1]
-        else:
-            init = init.expand(n_head, -1, -1)
-        blocks = torch.baddbmm(init, xs, yk)  # [H, BQ, K+1]: mask + scale (b)+(d), unshifted
+        blocks = torch.baddbmm(init, xs, yk)  # [H, BQ, K+1]: mask + scale (b)+(d), unshifted (init broadcast)
         scores = torch.baddbmm(_shifted(blocks, qlen), qs, ks.transpose(1, 2))  # [HB, Q, K]: + scale (a)+(c)
         del blocks
         prob = torch.softmax(scores, -1)  # [HB, Q, K]
         del scores
         keep = None
         if dropatt > 0.0:
-            keep = keep_mask(prob.shape, dropatt, prob.device)  # [HB, Q, K] bool
+            # equivalent mutants: the path is the CPU's (dispatch), the device argument's default
+            keep = keep_mask(prob.shape, dropatt, prob.device)  # pragma: no mutate  # [HB, Q, K] bool
             out = torch.bmm(prob * keep * (1.0 / (1.0 - dropatt)), vs)
         else:
             out = torch.bmm(prob, vs)  # [HB, Q, E]
@@ -85,7 +84,7 @@ class _ShiftedAttention(torch.autograd.Function):
         hb, _, d_head = qs.shape
         n_head, klen = xs.size(0), ks.size(1)
         bsz = hb // n_head
-        g = grad.transpose(0, 1).reshape(hb, qlen, d_head).to(prob.dtype)  # [HB, Q, E]
+        g = grad.transpose(0, 1).reshape(hb, qlen, d_head)  # [HB, Q, E]
         dropped = prob if keep is None else prob * keep * (1.0 / (1.0 - ctx.dropatt))
         grad_v = torch.bmm(dropped.transpose(1, 2), g)  # [HB, K, E]
         del dropped
@@ -120,15 +119,15 @@ def attend_shifted(q: Tensor, k: Tensor, v: Tensor, x: Tensor, y: Tensor, d: Ten
     """``Dropout(softmax(scale ((q + u) k^T + P) + mask_bias)) v``, ``[B, H, Q, E]``, for a recorded gradient, with
     ``P = rel_shift(x y^T + d)`` given as its factors (:class:`transformer_xl.model.positional.PositionScores`:
     ``x [B, H, Q, E]``, ``y [K, H, E]``, ``d [K, H]`` or None), ``q [B, H, Q, E]`` (with ``u`` added),
-    ``k, v [B, H, K, E]`` and ``mask_bias [Q, K]``. Under autocast every input is cast to the autocast type first
-    (the products run in it, as autocast would run them)."""
+    ``k, v [B, H, K, E]`` and ``mask_bias [Q, K]``, all of one type; under autocast every input is cast to the
+    autocast type first (the products run in it, as autocast would run them)."""
     device = q.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         q, k, v, x, y = (t.to(dtype) for t in (q, k, v, x, y))
         d = None if d is None else d.to(dtype)
-        with torch.autocast(device, enabled=False):
+        # equivalent mutants: every input is in the autocast type already (its casts are no-ops); off so that no
+        # autocast policy can change the function's types
+        with torch.autocast(device, enabled=False):  # pragma: no mutate
             return _ShiftedAttention.apply(q, k, v, x, y, d, mask_bias, scale, dropatt)
-    dtype = q.dtype
-    k, v, x, y = (t.to(dtype) for t in (k, v, x, y))
-    return _ShiftedAttention.apply(q, k, v, x, y, None if d is None else d.to(dtype), mask_bias, scale, dropatt)
+    return _ShiftedAttention.apply(q, k, v, x, y, d, mask_bias, scale, dropatt)

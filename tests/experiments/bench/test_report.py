@@ -54,3 +54,6 @@ def test_the_skeleton_rows_are_the_steps_products_alone(monkeypatch) -> None:
     assert "| tiny | train tok/s, GEMM skeleton |" in table
     if res["hf"]:
         assert "ratio" in res["skeleton"] and "hf" in res["skeleton"]
+        # txl's products alone against HF's whole step: above the step's own ratio
+        assert sk["ceiling_ratio"] > res["train"]["ratio"]
+        assert "| tiny | train txl ÷ HF ceiling (txl's GEMM skeleton ÷ HF's step) |" in table
