@@ -27,11 +27,20 @@ import torch
 from transformer_xl.errors import ConfigError
 from transformer_xl.train.config import TrainConfig
 
+#: Devices whose Adam has a fused implementation (one kernel over every parameter: the CPU's is vectorized and
+#: parallel, where the default runs several operations per parameter on one thread's dispatch).
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The official ``--optim`` choices (dense parameters)."""
+    """The official ``--optim`` choices (dense parameters). Adam is the same update as the official code's
+    ``torch.optim.Adam``, run fused where :data:`FUSED_ADAM_DEVICES` allow (measured on an AMD EPYC, one thread: an
+    update of the 3.5M parameters of ``txl bench``'s ``char`` case 9.5 -> 3.0 ms, of ``char-mid``'s 20.6M
+    86.8 -> 14.6 ms); its results equal the unfused update's to float rounding (``tests/train/test_schedule.py``)."""
     if cfg.optim == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr)
+        params = list(params)
+        fused = bool(params) and all(p.device.type in FUSED_ADAM_DEVICES for p in params)
+        return torch.optim.Adam(params, lr=cfg.lr, fused=fused or None)
     if cfg.optim == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.mom)
     if cfg.optim == "adagrad":

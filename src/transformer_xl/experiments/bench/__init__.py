@@ -4,8 +4,8 @@
 
 * the outputs of both models (same weights, converted with :mod:`transformer_xl.interop.hf`, dropout off): max |NLL
 diff|;
-* training tokens/s: forward + backward + optimizer step (the same ``torch.optim.Adam`` on both sides),
-  memories carried from step to step;
+* training tokens/s: forward + backward + optimizer step (``torch.optim.Adam``: txl's fused where it can be, as
+  ``txl train`` runs it; HF's the default, as the official ``train.py``), memories carried from step to step;
 * evaluation tokens/s (``no_grad``, NLL of every token) at each requested ``mem_len``, memories full and
   carried from segment to segment (txl through its :class:`transformer_xl.model.Recurrence`, as ``txl eval``);
 * peak training memory: on CPU the resident-set high-water mark of a fresh child process during the

@@ -27,6 +27,9 @@ from transformer_xl.train.precision import device_description
 
 #: How a report's FLOPs were counted (``env["flops"]``): strictly, by the yardstick.
 STRICT = "strict (yardstick)"
+#: The optimizer of each side's training steps (``env["optimizer"]``; older reports: the same unfused Adam).
+OPTIMIZERS = {"txl": "Adam, fused on the CPU and CUDA (as txl train)",
+              "hf": "Adam, torch.optim's default (as the official train.py)"}
 
 
 def time_interleaved(runners: list[Runner], step: Callable[[Runner], None], *, steps: int, repeats: int,
@@ -210,7 +213,7 @@ def run_benchmark(opts: BenchOptions, log: Callable[[str], None] = print) -> dic
     env = {"torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
            "device": device_description(opts.device), "load_average": box["load_average"], "machine": box,
            "matmul_peak_gflops": peaks[opts.dtype] / 1e9, "matmul_peaks_gflops": {k: v / 1e9 for k, v in peaks.items()},
-           "flops": STRICT}
+           "flops": STRICT, "optimizer": OPTIMIZERS}
     if hf_available():
         import transformers
 
@@ -248,7 +251,9 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
              + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items())
              + (" GFLOP/s (MFU: strict FLOPs against the peak of each row's precision)" if strict else
                 " GFLOP/s (MFU not shown: measured before FLOPs were counted strictly)")
-             + f"; load average {env.get('load_average', '-')}; transformers {env.get('transformers', '-')}.", "",
+             + f"; load average {env.get('load_average', '-')}; transformers {env.get('transformers', '-')}; "
+             + ("optimizer: txl " + env["optimizer"]["txl"] + ", HF " + env["optimizer"]["hf"] if "optimizer" in env
+                else "optimizer: the same unfused torch.optim.Adam on both sides") + ".", "",
              "| case | measure | txl | HF | txl ÷ HF | txl MFU | command |", "|---|---|---|---|---|---|---|"]
     for res in report["results"]:
         rows = [("train tok/s", res["train"], "txl")]

@@ -12,6 +12,7 @@ from transformer_xl.interop.hf import build_hf, hf_compat
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.adaptive import LogUniformSampler
 from transformer_xl.model.fastpath import compiled
+from transformer_xl.train.schedule import FUSED_ADAM_DEVICES
 
 
 class Runner:
@@ -20,12 +21,14 @@ class Runner:
     def __init__(self, name: str, model: torch.nn.Module, *, device: str, dtype: str, compile: bool) -> None:
         self.name, self.model, self.device = name, model.to(device), device
         self.is_hf = name == "hf"
+        self.fused_adam = not self.is_hf and device.split(":")[0] in FUSED_ADAM_DEVICES
         self.dtype, self.compiled = dtype, compile
         self.autocast = dtype == "bf16"
         self.fn = compiled(model) if compile else model  # training: one whole graph
         # evaluation goes through the inference cache, whose Python-side state breaks the graph there
         self.eval_fn = torch.compile(model, dynamic=False) if compile else model
-        self.opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        # each side's training loop's Adam: txl train's (fused where it can be), the official train.py's
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=self.fused_adam or None)
         self.mems: list[torch.Tensor] | None = None
         self.rec: Recurrence | None = None  # txl's evaluation: memories and inference cache
 
