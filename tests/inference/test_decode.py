@@ -50,7 +50,7 @@ def test_int8_linear_is_close_and_reads_int8() -> None:
     ref = F.linear(x, w, b)
     err = (linear(x, q) - ref).abs().max() / ref.abs().max()
     assert 0 < err < 0.02
-    assert torch.equal(linear(x, pack_linear(w, b, int8=False)), ref)
+    assert (linear(x, pack_linear(w, b, int8=False)) - ref).abs().max() <= 1e-5 * ref.abs().max()
     # the scales are bf16 numbers before the weights are divided by them: q * scale is the weight the kernel uses
     assert (q[0][:, :48].float() * q[1].float()[:, None] - w).abs().max() <= q[1].float().max() / 2 + 1e-6
 

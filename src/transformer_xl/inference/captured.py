@@ -174,7 +174,8 @@ class CapturedDecoder:
         cfg, slots = model.config, self.mem_len + 1
         shape = (batch, cfg.n_head, slots, cfg.d_head)
         self.ks = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
-        self.vs = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
+        by_dim = (batch, cfg.n_head, cfg.d_head, slots)  # values by dimension (decode.step)
+        self.vs = [torch.zeros(by_dim, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
         # equivalent mutants: load() fills slot_pos before any step
         self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # pragma: no mutate
         self.cur = torch.zeros((), dtype=torch.long, device=self.device)
@@ -234,7 +235,7 @@ class CapturedDecoder:
             kv = linear(x.reshape(-1, x.size(-1)), w["qkv"])[:, he:]  # [B*M, 2*H*E]
             kv = kv.view(self.batch, mlen, 2, cfg.n_head, cfg.d_head)
             self.ks[i][:, :, :mlen].copy_(kv[:, :, 0].transpose(1, 2))
-            self.vs[i][:, :, :mlen].copy_(kv[:, :, 1].transpose(1, 2))
+            self.vs[i][..., :mlen].copy_(kv[:, :, 1].permute(0, 2, 3, 1))
         self.slot_pos.fill_(-1)
         self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
         self.cur.fill_(mlen)

@@ -32,6 +32,7 @@ Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,12 +42,27 @@ from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXLLM
 from transformer_xl.model.int8 import BLOCK, int8_matmul, quantize_rows
 
-#: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W [out, in_16] int8, scales
-#: [out] bf16, b)`` with ``in_16`` = ``in`` rounded up to a multiple of :data:`INT8_BLOCK` (zero columns).
-Linear = tuple[Tensor, Tensor | None, Tensor | None]
-
 #: The int8 kernel reads the input dimension in blocks of this many (:data:`transformer_xl.model.int8.BLOCK`).
 INT8_BLOCK = BLOCK
+#: Output rows of a float matrix on the CPU are interleaved in blocks of this many (one AVX-512 vector of float32):
+#: :func:`block_rows`.
+ROW_BLOCK = 16
+#: Rows of ``x`` up to which :func:`float_linear` is one multiply-and-sum per row (beyond: one matrix product).
+SUM_ROWS = 16
+
+
+class Linear(NamedTuple):
+    """A linear map ``x -> x W^T + b`` as a step reads it (:func:`pack_linear`)."""
+
+    weight: Tensor  # float [out, in] (BLAS) or [ceil(out / 16), in, 16] (row blocks), or int8 [out, in_16]
+    scale: Tensor | None  # int8: one bf16 scale per output row; float: None
+    bias: Tensor | None  # [out]
+    shape: tuple[int, int]  # (out, in) of the map; ``weight`` may hold zero rows or columns beyond them
+
+    @property
+    def padding_bytes(self) -> int:
+        """Bytes of ``weight`` beyond the map's ``out x in`` (zero rows of the last block, zero columns)."""
+        return self.weight.nbytes - self.shape[0] * self.shape[1] * self.weight.element_size()
 
 
 @dataclass(frozen=True)
@@ -82,13 +98,30 @@ def supported(model: TransformerXLLM) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- packing
 def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
-    """``weight [out, in]`` and ``bias`` as a step reads them (:data:`Linear`): float, or int8 with row scales."""
+    """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`): int8 with row scales, or float, in
+    row blocks on the CPU (:func:`block_rows`) and as it is elsewhere."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
         q, scale = quantize_rows(weight)
-        return q, scale, bias
-    return weight.contiguous(), None, bias
+        return Linear(q, scale, bias, (weight.size(0), weight.size(1)))
+    if weight.device.type == "cpu":
+        return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
+    return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
+
+
+def block_rows(weight: Tensor) -> Tensor:
+    """``weight [out, in]`` as ``[ceil(out / 16), in, 16]``: output rows ``16 k .. 16 k + 15`` interleaved in block
+    ``k`` (zero rows fill the last one), so that a product reads each block front to back with the 16 rows in the
+    lanes of one vector (:func:`float_linear`)."""
+    out, n_in = weight.shape
+    padded = F.pad(weight, (0, 0, 0, -out % ROW_BLOCK))
+    return padded.view(-1, ROW_BLOCK, n_in).transpose(1, 2).contiguous()
+
+
+def unblock_rows(blocks: Tensor, out: int) -> Tensor:
+    """The ``[out, in]`` matrix of :func:`block_rows`' ``blocks`` (a copy)."""
+    return blocks.transpose(1, 2).reshape(-1, blocks.size(1))[:out]
 
 
 def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
@@ -160,20 +193,26 @@ def check_supported(model: TransformerXLLM) -> None:
 def linear(x: Tensor, lin: Linear) -> Tensor:
     """``x W^T + b`` for ``x [N, in]``: float, or int8 weights by the plain model's kernel
     (:func:`~transformer_xl.model.int8.int8_matmul`), the result in ``x``'s type."""
-    weight, scale, bias = lin
-    if scale is None:
-        return float_linear(x, weight, bias)
-    return int8_matmul(x, weight, scale, bias)
+    if lin.scale is None:
+        return float_linear(x, lin.weight, lin.bias, lin.shape[0])
+    return int8_matmul(x, lin.weight, lin.scale, lin.bias)
 
 
-def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``x W^T + b`` over float weights. One row (batch 1) is a multiply and a sum over ``in``, which the compiler
-    turns into one pass over ``W`` at about the machine's read rate; BLAS's matrix-vector kernel reads small
-    matrices at about half of it (``benchmarks/decode_kernels.py``). Several rows: BLAS (a sum per row would read
-    ``W`` once per row)."""
-    if x.size(0) != 1:
+def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None, out: int) -> Tensor:
+    """``x W^T + b`` over float weights: ``[out, in]`` by BLAS, or row blocks (:func:`block_rows`) as one multiply
+    and sum per row of ``x``, which the compiler turns into one pass over the blocks with 16 output rows in the lanes
+    of a vector, at about the machine's read rate (BLAS's matrix-vector kernel reads these small matrices at about
+    half of it: ``benchmarks/decode_kernels.py``). The sums of several rows (a batch) fuse into one loop that reads
+    each block once, one accumulator per row. More than :data:`SUM_ROWS` rows (a memory's projection): one matrix
+    product."""
+    if weight.dim() == 2:
         return F.linear(x, weight, bias)
-    y = (weight * x[:, None, :]).sum(-1)  # [1, out]
+    n = x.size(0)
+    if n > SUM_ROWS:
+        y = torch.einsum("ni,kio->nko", x, weight)  # [N, K, 16]
+    else:
+        y = torch.stack([(weight * row[None, :, None]).sum(1) for row in x])  # [N, K, 16]
+    y = y.reshape(n, -1)[:, :out]
     return y if bias is None else y + bias
 
 
@@ -232,17 +271,19 @@ def _dot_positions(qv: Tensor, pos: Tensor) -> Tensor:
 
 
 def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
-    """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
+    """``sum_c prob_c v_c``: ``prob [B, H, C]``, values by dimension ``v [B, H, E, C]`` -> ``[B, H, E]`` (as
+    :func:`_dot_keys`; one contiguous sum over the slots per dimension)."""
     if v.dtype == prob.dtype and prob.size(0) != 1:
-        return torch.matmul(prob[:, :, None, :], v)[:, :, 0]
-    return (prob[..., None] * v).sum(2)
+        return torch.matmul(v, prob[..., None])[..., 0]
+    return (prob[:, :, None, :] * v).sum(-1)
 
 
 def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
          cur: Tensor, pos_keys: list[Tensor]) -> tuple[Tensor, Tensor]:
     """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
     position ``[L + 1, B, D]`` (every layer's input and the output). Writes the keys/values into the rings
-    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place).
+    ``ks`` (``[B, H, C, E]`` per layer) and ``vs`` (by dimension: ``[B, H, E, C]``), ``cur`` into ``slot_pos`` and
+    advances ``cur`` (in place).
     ``pos_keys``: :func:`position_keys` of the model for ``C`` distances."""
     n_slot = slot_pos.size(0)
     bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
@@ -261,7 +302,7 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
         x = F.layer_norm(h, h.shape[-1:], *w["ln1"], spec.eps) if spec.pre_lnorm else h
         q, k, v = linear(x, w["qkv"]).view(bsz, 3, n_head, d_head).unbind(1)  # [B, H, E] each
         ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
-        vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
+        vs[i].index_copy_(3, slot, v[..., None].to(vs[i].dtype))
         ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
         bd = _dot_positions(q + w["v"], pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
         prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]

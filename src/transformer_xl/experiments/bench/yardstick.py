@@ -10,11 +10,13 @@
   the larger of the bf16 and fp32 peaks (:func:`gemm_peaks`): where bf16 is not native it is slower than fp32, and
   a run could always have chosen fp32.
 * **Decode bytes** (:func:`step_bytes`): what one captured step reads, from the objects it uses: the packed
-  weights as packed (int8 bytes and their scales, or float), the key/value ring at its dtype, the position-key
-  table, the slot positions; the embedding tables only by the rows a step gathers (the tied embedding is read in
-  full once, as the softmax weights). ``W_kR`` is not read: the table replaces it. For any step (the plain one
-  included) :func:`touched_bytes` counts the bytes of the tensors that existed before it and that its operations
-  read, under a ``TorchDispatchMode``; ``tests/experiments/bench/test_yardstick.py`` checks that both agree.
+  weights as packed (int8 bytes and their scales, or float), less the zeros that pad a packed matrix to whole
+  blocks (read, but not needed: reported apart, not counted in the limit), the key/value ring at its dtype, the
+  position-key table, the slot positions; the embedding tables only by the rows a step gathers (the tied embedding
+  is read in full once, as the softmax weights). ``W_kR`` is not read: the table replaces it. For any step (the
+  plain one included) :func:`touched_bytes` counts the bytes of the tensors that existed before it and that its
+  operations read, under a ``TorchDispatchMode``; ``tests/experiments/bench/test_yardstick.py`` checks that both
+  agree (with the padding).
 * **Training FLOPs, strictly** (:func:`forward_flops`, :func:`train_flops`): matmul FLOPs (2 per multiply-add) of
   the model's math. The attention's three ``[Q, K]`` products (scores ``a + c``, position scores ``b + d``, the
   values) are counted over the **visible** query-key pairs only (the causal mask's unmasked entries), not the
@@ -41,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from transformer_xl.errors import TXLError
+from transformer_xl.inference.decode import Linear
 from transformer_xl.model import TXLConfig
 from transformer_xl.model.memory import causal_mask
 from transformer_xl.train.precision import cpu_flags, cpu_model, matmul_rate
@@ -260,20 +263,24 @@ def touched_bytes(fn: Callable[[], Any]) -> int:
 
 def step_bytes(decoder: Any) -> dict[str, int]:
     """Bytes one step of a :class:`~transformer_xl.inference.captured.CapturedDecoder` reads, by part (module
-    docstring): ``weights`` (packed, with scales and biases), ``embedding_rows``, ``ring`` (keys and values),
-    ``position_keys``, ``slots`` (the slot positions, the position counter and the step's tokens), and their
-    ``total``."""
+    docstring): ``weights`` (packed, with scales and biases; not the zero rows and columns that pad a packed
+    matrix), ``embedding_rows``, ``ring`` (keys and values), ``position_keys``, ``slots`` (the slot positions, the
+    position counter and the step's tokens), and their ``total``; beside them ``padding``, the zeros the step reads
+    too but does not need (:attr:`~transformer_xl.inference.decode.Linear.padding_bytes`: not part of the limit)."""
     w = decoder.weights
-    leaves = [t for t in tree_leaves((w["layers"], w["head"], [p for _, p in w["emb"]]))
-              if isinstance(t, torch.Tensor)]
+    tree = (w["layers"], w["head"], [p for _, p in w["emb"]])
+    leaves = [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
     full = {t.untyped_storage().data_ptr() for t in leaves}
     rows = sum(decoder.batch * table.size(1) * table.element_size() for table, _ in w["emb"]
                if table.untyped_storage().data_ptr() not in full)  # an untied table: the rows gathered
-    parts = {"weights": _union_bytes(span for t in leaves if t.dim() for span in _spans(t)), "embedding_rows": rows,
-             "ring": sum(t.nbytes for t in [*decoder.ks, *decoder.vs]),
+    padding = sum(lin.padding_bytes for lin in tree_leaves(tree, is_leaf=lambda x: isinstance(x, Linear))
+                  if isinstance(lin, Linear))
+    parts = {"weights": _union_bytes(span for t in leaves if t.dim() for span in _spans(t)) - padding,
+             "embedding_rows": rows, "ring": sum(t.nbytes for t in [*decoder.ks, *decoder.vs]),
              "position_keys": sum(t.nbytes for t in decoder.pos_keys),
              "slots": decoder.slot_pos.nbytes + decoder.cur.nbytes + decoder.batch * 8}  # + the tokens (int64)
     parts["total"] = sum(parts.values())
+    parts["padding"] = padding  # read too, but not needed: not part of the limit
     return parts
 
 
