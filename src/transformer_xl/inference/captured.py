@@ -29,13 +29,26 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_leaves, tree_map
 
 from transformer_xl.errors import ConfigError, check_int
-from transformer_xl.inference.decode import check_supported, linear, pack, position_keys, spec_of, step
+from transformer_xl.inference.arena import huge_page_zeros, into_arena
+from transformer_xl.inference.decode import (
+    ROW_BLOCK,
+    block_slots,
+    check_supported,
+    linear,
+    pack,
+    position_keys,
+    ring_slots,
+    spec_of,
+    step,
+)
 from transformer_xl.model import Lengths, TransformerXLLM
 from transformer_xl.model.fastpath import compile_unavailable
 from transformer_xl.model.positional import sinusoid
@@ -135,6 +148,26 @@ def _compiled(device: torch.device) -> object:  # pragma: no mutate block (left 
     return _COMPILED[mode]
 
 
+def _into_arena(weights: dict, pos_keys: list[Tensor]) -> tuple[dict, list[Tensor]]:
+    """``weights`` (:func:`~transformer_xl.inference.decode.pack`) and ``pos_keys`` as views into one arena
+    (:func:`~transformer_xl.inference.arena.into_arena`) in the order a step reads them: per layer ``[W_q; W_k;
+    W_v]``, ``u``, ``v``, the position keys, the rest of the layer; the input projections; the softmax. The embedding
+    tables stay where they are (a step gathers a few rows of them)."""
+    order: list[Tensor] = []
+
+    def add(tree: object) -> None:
+        order.extend(t for t in tree_leaves(tree) if isinstance(t, Tensor))
+
+    for i, layer in enumerate(weights["layers"]):
+        add((layer["qkv"], layer["u"], layer["v"], pos_keys[i]))
+        add([v for k, v in layer.items() if k not in ("qkv", "u", "v")])
+    add([proj for _, proj in weights["emb"]])
+    add(weights["head"])
+    copies = dict(zip(map(id, order), into_arena(order)))
+    moved = tree_map(lambda t: copies.get(id(t), t) if isinstance(t, Tensor) else t, weights)
+    return moved, [copies[id(t)] for t in pos_keys]
+
+
 def _stamps(tensors: Sequence[Tensor]) -> list[int] | None:
     """How often each tensor was modified in place (None: inference tensors keep no count)."""
     try:
@@ -171,11 +204,14 @@ class CapturedDecoder:
         with torch.no_grad():
             self.weights = pack(model, int8=int8)
         self.spec = spec_of(model, self.weights["head"], mem_len=self.mem_len, same_length=lengths.same_length)
-        cfg, slots = model.config, self.mem_len + 1
-        shape = (batch, cfg.n_head, slots, cfg.d_head)
-        self.ks = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
-        by_dim = (batch, cfg.n_head, cfg.d_head, slots)  # values by dimension (decode.step)
-        self.vs = [torch.zeros(by_dim, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
+        cfg, slots = model.config, ring_slots(self.mem_len)
+        # every layer's keys in slot blocks, values by dimension (decode.step); on the CPU on huge pages, one buffer
+        # each (arena: a step writes them, and views of one buffer would be inputs that alias each other)
+        zeros = huge_page_zeros if self.device.type == "cpu" else partial(torch.zeros, device=self.device)
+        kv_type = KV_DTYPES[kv_dtype]
+        self.ks = [zeros((batch, cfg.n_head, slots // ROW_BLOCK, cfg.d_head, ROW_BLOCK), dtype=kv_type)
+                   for _ in range(cfg.n_layer)]
+        self.vs = [zeros((batch, cfg.n_head, cfg.d_head, slots), dtype=kv_type) for _ in range(cfg.n_layer)]
         # equivalent mutants: load() fills slot_pos before any step
         self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # pragma: no mutate
         self.cur = torch.zeros((), dtype=torch.long, device=self.device)
@@ -186,7 +222,9 @@ class CapturedDecoder:
         # equivalent mutants: inv_freq is a buffer of the model (on its device); position_keys casts r_dist
         inv_freq = model.pos_enc.inv_freq.to(self.device)  # pragma: no mutate
         r_dist = sinusoid(dist, inv_freq).to(dtype)  # pragma: no mutate  # [C, D]: row d = distance min(d, clamp_len)
-        self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C, E] per layer
+        self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C / 16, E, 16] per layer
+        if self.device.type == "cpu":
+            self.weights, self.pos_keys = _into_arena(self.weights, self.pos_keys)
         self.dtype = dtype
         # left out: CUDA only, checked by test_cuda_graph_step_equals_the_plain_step on a GPU
         if self.device.type == "cuda":  # pragma: no mutate block  (the buffers keep their addresses for CUDA graphs)
@@ -234,7 +272,9 @@ class CapturedDecoder:
                 if self.spec.pre_lnorm else mem
             kv = linear(x.reshape(-1, x.size(-1)), w["qkv"])[:, he:]  # [B*M, 2*H*E]
             kv = kv.view(self.batch, mlen, 2, cfg.n_head, cfg.d_head)
-            self.ks[i][:, :, :mlen].copy_(kv[:, :, 0].transpose(1, 2))
+            keys = kv.new_zeros(self.batch, cfg.n_head, self.slot_pos.numel(), cfg.d_head)
+            keys[:, :, :mlen] = kv[:, :, 0].transpose(1, 2)
+            self.ks[i].copy_(block_slots(keys))
             self.vs[i][..., :mlen].copy_(kv[:, :, 1].permute(0, 2, 3, 1))
         self.slot_pos.fill_(-1)
         self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
