@@ -376,7 +376,7 @@ def test_auto_true_and_false_give_the_same_tokens_and_auto_chooses_by_the_rule(t
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device: lambda *a: decode.step(*a))
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))
     model, ids = _model(cutoffs=[10, 25]), _prompt()
     runs, notes = {}, []
     for name, choice in (("plain", False), ("captured", True), ("auto", None)):
