@@ -4,6 +4,9 @@ returns, branches, interleaved streams, the ring's wrap-around, narrower types, 
 from __future__ import annotations
 
 import copy
+import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -405,3 +408,13 @@ def test_auto_uses_the_plain_step_for_a_model_the_captured_step_does_not_support
         assert torch.equal(auto.new_tokens, plain.new_tokens) and not notes
         with pytest.raises(ConfigError, match=f"^the captured decode step does not support .*{why}.*; use the plain"):
             generate(model, ids, max_new_tokens=6, mem_len=4, captured=True)
+
+
+def test_the_expected_compile_seconds_are_the_measured_ones_rounded_up() -> None:
+    """COMPILE_S is benchmarks/results/compile_time_cpu_1t.json's larger figures, rounded up to 5 s."""
+    import transformer_xl.inference.captured as captured
+
+    report = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+                         / "compile_time_cpu_1t.json").read_text(encoding="utf-8"))
+    for kind in ("cold", "warm"):
+        assert captured.COMPILE_S[kind] == 5 * math.ceil(max(r[f"{kind}_s"] for r in report["rows"]) / 5)
