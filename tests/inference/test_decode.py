@@ -80,12 +80,16 @@ def test_row_blocks_hold_the_matrix_in_lanes_and_zero_rows_beyond(int8) -> None:
     assert pack_linear(torch.randn(32, 5), None, int8=False).padding_bytes == 0
 
 
-def test_many_rows_take_one_matrix_product_with_the_same_result() -> None:
+def test_many_rows_take_one_matrix_product_or_one_pass_per_sum_rows_with_the_same_result(monkeypatch) -> None:
     torch.manual_seed(0)
-    w, b, x = torch.randn(20, 41), torch.randn(20), torch.randn(SUM_ROWS + 1, 41)
+    w, b, x = torch.randn(20, 41), torch.randn(20), torch.randn(2 * SUM_ROWS + 1, 41)
     for int8 in (False, True):
         lin = pack_linear(w, b, int8=int8)
-        assert (linear(x, lin) - torch.cat([linear(r[None], lin) for r in x])).abs().max() <= 1e-5
+        one_by_one = torch.cat([linear(r[None], lin) for r in x])
+        assert (linear(x, lin) - one_by_one).abs().max() <= 1e-5  # eager: the unblocked matrix
+        with monkeypatch.context() as m:  # as in a compiled step: passes of SUM_ROWS rows
+            m.setattr(torch.compiler, "is_compiling", lambda: True)
+            assert (linear(x, lin) - one_by_one).abs().max() <= 1e-5
 
 
 def test_a_ring_holds_whole_slot_blocks() -> None:

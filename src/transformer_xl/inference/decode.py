@@ -219,16 +219,18 @@ def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
     ``x``, which the compiler turns into one pass over the blocks with 16 output rows in the lanes of a vector, at
     about the machine's read rate (BLAS's matrix-vector kernel reads these small matrices at about half of it, the
     int8 kernel ``aten._weight_int8pack_mm`` slower than this: ``benchmarks/decode_kernels.py``). The sums of several
-    rows (a batch) fuse into one loop that reads each block once, one accumulator per row. More than
-    :data:`SUM_ROWS` rows (a memory's projection, run eagerly): the matrix unblocked, one matrix product."""
+    rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a compiled step with more
+    than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly with more rows (a memory's
+    projection): the matrix unblocked, one matrix product."""
     n, out = x.size(0), lin.shape[0]
-    if n > SUM_ROWS:
+    if n > SUM_ROWS and not torch.compiler.is_compiling():
         weight = unblock_rows(lin.weight, out).to(x.dtype)
         if lin.scale is not None:
             weight = weight * lin.scale.reshape(-1)[:out, None].to(x.dtype)
         return F.linear(x, weight, lin.bias)
     weight = lin.weight.to(x.dtype)
-    y = torch.stack([(weight * row[None, :, None]).sum(1) for row in x])  # [N, K, 16]
+    y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])
+                   for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
     if lin.scale is not None:
         y = y * lin.scale.to(x.dtype)
     y = y.reshape(n, -1)[:, :out]
