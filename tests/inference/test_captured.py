@@ -59,8 +59,8 @@ def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) 
 @pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
 @pytest.mark.parametrize("mem_len", [4, 30])
 def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
-    """Batch 1 takes other products (every float product a multiply-and-sum, the ring's too: ``float_linear``,
-    ``_dot_keys``, ``_dot_positions``, ``_mix_values``) than batch 2: the same tokens and log-probabilities."""
+    """Batch 1 (one sum per product, ``blocked_linear``, ``_dot_keys``, ``_dot_positions``, ``_mix_values``, with no
+    other row fused in) gives the same tokens and log-probabilities as the plain step."""
     model, ids = _model(**overrides), _prompt(b=1)
     plain = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=False)
     dec = _eager(model, batch=1, mem_len=mem_len)
