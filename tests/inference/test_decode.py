@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from tests.helpers import tiny_model
 from transformer_xl.inference.decode import (
+    INT8_UNROLL,
     ROW_BLOCK,
     SUM_ROWS,
     block_rows,
@@ -67,15 +68,18 @@ def test_int8_linear_is_close_and_reads_int8() -> None:
 def test_row_blocks_hold_the_matrix_in_lanes_and_zero_rows_beyond(int8) -> None:
     w = torch.randn(20, 41)
     lin = pack_linear(w, None, int8=int8)
-    assert lin.weight.shape == (2, 41, ROW_BLOCK) and lin.shape == (20, 41)  # rows 16 k .. 16 k + 15 in block k
+    width = 44 if int8 else 41  # int8: the input width padded to a multiple of INT8_UNROLL (zero columns)
+    assert width % (INT8_UNROLL if int8 else 1) == 0
+    assert lin.weight.shape == (2, width, ROW_BLOCK) and lin.shape == (20, 41)  # rows 16 k .. 16 k + 15 in block k
     rows = unblock_rows(lin.weight, 20)
     assert torch.equal(lin.weight[1, :, 3], rows[ROW_BLOCK + 3]) and not lin.weight[1, :, 4:].any()
-    if int8:  # the input width is not padded: the step widens int8 numbers itself
-        assert torch.equal(rows, quantize_rows(w)[0][:, :41]) and lin.scale.shape == (2, ROW_BLOCK)
+    assert not rows[:, 41:].any()
+    if int8:
+        assert torch.equal(rows[:, :41], quantize_rows(w)[0][:, :41]) and lin.scale.shape == (2, ROW_BLOCK)
         assert not lin.scale[1, 4:].float().any()
     else:
         assert torch.equal(rows, w)
-    assert lin.padding_bytes == 12 * 41 * lin.weight.element_size()
+    assert lin.padding_bytes == (2 * ROW_BLOCK * width - 20 * 41) * lin.weight.element_size()
     assert block_rows(torch.randn(32, 5)).shape == (2, 5, ROW_BLOCK)  # a multiple already: no zero rows
     assert pack_linear(torch.randn(32, 5), None, int8=False).padding_bytes == 0
 

@@ -54,6 +54,9 @@ from transformer_xl.model.int8 import quantize_rows
 ROW_BLOCK = 16
 #: Rows of ``x`` up to which :func:`blocked_linear` is one multiply-and-sum per row (beyond: one matrix product).
 SUM_ROWS = 16
+#: An int8 product takes this many inputs per loop step (an inner sum the compiler unrolls: 64 bytes of weights
+#: per step instead of 16; the int8 matrices' input width is padded to a multiple of it).
+INT8_UNROLL = 4
 
 
 class Linear(NamedTuple):
@@ -109,9 +112,10 @@ def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
-        q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in; row blocks need not)
+        q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in)
+        q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
         scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
-        return Linear(block_rows(q[:, :weight.size(1)]), scale, bias, (weight.size(0), weight.size(1)))
+        return Linear(block_rows(q), scale, bias, (weight.size(0), weight.size(1)))
     if weight.device.type == "cpu":
         return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
     return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
@@ -215,22 +219,30 @@ def linear(x: Tensor, lin: Linear) -> Tensor:
 
 def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
     """``x W^T + b`` over row blocks (:func:`block_rows`), float32 or int8 with row scales (the int8 numbers widened
-    to ``x``'s type as they are read, each output row then multiplied by its scale): one multiply and sum per row of
-    ``x``, which the compiler turns into one pass over the blocks with 16 output rows in the lanes of a vector, at
-    about the machine's read rate (BLAS's matrix-vector kernel reads these small matrices at about half of it, the
-    int8 kernel ``aten._weight_int8pack_mm`` slower than this: ``benchmarks/decode_kernels.py``). The sums of several
+    to ``x``'s type as they are read, :data:`INT8_UNROLL` inputs per loop step, each output row then multiplied by
+    its scale): one multiply and sum per row of ``x``, which the compiler turns into one pass over the blocks with
+    16 output rows in the lanes of a vector, at about the machine's read rate (BLAS's matrix-vector kernel reads
+    these small matrices at about half of it, the int8 kernel ``aten._weight_int8pack_mm`` slower than this:
+    ``docs/generation-speed.md``). The sums of several
     rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a compiled step with more
     than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly with more rows (a memory's
     projection): the matrix unblocked, one matrix product."""
     n, out = x.size(0), lin.shape[0]
     if n > SUM_ROWS and not torch.compiler.is_compiling():
-        weight = unblock_rows(lin.weight, out).to(x.dtype)
+        weight = unblock_rows(lin.weight, out)[:, :lin.shape[1]].to(x.dtype)
         if lin.scale is not None:
             weight = weight * lin.scale.reshape(-1)[:out, None].to(x.dtype)
         return F.linear(x, weight, lin.bias)
-    weight = lin.weight.to(x.dtype)
-    y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])
-                   for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
+    if lin.scale is None:
+        weight = lin.weight.to(x.dtype)
+        y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])
+                       for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
+    else:  # INT8_UNROLL inputs per loop step: 64 bytes of int8 weights, one accumulation
+        k, width = lin.weight.shape[:2]
+        weight = lin.weight.view(k, width // INT8_UNROLL, INT8_UNROLL, ROW_BLOCK).to(x.dtype)
+        x = stored(F.pad(x, (0, width - x.size(1)))).view(n, -1, INT8_UNROLL)
+        y = torch.cat([torch.stack([(weight * row[None, :, :, None]).sum(2).sum(1) for row in x[i:i + SUM_ROWS]])
+                       for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
     if lin.scale is not None:
         y = y * lin.scale.to(x.dtype)
     y = y.reshape(n, -1)[:, :out]
