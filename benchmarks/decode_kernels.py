@@ -1,16 +1,25 @@
-"""Which products the captured decode step's float32 weights go through, measured: BLAS (``F.linear``, MKL's
-matrix-vector kernel at batch 1) against one multiply-and-sum per matrix that inductor compiles into a streaming
-reduction (:func:`transformer_xl.inference.decode.float_linear`), beside the plain step, against the machine's read
-rate and the bytes a step reads (:mod:`transformer_xl.experiments.bench.yardstick`).
+"""The captured decode step against its limit, the time to read the bytes it reads at the machine's read rate: every
+case of the issue's targets in one run, beside the plain step.
 
-    python benchmarks/decode_kernels.py --threads 1 --cases wt103-base:640:1 wt103-full:640:1 demo:128:1 \
-        --out benchmarks/results/decode_kernels_cpu_1t.json
+    python benchmarks/decode_kernels.py --threads 2 --out benchmarks/results/decode_kernels_cpu_2t.json
 
-Cases are ``SHAPE:MEM_LEN:BATCH``; shapes: ``wt103-base`` (33,278 words), ``wt103-full`` (the real WT103
-vocabulary, 267,735 words), ``demo`` (the demo model's shape: 4 layers, d_model 128, WikiText-2's 33,278 words,
-div_val 4); random weights. With one thread every time is the thread's CPU time (``time.thread_time``), the read
-pass included, so that other work on a shared machine does not count; with more, wall time. Each figure is the
-best of ``--steps`` steps after three untimed ones (the first compiles).
+Cases are ``SHAPE:MEM_LEN:BATCH`` or ``SHAPE:MEM_LEN:BATCH:int8`` (int8 weights and a bf16 key/value ring, as
+``txl bench generate`` runs its int8 decoder); the default is :data:`TARGETS`. Shapes: ``wt103-base`` (WT103's base
+model with a 33,278-word softmax), ``wt103-full`` (the real WT103 vocabulary, 267,735 words), ``demo`` (the demo
+model's shape: 4 layers, d_model 128, WikiText-2's 33,278 words, div_val 4; its 10 MB fit in the last-level cache,
+so its step is bound by the cost per operation, not by reading memory); random weights.
+
+The limit (:mod:`transformer_xl.experiments.bench.yardstick`): the bytes the step needs
+(:func:`~transformer_xl.experiments.bench.yardstick.step_bytes`: weights, key/value ring, position keys, slot
+positions; not the zeros that pad blocks, reported apart) at the read rate, the best ``Tensor.sum`` pass over a
+buffer far larger than the last-level cache, on huge pages as the step's own buffers
+(:func:`~transformer_xl.experiments.bench.yardstick.read_rate`), measured before the first case and after every
+case; every share is against the best of the run. The read rate on 4 KiB pages is recorded beside it (earlier
+result files were measured against that one). With one thread every time is the thread's CPU time
+(``time.thread_time``), the read passes included, so that other work on a shared machine does not count (memory
+traffic of other work still does); with more, wall time. Each figure is the best of ``--steps`` steps after three
+untimed ones (the first compiles); the plain step is generation's (``Recurrence`` + ``log_prob``), of the int8
+model (``model.quantize("int8")``) in the int8 cases.
 """
 
 from __future__ import annotations
@@ -22,12 +31,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-import transformer_xl.inference.captured as captured
-import transformer_xl.inference.decode as decode
 from transformer_xl.experiments.bench.generate import shape_config
-from transformer_xl.experiments.bench.yardstick import machine, read_rate, step_bytes
+from transformer_xl.experiments.bench.yardstick import YardstickError, machine, read_buffer, share, step_bytes
+from transformer_xl.inference.captured import CapturedDecoder
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.presets import cpu_small, wt103_base
 
@@ -36,33 +43,9 @@ SHAPES = {
     "wt103-full": wt103_base,
     "demo": lambda: cpu_small(33278),
 }
-NEW = {name: getattr(decode, name) for name in ("float_linear", "_dot_keys", "_dot_positions", "_mix_values")}
-
-
-def _blas(x, weight, bias):  # the products as they were: BLAS for every batch
-    return F.linear(x, weight, bias)
-
-
-def _bmm_keys(q, k):
-    return torch.matmul(k, q[..., None])[..., 0] if k.dtype == q.dtype else NEW["_dot_keys"](q, k)
-
-
-def _bmm_positions(qv, pos):
-    return torch.matmul(pos, qv.permute(1, 2, 0)).permute(2, 0, 1) if pos.dtype == qv.dtype else \
-        NEW["_dot_positions"](qv, pos)
-
-
-def _bmm_values(prob, v):
-    return torch.matmul(prob[:, :, None, :], v)[:, :, 0] if v.dtype == prob.dtype else NEW["_mix_values"](prob, v)
-
-
-BMM_ATTENTION = {"_dot_keys": _bmm_keys, "_dot_positions": _bmm_positions, "_mix_values": _bmm_values}
-#: variant -> the functions of transformer_xl.inference.decode it runs with (the others: the module's own)
-VARIANTS = {
-    "blas": {"float_linear": _blas, **BMM_ATTENTION},  # every product through BLAS (before)
-    "reduction-linear": BMM_ATTENTION,  # the weights' products as reductions, the ring's through BLAS
-    "reduction": {},  # every product of a batch-1 step as a reduction (the step as it is)
-}
+#: The cases of the issue and the share of the read rate each should reach (None: reported, no target).
+TARGETS = {"wt103-base:640:1": 0.85, "wt103-base:1600:1": 0.80, "wt103-base:640:8": 0.70,
+           "wt103-base:640:1:int8": 0.75, "wt103-full:640:1": 0.85, "demo:128:1": None}
 
 
 def _best(fn, clock, n: int) -> tuple[float, float]:
@@ -76,82 +59,75 @@ def _best(fn, clock, n: int) -> tuple[float, float]:
     return min(ts), statistics.median(ts)
 
 
-def _captured(model, mems, tok, mem_len: int, clock, n: int, variant: dict) -> dict:
-    for name, fn in variant.items():
-        setattr(decode, name, fn)
-    torch._dynamo.reset()
-    captured._COMPILED.clear()
-    try:
-        dec = captured.CapturedDecoder(model, batch=tok.size(0), mem_len=mem_len)
-        state = {"mems": mems}
-
-        def one() -> None:
-            _, state["mems"] = dec.step(tok, state["mems"])
-
-        dec.load(mems)
-        best, median = _best(one, clock, n)
-    finally:
-        for name, fn in NEW.items():
-            setattr(decode, name, fn)
-    return {"best_s": best, "median_s": median, "compile_s": dec.compile_s, "bytes": step_bytes(dec)}
-
-
-def run_case(shape: str, mem_len: int, batch: int, clock, n: int, rate: float) -> dict:
+def run_case(case: str, clock, n: int) -> dict:
+    shape, mem_len, batch, *rest = case.split(":")
+    mem_len, batch, int8 = int(mem_len), int(batch), rest == ["int8"]
     cfg = SHAPES[shape]()
     torch.manual_seed(0)
     model = TransformerXLLM(cfg).eval()
     mems = [torch.randn(batch, mem_len, cfg.d_model) for _ in range(cfg.n_layer + 1)]
     tok = torch.randint(0, cfg.n_token, (batch,))
-    rec = Recurrence(model, model.config.lengths(mem_len=mem_len, ext_len=0), mems=list(mems))
-    plain = _best(lambda: model.log_prob(rec(tok[:, None]).hidden[:, -1]), clock, n)  # generation's plain step
-    row = {"shape": shape, "n_token": cfg.n_token, "mem_len": mem_len, "batch": batch,
-           "plain_step_s": {"best": plain[0], "median": plain[1]}}
-    for name, variant in VARIANTS.items():
-        if batch != 1 and name == "reduction-linear":
-            continue  # the same step as "reduction" at batch > 1
-        r = _captured(model, mems, tok, mem_len, clock, n, variant)
-        total = r["bytes"]["total"]
-        row[name] = {**r, "bytes_per_s": total / r["best_s"], "share_of_read_rate": total / r["best_s"] / rate,
-                     "tok_per_s": batch / r["best_s"]}
-        print(f"{shape} mem {mem_len} batch {batch} {name}: {r['best_s'] * 1e3:.2f} ms, "
-              f"{total / r['best_s'] / 1e9:.1f} GB/s = {row[name]['share_of_read_rate']:.0%} of the read rate "
-              f"(plain {plain[0] * 1e3:.2f} ms; compile {r['compile_s']:.0f} s)", flush=True)
-    return row
+    plain_model = model
+    if int8:
+        plain_model = TransformerXLLM(cfg).eval()
+        plain_model.load_state_dict(model.state_dict())
+        plain_model.quantize("int8")
+    rec = Recurrence(plain_model, plain_model.config.lengths(mem_len=mem_len, ext_len=0), mems=list(mems))
+    plain = _best(lambda: plain_model.log_prob(rec(tok[:, None]).hidden[:, -1]), clock, n)  # generation's plain step
+    dec = CapturedDecoder(model, batch=batch, mem_len=mem_len, int8=int8, kv_dtype="bfloat16" if int8 else "float32")
+    state = {"mems": mems}
+
+    def one() -> None:
+        _, state["mems"] = dec.step(tok, state["mems"])
+
+    dec.load(mems)
+    best, median = _best(one, clock, n)
+    nbytes = step_bytes(dec)
+    return {"case": case, "shape": shape, "n_token": cfg.n_token, "mem_len": mem_len, "batch": batch, "int8": int8,
+            "kv_dtype": dec.kv_dtype, "target": TARGETS.get(case),
+            "plain_step_s": {"best": plain[0], "median": plain[1]},
+            "captured": {"best_s": best, "median_s": median, "compile_s": dec.compile_s, "bytes": nbytes,
+                         "bytes_per_s": nbytes["total"] / best, "tok_per_s": batch / best}}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--cases", nargs="+", default=["wt103-base:640:1"])
+    p.add_argument("--cases", nargs="+", default=list(TARGETS))
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
-    rate = _read_pass(clock)
+    rates = [_read_pass(clock)]
     report = {"command": "python benchmarks/decode_kernels.py " + " ".join(
         [f"--threads {args.threads}", "--cases", *args.cases, f"--steps {args.steps}"]),
         "machine": machine(), "torch": torch.__version__,
         "clock": "thread_time (CPU time of the one thread)" if args.threads == 1 else "wall",
-        "read_rate_bytes_per_s": rate, "rows": []}
-    print(f"read rate {rate / 1e9:.1f} GB/s ({report['clock']}); load {report['machine']['load_average']}", flush=True)
-    rates = [rate]
+        "read_rate_4k_pages_bytes_per_s": _read_pass(clock, huge_pages=False), "rows": []}
+    print(f"read rate {rates[0] / 1e9:.1f} GB/s on huge pages, {report['read_rate_4k_pages_bytes_per_s'] / 1e9:.1f} "
+          f"GB/s on 4 KiB pages ({report['clock']}); load {report['machine']['load_average']}", flush=True)
     with torch.no_grad():
         for case in args.cases:
-            shape, mem_len, batch = case.split(":")
-            report["rows"].append(run_case(shape, int(mem_len), int(batch), clock, args.steps, rate))
+            row = run_case(case, clock, args.steps)
+            report["rows"].append(row)
             rates.append(_read_pass(clock))  # the load moves: the limit is the best read pass of the whole run
             _shares(report, rates)
             report["load_average_after"] = machine()["load_average"]
+            c = row["captured"]
+            print(f"{case}: captured {c['best_s'] * 1e3:.2f} ms, {c['bytes_per_s'] / 1e9:.1f} GB/s = "
+                  f"{c['share_of_read_rate']:.0%} of the read rate (target {row['target'] or '-'}; plain "
+                  f"{row['plain_step_s']['best'] * 1e3:.2f} ms; compile {c['compile_s']:.0f} s)", flush=True)
             if args.out:
                 args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"best read rate of the run {report['read_rate_bytes_per_s'] / 1e9:.1f} GB/s; load after "
+          f"{report['load_average_after']}")
     for row in report["rows"]:
-        print(", ".join(f"{row['shape']} mem {row['mem_len']} batch {row['batch']} {name} "
-                        f"{row[name]['share_of_read_rate']:.0%}" for name in VARIANTS if name in row))
+        print(f"{row['case']}: {row['captured']['share_of_read_rate']:.0%} (target {row['target'] or '-'})")
 
 
-def _read_pass(clock) -> float:
-    buf = torch.ones(read_rate(passes=1)["buffer_bytes"] // 4)
+def _read_pass(clock, huge_pages: bool = True) -> float:
+    buf = read_buffer(huge_pages=huge_pages)
     return buf.nbytes / _best(buf.sum, clock, 5)[0]  # the yardstick's read pass, on the steps' clock
 
 
@@ -160,10 +136,12 @@ def _shares(report: dict, rates: list[float]) -> None:
     best = max(rates)
     report["read_rate_bytes_per_s"], report["read_rate_samples"] = best, rates
     for row in report["rows"]:
-        for name in VARIANTS:
-            if name in row:
-                row[name]["share_of_read_rate"] = row[name]["bytes_per_s"] / best
+        c = row["captured"]
+        c["share_of_read_rate"] = share(c["bytes_per_s"], best, row["case"])
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except YardstickError as exc:  # a share above its limit: the load moved too much between the passes
+        raise SystemExit(f"decode_kernels: {exc}") from None

@@ -184,7 +184,7 @@ def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypa
     and with ``--quantize int8`` (the captured step's own int8 weights)."""
     from transformer_xl.inference import captured, decode
 
-    monkeypatch.setattr(captured, "_compiled", lambda device: decode.step)
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: decode.step)
     _, model_dir = _tiny(tmp_path, _word_vocab())
     runs = {}
     for extra in ([], ["--captured"], ["--captured", "--quantize", "int8"]):
@@ -205,7 +205,7 @@ def test_cli_generate_chooses_the_captured_step_and_notes_its_compilation(tmp_pa
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device: lambda *a: decode.step(*a))  # eager, "compiled"
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))  # eager, "compiled"
     monkeypatch.setattr(gen, "pays", lambda *a: True)
     _, model_dir = _tiny(tmp_path, _word_vocab())
     runs = {}

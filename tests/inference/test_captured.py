@@ -3,6 +3,11 @@ returns, branches, interleaved streams, the ring's wrap-around, narrower types, 
 
 from __future__ import annotations
 
+import copy
+import json
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +16,7 @@ from transformer_xl import ConfigError, TransformerXLLM
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
 from transformer_xl.inference.generate import _decoder, generate, reference_generate, stream
 from transformer_xl.model import Recurrence
+from transformer_xl.model.int8 import quantize_rows
 
 V = 40
 
@@ -34,7 +40,7 @@ def _eager(model: TransformerXLLM, batch: int = 2, **kw) -> CapturedDecoder:
     {"pre_lnorm": True, "untie_r": True, "clamp_len": 3},
     {"same_length": True},
 ])
-@pytest.mark.parametrize("mem_len", [4, 30])  # the ring wraps around / never fills
+@pytest.mark.parametrize("mem_len", [4, 15, 30])  # the ring wraps around / fills whole slot blocks / never fills
 def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) -> None:
     model = _model(**overrides)
     ids, n = _prompt(), 14
@@ -53,8 +59,8 @@ def test_greedy_and_sampled_generation_equal_the_plain_step(overrides, mem_len) 
 @pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
 @pytest.mark.parametrize("mem_len", [4, 30])
 def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
-    """Batch 1 takes other products (every float product a multiply-and-sum, the ring's too: ``float_linear``,
-    ``_dot_keys``, ``_dot_positions``, ``_mix_values``) than batch 2: the same tokens and log-probabilities."""
+    """Batch 1 (one sum per product, ``blocked_linear``, ``_dot_keys``, ``_dot_positions``, ``_mix_values``, with no
+    other row fused in) gives the same tokens and log-probabilities as the plain step."""
     model, ids = _model(**overrides), _prompt(b=1)
     plain = generate(model, ids, max_new_tokens=14, mem_len=mem_len, captured=False)
     dec = _eager(model, batch=1, mem_len=mem_len)
@@ -64,17 +70,47 @@ def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
     assert all((a - b).abs().max() <= 1e-5 for a, b in zip(cap.mems, plain.mems))
 
 
-def test_compiled_step_equals_the_plain_step() -> None:
-    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles; at batch 1, where
-    every product is a reduction inductor generates (batch 2 differs only by calling BLAS)."""
-    model = _model(cutoffs=[10, 25])
-    ids = _prompt(b=1)
-    dec = CapturedDecoder(model, batch=1, mem_len=4)
+@pytest.mark.parametrize("batch, int8", [(1, False), (3, True)])
+def test_compiled_step_equals_the_plain_step(batch, int8) -> None:
+    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles: every product a
+    reduction inductor generates; at batch 3 the rows' sums fused into one pass, over int8 weights widened as read
+    (against the plain step over their dequantized values)."""
+    model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
+    ids = _prompt(b=batch)
+    dec = CapturedDecoder(model, batch=batch, mem_len=4, int8=int8)
     plain = generate(model, ids, max_new_tokens=12, mem_len=4, captured=False)
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
     assert dec.compile_s is not None and dec.compile_s > 0
+
+
+def _dequantized(model: TransformerXLLM) -> TransformerXLLM:
+    """A copy of ``model`` whose weights that the captured step takes as int8 hold the float values it multiplies by
+    (``q * scale``): the same math in float32, for the plain step."""
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        mats = [m.weight for layer in ref.layers for m in (layer.dec_attn.qkv_net, layer.dec_attn.o_net,
+                                                           layer.pos_ff.CoreNet[0], layer.pos_ff.CoreNet[3])]
+        for w in [*mats, *(m.weight for m in ref.crit.out_layers), ref.crit.cluster_weight]:
+            q, scale = quantize_rows(w)
+            w.copy_(q[:, :w.size(1)].float() * scale.float()[:, None])
+    return ref
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])  # one row, rows fused into one pass, more than SUM_ROWS rows
+def test_int8_weights_multiply_by_their_dequantized_values(batch) -> None:
+    """The int8 step (row blocks, widened as read, scaled per row) is the float step over ``q * scale``: the same
+    tokens and log-probabilities (1e-5), whatever the batch (weights that are their own int8 values quantize to
+    the same numbers: the prompt's forward is the same too)."""
+    model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
+    ids = _prompt(b=batch)
+    dec = _eager(model, batch=batch, mem_len=4, int8=True)
+    cap = generate(model, ids, max_new_tokens=8, mem_len=4, captured=dec)
+    plain = generate(model, ids, max_new_tokens=8, mem_len=4, captured=False)
+    assert dec.weights["layers"][0]["qkv"].weight.dtype == torch.int8
+    assert torch.equal(cap.new_tokens, plain.new_tokens)
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
 
 
 def _plain_step(model: TransformerXLLM, tok: torch.Tensor, mems: list[torch.Tensor], mem_len: int):
@@ -134,7 +170,7 @@ def test_narrower_types_stay_close() -> None:
             lp, mems = dec.step(forced[:, t], mems)
             lps.append(lp.gather(1, forced[:, t + 1, None]))
         got = torch.cat(lps, 1)
-        assert (dec.weights["layers"][0]["qkv"][0].dtype == torch.int8) == bool(kw.get("int8")), kw
+        assert (dec.weights["layers"][0]["qkv"].weight.dtype == torch.int8) == bool(kw.get("int8")), kw
         assert (got - plain.log_probs[:, 1:]).abs().max() <= tol, kw
         assert (got - plain.log_probs[:, 1:]).abs().max() > 0, kw
 
@@ -266,6 +302,20 @@ def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkey
     assert len(loads) == 2
 
 
+def test_the_read_only_tensors_share_one_buffer_in_step_order_and_each_ring_has_its_own() -> None:
+    """On the CPU (arena): packed weights and position keys are views into one buffer, in the order a step reads
+    them (a bias shared by every layer once); every ring a buffer of its own (a step writes them)."""
+    dec = _eager(_model(cutoffs=[10, 25], untie_r=False), mem_len=4)
+    w = dec.weights["layers"]
+    order = [w[0]["qkv"].weight, w[0]["u"], dec.pos_keys[0], w[0]["o"].weight, w[0]["ff2"].bias, w[1]["qkv"].weight,
+             dec.pos_keys[1], dec.weights["head"][0][1].weight]
+    assert len({t.untyped_storage().data_ptr() for t in order}) == 1
+    assert [t.data_ptr() for t in order] == sorted(t.data_ptr() for t in order)
+    assert w[0]["u"] is w[1]["u"] and w[0]["v"] is w[1]["v"]  # untie_r=False: one copy
+    rings = {t.untyped_storage().data_ptr() for t in [*dec.ks, *dec.vs]}
+    assert len(rings) == 2 * len(w) and not rings & {order[0].untyped_storage().data_ptr()}
+
+
 def test_the_state_lives_on_the_model_device() -> None:
     """Every buffer of the decoder is made on the model's device (PyTorch's ``meta`` device stands in for an
     accelerator: shapes and placement without data); positions are integers, the ring has the asked type."""
@@ -329,7 +379,7 @@ def test_auto_true_and_false_give_the_same_tokens_and_auto_chooses_by_the_rule(t
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device: lambda *a: decode.step(*a))
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))
     model, ids = _model(cutoffs=[10, 25]), _prompt()
     runs, notes = {}, []
     for name, choice in (("plain", False), ("captured", True), ("auto", None)):
@@ -358,3 +408,13 @@ def test_auto_uses_the_plain_step_for_a_model_the_captured_step_does_not_support
         assert torch.equal(auto.new_tokens, plain.new_tokens) and not notes
         with pytest.raises(ConfigError, match=f"^the captured decode step does not support .*{why}.*; use the plain"):
             generate(model, ids, max_new_tokens=6, mem_len=4, captured=True)
+
+
+def test_the_expected_compile_seconds_are_the_measured_ones_rounded_up() -> None:
+    """COMPILE_S is benchmarks/results/compile_time_cpu_1t.json's larger figures, rounded up to 5 s."""
+    import transformer_xl.inference.captured as captured
+
+    report = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+                         / "compile_time_cpu_1t.json").read_text(encoding="utf-8"))
+    for kind in ("cold", "warm"):
+        assert captured.COMPILE_S[kind] == 5 * math.ceil(max(r[f"{kind}_s"] for r in report["rows"]) / 5)

@@ -13,15 +13,22 @@ import torch.nn.functional as F
 
 from tests.helpers import tiny_model
 from transformer_xl.inference.decode import (
-    INT8_BLOCK,
+    INT8_UNROLL,
+    ROW_BLOCK,
+    SUM_ROWS,
+    block_rows,
+    block_slots,
     embed,
     head_log_probs,
     linear,
     pack,
     pack_linear,
+    ring_slots,
     spec_of,
     supported,
+    unblock_rows,
 )
+from transformer_xl.model.int8 import quantize_rows
 
 
 @pytest.mark.parametrize("overrides, fused", [
@@ -45,26 +52,61 @@ def test_int8_linear_is_close_and_reads_int8() -> None:
     torch.manual_seed(0)
     w, b, x = torch.randn(64, 48), torch.randn(64), torch.randn(3, 48)
     packed = pack(tiny_model(0), int8=True)["layers"][0]["ff1"]
-    assert packed[0].dtype == torch.int8 and packed[1].dtype == torch.bfloat16
+    assert packed.weight.dtype == torch.int8 and packed.scale.dtype == torch.bfloat16
     q = pack_linear(w, b, int8=True)
     ref = F.linear(x, w, b)
     err = (linear(x, q) - ref).abs().max() / ref.abs().max()
     assert 0 < err < 0.02
-    assert torch.equal(linear(x, pack_linear(w, b, int8=False)), ref)
-    # the scales are bf16 numbers before the weights are divided by them: q * scale is the weight the kernel uses
-    assert (q[0][:, :48].float() * q[1].float()[:, None] - w).abs().max() <= q[1].float().max() / 2 + 1e-6
+    assert (linear(x, pack_linear(w, b, int8=False)) - ref).abs().max() <= 1e-5 * ref.abs().max()
+    # the scales are bf16 numbers before the weights are divided by them: q * scale is the weight the step uses
+    deq = unblock_rows(q.weight, 64).float() * q.scale.reshape(-1)[:64, None].float()
+    assert (deq - w).abs().max() <= q.scale.float().max() / 2 + 1e-6
+    assert (linear(x, q) - F.linear(x, deq, b)).abs().max() <= 1e-5 * ref.abs().max()
 
 
-def test_int8_weights_are_padded_to_the_kernels_block() -> None:
-    w = torch.randn(7, 41)
-    q = pack_linear(w, None, int8=True)[0]
-    assert q.shape == (7, 48) and 48 % INT8_BLOCK == 0 and not q[:, 41:].any()
-    assert pack_linear(torch.randn(7, 32), None, int8=True)[0].shape == (7, 32)  # a multiple already: as it is
+@pytest.mark.parametrize("int8", [False, True])
+def test_row_blocks_hold_the_matrix_in_lanes_and_zero_rows_beyond(int8) -> None:
+    w = torch.randn(20, 41)
+    lin = pack_linear(w, None, int8=int8)
+    width = 44 if int8 else 41  # int8: the input width padded to a multiple of INT8_UNROLL (zero columns)
+    assert width % (INT8_UNROLL if int8 else 1) == 0
+    assert lin.weight.shape == (2, width, ROW_BLOCK) and lin.shape == (20, 41)  # rows 16 k .. 16 k + 15 in block k
+    rows = unblock_rows(lin.weight, 20)
+    assert torch.equal(lin.weight[1, :, 3], rows[ROW_BLOCK + 3]) and not lin.weight[1, :, 4:].any()
+    assert not rows[:, 41:].any()
+    if int8:
+        assert torch.equal(rows[:, :41], quantize_rows(w)[0][:, :41]) and lin.scale.shape == (2, ROW_BLOCK)
+        assert not lin.scale[1, 4:].float().any()
+    else:
+        assert torch.equal(rows, w)
+    assert lin.padding_bytes == (2 * ROW_BLOCK * width - 20 * 41) * lin.weight.element_size()
+    assert block_rows(torch.randn(32, 5)).shape == (2, 5, ROW_BLOCK)  # a multiple already: no zero rows
+    assert pack_linear(torch.randn(32, 5), None, int8=False).padding_bytes == 0
 
 
-# aten._weight_int8pack_mm (torch 2.13, CPU) segfaults at batch >= 2, and returns garbage at batch 1, when the input
-# width is not a multiple of 16. pack_linear/linear pad it; this runs in a child process, so that a regression
-# fails this test instead of killing the test run.
+def test_many_rows_take_one_matrix_product_or_one_pass_per_sum_rows_with_the_same_result(monkeypatch) -> None:
+    torch.manual_seed(0)
+    w, b, x = torch.randn(20, 41), torch.randn(20), torch.randn(2 * SUM_ROWS + 1, 41)
+    for int8 in (False, True):
+        lin = pack_linear(w, b, int8=int8)
+        one_by_one = torch.cat([linear(r[None], lin) for r in x])
+        assert (linear(x, lin) - one_by_one).abs().max() <= 1e-5  # eager: the unblocked matrix
+        with monkeypatch.context() as m:  # as in a compiled step: passes of SUM_ROWS rows
+            m.setattr(torch.compiler, "is_compiling", lambda: True)
+            assert (linear(x, lin) - one_by_one).abs().max() <= 1e-5
+
+
+def test_a_ring_holds_whole_slot_blocks() -> None:
+    assert [ring_slots(m) for m in (1, 14, 15, 16, 640)] == [16, 16, 16, 32, 656]
+    keys = torch.randn(2, 3, 32, 5)  # [B, H, C, E]
+    blocks = block_slots(keys)
+    assert blocks.shape == (2, 3, 2, 5, ROW_BLOCK) and torch.equal(blocks[1, 2, 1, :, 7], keys[1, 2, ROW_BLOCK + 7])
+
+
+# aten._weight_int8pack_mm (torch 2.13, CPU: the plain model's int8 kernel) segfaults at batch >= 2, and returns
+# garbage at batch 1, when the input width is not a multiple of 16. The captured step's int8 products are its own
+# reductions, at any width; this runs in a child process, so that a regression to a kernel that needs padding fails
+# this test instead of killing the test run.
 _UNALIGNED = textwrap.dedent("""
     import torch, torch.nn.functional as F
     from tests.helpers import generation_model

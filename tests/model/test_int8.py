@@ -16,6 +16,7 @@ from tests.helpers import REPO, generation_model
 from transformer_xl import InferenceCache, Recurrence, TransformerXLLM, TXLConfig
 from transformer_xl.errors import ConfigError
 from transformer_xl.inference.captured import CapturedDecoder
+from transformer_xl.inference.decode import unblock_rows
 from transformer_xl.inference.generate import generate, reference_generate
 from transformer_xl.model.int8 import BLOCK, Int8Linear, int8_matmul, is_quantized, quantize_linears, quantize_rows
 
@@ -151,24 +152,26 @@ def test_quantize_linears_takes_linear_layers_only() -> None:
 
 # ---------------------------------------------------------------------------------------------- one int8 path
 @pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
-def test_the_plain_int8_model_equals_the_captured_int8_step(overrides) -> None:
-    """Same int8 numbers, same kernel: the quantized model's plain step and the captured int8 step agree to float
-    rounding (1e-5, as the fp32 steps do), far closer than either is to float (the check that int8 really ran)."""
+def test_the_plain_int8_model_and_the_captured_int8_step_share_their_int8_numbers(overrides) -> None:
+    """One int8 scheme: the quantized model's layers and the captured int8 step hold the same int8 numbers and bf16
+    scales (each multiplies by them with its own kernel: the plain one rounds its input to bf16, the captured one
+    does not, tests/inference/test_captured.py), and both are int8 (far from float)."""
     model = generation_model(0, n_token=40, **overrides)
     quant = generation_model(0, n_token=40, **overrides).quantize("int8")
+    dec = CapturedDecoder(model, batch=2, mem_len=4, int8=True, compile=False)  # packed from the float model
+    for layer, packed in zip(quant.layers, dec.weights["layers"]):
+        for lin, name in ((layer.dec_attn.qkv_net, "qkv"), (layer.dec_attn.o_net, "o"),
+                          (layer.pos_ff.CoreNet[0], "ff1"), (layer.pos_ff.CoreNet[3], "ff2")):
+            got = packed[name]
+            assert is_quantized(lin) and torch.equal(unblock_rows(got.weight, lin.out_features)[:, :lin.in_features],
+                                                     lin.weight[:, :lin.in_features])
+            assert torch.equal(got.scale.reshape(-1)[:lin.out_features], lin.scale)
     ids = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(1))
     plain = generate(quant, ids, max_new_tokens=12, mem_len=4)
-    forced = torch.cat([ids, plain.new_tokens], 1)
-    dec = CapturedDecoder(model, batch=2, mem_len=4, int8=True, compile=False)  # packed from the float model
-    mems = generate(quant, ids, max_new_tokens=1, mem_len=4).mems  # the prompt read by the int8 model
-    lps = []
-    for t in range(ids.size(1), forced.size(1) - 1):  # the plain path's tokens, fed to the captured step
-        lp, mems = dec.step(forced[:, t], mems)
-        lps.append(lp.gather(1, forced[:, t + 1, None]))
-    got = torch.cat(lps, 1)
-    assert (got - plain.log_probs[:, 1:]).abs().max() <= 1e-5
+    cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
     flt = generate(model, ids, max_new_tokens=12, mem_len=4)
-    assert (flt.log_probs - plain.log_probs).abs().max() > 1e-3
+    assert (cap.log_probs - plain.log_probs).abs().max() <= 0.03  # the plain kernel's bf16 input, through 12 steps
+    assert (flt.log_probs - plain.log_probs).abs().max() > 1e-3 and (flt.log_probs - cap.log_probs).abs().max() > 1e-3
 
 
 # ---------------------------------------------------------------------------------------------- off torch.ao

@@ -11,6 +11,8 @@ The public contract stays the functional one: :meth:`CapturedDecoder.step` takes
 returns the next ones, which stay what they were when returned. Internally:
 
 * the keys/values live in a ring of ``mem_len + 1`` slots per layer (:mod:`transformer_xl.inference.decode`);
+* on the CPU the packed weights and position keys are one buffer in step order, every ring a buffer of its own,
+  all on huge pages (:mod:`transformer_xl.inference.arena`: a step streams them at the machine's read rate);
 * the memories returned are views of append-only buffers ``[L + 1, B, C_h, D]`` (each position written once;
   when full, the live window moves to new buffers, as :class:`transformer_xl.model.InferenceCache` does);
 * a step whose ``mems`` are not the ones this decoder returned last (unmodified: same objects, same version
@@ -29,13 +31,26 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_leaves, tree_map
 
 from transformer_xl.errors import ConfigError, check_int
-from transformer_xl.inference.decode import check_supported, linear, pack, position_keys, spec_of, step
+from transformer_xl.inference.arena import huge_page_zeros, into_arena
+from transformer_xl.inference.decode import (
+    ROW_BLOCK,
+    block_slots,
+    check_supported,
+    linear,
+    pack,
+    position_keys,
+    ring_slots,
+    spec_of,
+    step,
+)
 from transformer_xl.model import Lengths, TransformerXLLM
 from transformer_xl.model.fastpath import compile_unavailable
 from transformer_xl.model.positional import sinusoid
@@ -53,15 +68,16 @@ class CaptureOptions:
     kv_dtype: str = "float32"
 
 
-_COMPILED: dict[str, object] = {}  # mode -> torch.compile(step): one compiled function per mode, shared
+_COMPILED: dict[str, object] = {}  # kind -> torch.compile(step): one compiled function per kind, shared
 
 # ---------------------------------------------------------------------------------------------- when it pays
 #: What the first step of a captured decoder is expected to cost, in seconds: inductor compiling the graph
-#: ("cold") or taking it from its on-disk cache ("warm", a graph this machine compiled before). A rough estimate
-#: for a 2-core CPU, on the safe side: cold compiles of the batch-1 graph took minutes on an oversubscribed machine
-#: (compile_s in benchmarks/results/decode_kernels_cpu_1t.json), earlier graphs of fewer kernels 14-20 s cold and
-#: 1.4-3.5 s warm on a quiet one.
-COMPILE_S = {"cold": 60.0, "warm": 5.0}
+#: ("cold") or taking it from its on-disk cache ("warm", a graph this machine compiled before). Measured by
+#: ``benchmarks/compile_time.py`` (benchmarks/results/compile_time_cpu_1t.json: the 2-core EPYC, one thread, load
+#: 1.9 -> 1.4): WT103-base at memory 640 44.2 s cold, 4.8 s warm; the demo model 19.7 s and 3.5 s. These are the
+#: larger figures, rounded up to 5 s (a test checks it against the file): a smaller model is estimated on the safe
+#: side (it captures later than it could).
+COMPILE_S = {"cold": 45.0, "warm": 5.0}
 
 #: The share of a plain step's time the captured step saves, at least (the same file: about half on WT103-base's
 #: shape, more on the demo model's).
@@ -124,15 +140,42 @@ def _record(key: str) -> None:
         pass
 
 
-def _compiled(device: torch.device) -> object:  # pragma: no mutate block (left out: each check compiles, ~50 s)
-    """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``)."""
-    mode = "reduce-overhead" if device.type == "cuda" else "default"
-    if mode not in _COMPILED:
+def _compiled(device: torch.device, batch: int) -> object:  # pragma: no mutate block (left out: compiles, ~50 s)
+    """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``). On the CPU with
+    several rows the C++ is compiled with multiply-adds contracted into FMAs: the fused per-row sums of a batch are
+    bound by arithmetic there (wt103-base, batch 8: 32.9 -> 30.5 ms per step, one thread), while at batch 1 an FMA's
+    longer latency slows the one accumulator of the int8 products (6.0 -> 6.3 ms) and gains nothing in float32."""
+    key = "cuda" if device.type == "cuda" else f"cpu-{'fma' if batch > 1 else 'plain'}"
+    if key not in _COMPILED:
         # One graph per step constants and shapes (model shape, batch, mem_len, int8, ring dtype): a process that
         # decodes several (the benchmark's grid) needs more than dynamo's default of 8 per function.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        _COMPILED[mode] = torch.compile(step, fullgraph=True, dynamic=False, mode=mode)
-    return _COMPILED[mode]
+        if device.type == "cuda":
+            _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")
+        else:
+            contract = {"cpp.enable_floating_point_contract_flag": "fast"} if batch > 1 else {}
+            _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, options=contract)
+    return _COMPILED[key]
+
+
+def _into_arena(weights: dict, pos_keys: list[Tensor]) -> tuple[dict, list[Tensor]]:
+    """``weights`` (:func:`~transformer_xl.inference.decode.pack`) and ``pos_keys`` as views into one arena
+    (:func:`~transformer_xl.inference.arena.into_arena`) in the order a step reads them: per layer ``[W_q; W_k;
+    W_v]``, ``u``, ``v``, the position keys, the rest of the layer; the input projections; the softmax. The embedding
+    tables stay where they are (a step gathers a few rows of them)."""
+    order: list[Tensor] = []
+
+    def add(tree: object) -> None:
+        order.extend(t for t in tree_leaves(tree) if isinstance(t, Tensor))
+
+    for i, layer in enumerate(weights["layers"]):
+        add((layer["qkv"], layer["u"], layer["v"], pos_keys[i]))
+        add([v for k, v in layer.items() if k not in ("qkv", "u", "v")])
+    add([proj for _, proj in weights["emb"]])
+    add(weights["head"])
+    copies = dict(zip(map(id, order), into_arena(order)))
+    moved = tree_map(lambda t: copies.get(id(t), t) if isinstance(t, Tensor) else t, weights)
+    return moved, [copies[id(t)] for t in pos_keys]
 
 
 def _stamps(tensors: Sequence[Tensor]) -> list[int] | None:
@@ -171,10 +214,14 @@ class CapturedDecoder:
         with torch.no_grad():
             self.weights = pack(model, int8=int8)
         self.spec = spec_of(model, self.weights["head"], mem_len=self.mem_len, same_length=lengths.same_length)
-        cfg, slots = model.config, self.mem_len + 1
-        shape = (batch, cfg.n_head, slots, cfg.d_head)
-        self.ks = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
-        self.vs = [torch.zeros(shape, dtype=KV_DTYPES[kv_dtype], device=self.device) for _ in range(cfg.n_layer)]
+        cfg, slots = model.config, ring_slots(self.mem_len)
+        # every layer's keys in slot blocks, values by dimension (decode.step); on the CPU on huge pages, one buffer
+        # each (arena: a step writes them, and views of one buffer would be inputs that alias each other)
+        zeros = huge_page_zeros if self.device.type == "cpu" else partial(torch.zeros, device=self.device)
+        kv_type = KV_DTYPES[kv_dtype]
+        self.ks = [zeros((batch, cfg.n_head, slots // ROW_BLOCK, cfg.d_head, ROW_BLOCK), dtype=kv_type)
+                   for _ in range(cfg.n_layer)]
+        self.vs = [zeros((batch, cfg.n_head, cfg.d_head, slots), dtype=kv_type) for _ in range(cfg.n_layer)]
         # equivalent mutants: load() fills slot_pos before any step
         self.slot_pos = torch.full((slots,), -1, dtype=torch.long, device=self.device)  # pragma: no mutate
         self.cur = torch.zeros((), dtype=torch.long, device=self.device)
@@ -185,7 +232,9 @@ class CapturedDecoder:
         # equivalent mutants: inv_freq is a buffer of the model (on its device); position_keys casts r_dist
         inv_freq = model.pos_enc.inv_freq.to(self.device)  # pragma: no mutate
         r_dist = sinusoid(dist, inv_freq).to(dtype)  # pragma: no mutate  # [C, D]: row d = distance min(d, clamp_len)
-        self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C, E] per layer
+        self.pos_keys = position_keys(model, r_dist, KV_DTYPES[kv_dtype])  # [H, C / 16, E, 16] per layer
+        if self.device.type == "cpu":
+            self.weights, self.pos_keys = _into_arena(self.weights, self.pos_keys)
         self.dtype = dtype
         # left out: CUDA only, checked by test_cuda_graph_step_equals_the_plain_step on a GPU
         if self.device.type == "cuda":  # pragma: no mutate block  (the buffers keep their addresses for CUDA graphs)
@@ -193,7 +242,7 @@ class CapturedDecoder:
                 torch._dynamo.mark_static_address(t)
         if compile and (why := compile_unavailable(self.device.type)):
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
-        self._fn = _compiled(self.device) if compile else step
+        self._fn = _compiled(self.device, batch) if compile else step
         self.compiled = self._fn is not step  # the step is torch.compile's graph (False: the function run eagerly)
         #: what its compiled graph depends on (:func:`step_key`), for :func:`compile_estimate`
         self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype))
@@ -233,8 +282,10 @@ class CapturedDecoder:
                 if self.spec.pre_lnorm else mem
             kv = linear(x.reshape(-1, x.size(-1)), w["qkv"])[:, he:]  # [B*M, 2*H*E]
             kv = kv.view(self.batch, mlen, 2, cfg.n_head, cfg.d_head)
-            self.ks[i][:, :, :mlen].copy_(kv[:, :, 0].transpose(1, 2))
-            self.vs[i][:, :, :mlen].copy_(kv[:, :, 1].transpose(1, 2))
+            keys = kv.new_zeros(self.batch, cfg.n_head, self.slot_pos.numel(), cfg.d_head)
+            keys[:, :, :mlen] = kv[:, :, 0].transpose(1, 2)
+            self.ks[i].copy_(block_slots(keys))
+            self.vs[i][..., :mlen].copy_(kv[:, :, 1].permute(0, 2, 3, 1))
         self.slot_pos.fill_(-1)
         self.slot_pos[:mlen] = torch.arange(mlen, device=self.device)
         self.cur.fill_(mlen)

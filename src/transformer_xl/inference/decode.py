@@ -5,26 +5,33 @@ graphs). The math is that of a ``[B, 1]`` segment through :class:`~transformer_x
 (paper Sec. 3.2-3.3, attn_type 0) with the relative-position encoding; only the data layout differs, so that
 one graph serves every step:
 
-* **keys/values in a ring.** Layer ``l`` keeps ``[B, H, C, E]`` keys and values with ``C = mem_len + 1`` slots
-  (the memory and the new token). Position ``t`` lives in slot ``t mod C``; the step writes its keys/values
-  there (overwriting position ``t - C``, the one that just left the memory) with a tensor index, and reads all
-  ``C`` slots with an additive mask for the empty ones (and, under ``same_length``, the farthest one).
+Every product is a multiply and a sum that inductor compiles into a loop streaming its operand once, laid out so
+that the loop's vector lanes are 16 independent outputs (no horizontal sum per output, no masked tail, aligned
+loads): measured against the machine's read rate in ``benchmarks/decode_kernels.py`` (``docs/generation-speed.md``).
+
+* **keys/values in a ring.** Layer ``l`` keeps keys in slot blocks ``[B, H, C / 16, E, 16]`` (16 consecutive
+  slots in the lanes of a vector: :func:`block_slots`) and values by dimension ``[B, H, E, C]``, with ``C`` =
+  :func:`ring_slots` ``(mem_len)``: the ``mem_len + 1`` slots a step attends to (the memory and the new token)
+  rounded up to a multiple of 16, the rest always empty. Position ``t`` lives in slot ``t mod (mem_len + 1)``; the
+  step writes its keys/values there (overwriting the position that just left the memory) with a tensor index, and
+  reads all ``C`` slots with an additive mask for the empty ones (and, under ``same_length``, the farthest one).
   ``slot_pos [C]`` holds the position in every slot (-1: empty), ``cur`` the position of the new token: tensors,
   not Python ints, so no step recompiles.
-* **terms (b)+(d) from a table of position keys.** The distances a step needs are ``0 .. C - 1`` at every step,
-  so ``W_kR R_d`` is a constant: :func:`position_keys` computes it once per decoder, ``[H, C, E]`` per layer in
-  the ring's type (row ``d`` = distance ``min(d, clamp_len)``). A step dots ``q + v`` with every row, in distance
-  order (one read of the table for all rows of the batch, ``E`` multiply-adds per head and distance), and takes
-  each slot's score by the slot's distance (a gather of ``[B, H, C]`` scores).
-* **attention as reductions.** ``q . k`` and ``p . v`` are written as a multiply and a sum over ``E`` and over
-  ``C``, which the compiler fuses into one pass over the ring that converts a narrower ring (bf16) on the fly.
-* **packed weights** (:func:`pack`): the weights are read as ``[out, in]`` matrices for batch-1 matrix-vector
-  products; the adaptive softmax's clusters without projections (the WT103 shape) are one matrix
-  ``[head words; cluster rows; tail words]``, read once per step; with ``int8=True`` every matrix of the blocks
-  and of the softmax is int8 ``[out, in]`` with one bf16 scale per output row, run by the plain model's int8
-  kernel (:mod:`transformer_xl.model.int8`: :func:`~transformer_xl.model.int8.quantize_rows` packs,
-  :func:`~transformer_xl.model.int8.int8_matmul` multiplies, padding ``in`` to a multiple of
-  :data:`INT8_BLOCK`; ``tests/inference/test_decode.py`` guards the padding).
+* **terms (b)+(d) from a table of position keys.** The distances a step needs are ``0 .. mem_len`` at every step,
+  so ``W_kR R_d`` is a constant: :func:`position_keys` computes it once per decoder, in slot blocks ``[H, C / 16,
+  E, 16]`` per layer in the ring's type (row ``d`` = distance ``min(d, clamp_len)``). A step dots ``q + v`` with
+  every row, in distance order (``E`` multiply-adds per head and distance), and takes each slot's score by the
+  slot's distance (a gather of ``[B, H, C]`` scores).
+* **attention as reductions.** ``q . k`` (over ``E``) and ``p . v`` (over ``C``) are multiplies and sums that
+  the compiler turns into one pass over the ring, widening a narrower ring (bf16) as it reads it; the softmax is
+  normalized after the values' sum (one division per output, not per slot).
+* **packed weights** (:func:`pack`): every matrix in row blocks ``[ceil(out / 16), in, 16]`` (:func:`block_rows`,
+  :func:`blocked_linear`), float32 or, with ``int8=True``, int8 with one bf16 scale per output row (the plain
+  model's scheme, :func:`~transformer_xl.model.int8.quantize_rows`; the step widens the int8 numbers as it reads
+  them); the adaptive softmax's clusters without projections (the WT103 shape) are one matrix ``[head words;
+  cluster rows; tail words]``, read once per step. Off the CPU the float matrices stay ``[out, in]`` (BLAS).
+* **inputs held in memory** (:func:`stored`): the compiler would otherwise recompute an elementwise input of a
+  product (a ReLU, ``q + u``) in the product's loop for every block it reads.
 
 Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots, ``L`` layers, ``V`` words.
 """
@@ -32,6 +39,7 @@ Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -39,14 +47,30 @@ from torch import Tensor
 
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TransformerXLLM
-from transformer_xl.model.int8 import BLOCK, int8_matmul, quantize_rows
+from transformer_xl.model.int8 import quantize_rows
 
-#: A linear map ``x -> x W^T + b`` as packed: ``(W [out, in] float, None, b)`` or ``(W [out, in_16] int8, scales
-#: [out] bf16, b)`` with ``in_16`` = ``in`` rounded up to a multiple of :data:`INT8_BLOCK` (zero columns).
-Linear = tuple[Tensor, Tensor | None, Tensor | None]
+#: Output rows of a matrix (and slots of a ring) are interleaved in blocks of this many (one AVX-512 vector of
+#: float32): :func:`block_rows`, :func:`block_slots`.
+ROW_BLOCK = 16
+#: Rows of ``x`` up to which :func:`blocked_linear` is one multiply-and-sum per row (beyond: one matrix product).
+SUM_ROWS = 16
+#: An int8 product takes this many inputs per loop step (an inner sum the compiler unrolls: 64 bytes of weights
+#: per step instead of 16; the int8 matrices' input width is padded to a multiple of it).
+INT8_UNROLL = 4
 
-#: The int8 kernel reads the input dimension in blocks of this many (:data:`transformer_xl.model.int8.BLOCK`).
-INT8_BLOCK = BLOCK
+
+class Linear(NamedTuple):
+    """A linear map ``x -> x W^T + b`` as a step reads it (:func:`pack_linear`)."""
+
+    weight: Tensor  # row blocks [ceil(out / 16), in, 16], float or int8; or float [out, in] (BLAS, off the CPU)
+    scale: Tensor | None  # int8: one bf16 scale per output row, [ceil(out / 16), 16]; float: None
+    bias: Tensor | None  # [out]
+    shape: tuple[int, int]  # (out, in) of the map; ``weight`` may hold zero rows or columns beyond them
+
+    @property
+    def padding_bytes(self) -> int:
+        """Bytes of ``weight`` beyond the map's ``out x in`` (zero rows of the last block, zero columns)."""
+        return self.weight.nbytes - self.shape[0] * self.shape[1] * self.weight.element_size()
 
 
 @dataclass(frozen=True)
@@ -82,13 +106,33 @@ def supported(model: TransformerXLLM) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- packing
 def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
-    """``weight [out, in]`` and ``bias`` as a step reads them (:data:`Linear`): float, or int8 with row scales."""
+    """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`): in row blocks (:func:`block_rows`),
+    int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`, the plain model's scheme) or
+    float; a float matrix off the CPU as it is (BLAS)."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
-        q, scale = quantize_rows(weight)
-        return q, scale, bias
-    return weight.contiguous(), None, bias
+        q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in)
+        q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
+        scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
+        return Linear(block_rows(q), scale, bias, (weight.size(0), weight.size(1)))
+    if weight.device.type == "cpu":
+        return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
+    return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
+
+
+def block_rows(weight: Tensor) -> Tensor:
+    """``weight [out, in]`` as ``[ceil(out / 16), in, 16]``: output rows ``16 k .. 16 k + 15`` interleaved in block
+    ``k`` (zero rows fill the last one), so that a product reads each block front to back with the 16 rows in the
+    lanes of one vector (:func:`blocked_linear`)."""
+    out, n_in = weight.shape
+    padded = F.pad(weight, (0, 0, 0, -out % ROW_BLOCK))
+    return padded.view(-1, ROW_BLOCK, n_in).transpose(1, 2).contiguous()
+
+
+def unblock_rows(blocks: Tensor, out: int) -> Tensor:
+    """The ``[out, in]`` matrix of :func:`block_rows`' ``blocks`` (a copy)."""
+    return blocks.transpose(1, 2).reshape(-1, blocks.size(1))[:out]
 
 
 def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
@@ -157,24 +201,52 @@ def check_supported(model: TransformerXLLM) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the math
+def stored(x: Tensor) -> Tensor:
+    """``x`` itself (a view of it), which the compiler must hold in memory: the input of a product over a blocked
+    matrix is read once per block of output rows, and when it is an elementwise result (a ReLU, a dequantized
+    product, ``q + u``) the compiler would otherwise compute it again inside the product's loop for every block."""
+    return x.as_strided(x.shape, x.stride())
+
+
 def linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` for ``x [N, in]``: float, or int8 weights by the plain model's kernel
-    (:func:`~transformer_xl.model.int8.int8_matmul`), the result in ``x``'s type."""
-    weight, scale, bias = lin
-    if scale is None:
-        return float_linear(x, weight, bias)
-    return int8_matmul(x, weight, scale, bias)
+    """``x W^T + b`` for ``x [N, in]`` (:class:`Linear`): row blocks (float or int8) by :func:`blocked_linear`, a
+    float ``[out, in]`` matrix (off the CPU) by BLAS."""
+    x = stored(x)
+    if lin.weight.dim() == 2:
+        return F.linear(x, lin.weight, lin.bias)
+    return blocked_linear(x, lin)
 
 
-def float_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``x W^T + b`` over float weights. One row (batch 1) is a multiply and a sum over ``in``, which the compiler
-    turns into one pass over ``W`` at about the machine's read rate; BLAS's matrix-vector kernel reads small
-    matrices at about half of it (``benchmarks/decode_kernels.py``). Several rows: BLAS (a sum per row would read
-    ``W`` once per row)."""
-    if x.size(0) != 1:
-        return F.linear(x, weight, bias)
-    y = (weight * x[:, None, :]).sum(-1)  # [1, out]
-    return y if bias is None else y + bias
+def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
+    """``x W^T + b`` over row blocks (:func:`block_rows`), float32 or int8 with row scales (the int8 numbers widened
+    to ``x``'s type as they are read, :data:`INT8_UNROLL` inputs per loop step, each output row then multiplied by
+    its scale): one multiply and sum per row of ``x``, which the compiler turns into one pass over the blocks with
+    16 output rows in the lanes of a vector, at about the machine's read rate (BLAS's matrix-vector kernel reads
+    these small matrices at about half of it, the int8 kernel ``aten._weight_int8pack_mm`` slower than this:
+    ``docs/generation-speed.md``). The sums of several
+    rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a compiled step with more
+    than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly with more rows (a memory's
+    projection): the matrix unblocked, one matrix product."""
+    n, out = x.size(0), lin.shape[0]
+    if n > SUM_ROWS and not torch.compiler.is_compiling():
+        weight = unblock_rows(lin.weight, out)[:, :lin.shape[1]].to(x.dtype)
+        if lin.scale is not None:
+            weight = weight * lin.scale.reshape(-1)[:out, None].to(x.dtype)
+        return F.linear(x, weight, lin.bias)
+    if lin.scale is None:
+        weight = lin.weight.to(x.dtype)
+        y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])
+                       for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
+    else:  # INT8_UNROLL inputs per loop step: 64 bytes of int8 weights, one accumulation
+        k, width = lin.weight.shape[:2]
+        weight = lin.weight.view(k, width // INT8_UNROLL, INT8_UNROLL, ROW_BLOCK).to(x.dtype)
+        x = stored(F.pad(x, (0, width - x.size(1)))).view(n, -1, INT8_UNROLL)
+        y = torch.cat([torch.stack([(weight * row[None, :, :, None]).sum(2).sum(1) for row in x[i:i + SUM_ROWS]])
+                       for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
+    if lin.scale is not None:
+        y = y * lin.scale.to(x.dtype)
+    y = y.reshape(n, -1)[:, :out]
+    return y if lin.bias is None else y + lin.bias
 
 
 def embed(spec: StepSpec, embs: tuple, tok: Tensor) -> Tensor:
@@ -206,47 +278,58 @@ def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
     return torch.cat(parts, dim=1)
 
 
+def ring_slots(mem_len: int) -> int:
+    """Slots a ring holds for a memory of ``mem_len``: the ``mem_len + 1`` a step attends to (the memory and the new
+    token), rounded up to whole blocks of :data:`ROW_BLOCK` (the slots beyond stay empty: masked, never written)."""
+    return -(-(mem_len + 1) // ROW_BLOCK) * ROW_BLOCK
+
+
+def block_slots(t: Tensor) -> Tensor:
+    """Keys ``[..., C, E]`` (``C`` a multiple of :data:`ROW_BLOCK`) as the ring keeps them, ``[..., C / 16, E, 16]``:
+    16 consecutive slots in the lanes of one vector (:func:`_dot_keys`)."""
+    return t.unflatten(-2, (-1, ROW_BLOCK)).transpose(-1, -2).contiguous()
+
+
 def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
-    """``q . k`` per slot: ``q [B, H, E]``, ``k [B, H, C, E]`` -> ``[B, H, C]``; a batched matrix-vector product
-    on a float32 ring with several rows, else a fused multiply-and-sum (one pass over the ring; it widens a narrower
-    ring as it reads it)."""
-    if k.dtype == q.dtype and q.size(0) != 1:
-        return torch.matmul(k, q[..., None])[..., 0]
-    return (q[:, :, None, :] * k).sum(-1)
+    """``q . k`` per slot: ``q [B, H, E]``, keys in slot blocks ``k [B, H, C / 16, E, 16]`` -> ``[B, H, C]``: a
+    multiply and a sum over ``E`` that the compiler turns into one pass over the ring, 16 slots per vector (it widens
+    a narrower ring as it reads it)."""
+    return (q[:, :, None, :, None] * k).sum(3).flatten(2)
 
 
 def position_keys(model: TransformerXLLM, r_dist: Tensor, dtype: torch.dtype) -> list[Tensor]:
-    """``W_kR R_d`` for every distance row of ``r_dist [C, D]`` (sinusoids), per layer ``[H, C, E]`` in ``dtype``
-    (module docstring)."""
+    """``W_kR R_d`` for every distance row of ``r_dist [C, D]`` (sinusoids; ``C`` a multiple of
+    :data:`ROW_BLOCK`), per layer in slot blocks ``[H, C / 16, E, 16]`` (:func:`block_slots`) in ``dtype`` (module
+    docstring)."""
     cfg = model.config
     with torch.no_grad():
-        return [F.linear(r_dist, layer.dec_attn.r_net.weight).view(-1, cfg.n_head, cfg.d_head)
-                .transpose(0, 1).to(dtype).contiguous() for layer in model.layers]
+        return [block_slots(F.linear(r_dist, layer.dec_attn.r_net.weight).view(-1, cfg.n_head, cfg.d_head)
+                            .transpose(0, 1).to(dtype)) for layer in model.layers]
 
 
 def _dot_positions(qv: Tensor, pos: Tensor) -> Tensor:
-    """``qv . pos_d`` per distance: ``qv [B, H, E]``, ``pos [H, C, E]`` (shared by the batch) -> ``[B, H, C]``."""
-    if pos.dtype == qv.dtype and qv.size(0) != 1:  # one [H, C, E] x [H, E, B] product
-        return torch.matmul(pos, qv.permute(1, 2, 0)).permute(2, 0, 1)
-    return (qv[:, :, None, :] * pos).sum(-1)
+    """``qv . pos_d`` per distance: ``qv [B, H, E]``, ``pos [H, C / 16, E, 16]`` (shared by the batch) ->
+    ``[B, H, C]`` (as :func:`_dot_keys`)."""
+    return (qv[:, :, None, :, None] * pos).sum(3).flatten(2)
 
 
 def _mix_values(prob: Tensor, v: Tensor) -> Tensor:
-    """``sum_c prob_c v_c``: ``prob [B, H, C]``, ``v [B, H, C, E]`` -> ``[B, H, E]`` (as :func:`_dot_keys`)."""
-    if v.dtype == prob.dtype and prob.size(0) != 1:
-        return torch.matmul(prob[:, :, None, :], v)[:, :, 0]
-    return (prob[..., None] * v).sum(2)
+    """``sum_c prob_c v_c``: ``prob [B, H, C]``, values by dimension ``v [B, H, E, C]`` -> ``[B, H, E]``: one
+    contiguous multiply-and-sum over the slots per dimension."""
+    return (prob[:, :, None, :] * v).sum(-1)
 
 
 def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[Tensor], slot_pos: Tensor,
          cur: Tensor, pos_keys: list[Tensor]) -> tuple[Tensor, Tensor]:
     """One token per row: ``tok [B]`` -> next-token log-probabilities ``[B, V]`` and the memory rows of this
     position ``[L + 1, B, D]`` (every layer's input and the output). Writes the keys/values into the rings
-    ``ks``, ``vs`` (``[B, H, C, E]`` per layer), ``cur`` into ``slot_pos`` and advances ``cur`` (in place).
+    ``ks`` (in slot blocks, ``[B, H, C / 16, E, 16]`` per layer) and ``vs`` (by dimension, ``[B, H, E, C]``),
+    ``cur`` into ``slot_pos [C]`` and advances ``cur`` (in place); ``C`` = :func:`ring_slots` of ``mem_len``.
     ``pos_keys``: :func:`position_keys` of the model for ``C`` distances."""
-    n_slot = slot_pos.size(0)
+    n_slot = spec.mem_len + 1  # the slots in use (slot_pos may hold more: ring_slots)
     bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
     slot = torch.remainder(cur, n_slot).view(1)  # [1]
+    blk, lane = torch.div(slot, ROW_BLOCK, rounding_mode="floor"), torch.remainder(slot, ROW_BLOCK)  # [1] each
     slot_pos.index_copy_(0, slot, cur.view(1))
     dist = cur - slot_pos  # [C] distance of every slot's position (garbage where empty)
     visible = slot_pos >= 0
@@ -260,12 +343,13 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
     for i, w in enumerate(weights["layers"]):
         x = F.layer_norm(h, h.shape[-1:], *w["ln1"], spec.eps) if spec.pre_lnorm else h
         q, k, v = linear(x, w["qkv"]).view(bsz, 3, n_head, d_head).unbind(1)  # [B, H, E] each
-        ks[i].index_copy_(2, slot, k[:, :, None].to(ks[i].dtype))
-        vs[i].index_copy_(2, slot, v[:, :, None].to(vs[i].dtype))
-        ac = _dot_keys(q + w["u"], ks[i])  # terms (a)+(c): [B, H, C]
-        bd = _dot_positions(q + w["v"], pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
-        prob = torch.softmax((ac + bd) * spec.scale + bias, dim=-1)  # [B, H, C]
-        a = _mix_values(prob, vs[i])  # [B, H, E]
+        ks[i][:, :, blk, :, lane] = k[None].to(ks[i].dtype)  # [1, B, H, E]: slot blk * 16 + lane
+        vs[i].index_copy_(3, slot, v[..., None].to(vs[i].dtype))
+        ac = _dot_keys(stored(q + w["u"]), ks[i])  # terms (a)+(c): [B, H, C]
+        bd = _dot_positions(stored(q + w["v"]), pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
+        score = (ac + bd) * spec.scale + bias  # [B, H, C]
+        e = torch.exp(score - score.amax(-1, keepdim=True))  # the softmax, normalized after the values' sum
+        a = _mix_values(e, vs[i]) / e.sum(-1, keepdim=True)  # [B, H, E]
         out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]
         h = h + out if spec.pre_lnorm else F.layer_norm(h + out, h.shape[-1:], *w["ln1"], spec.eps)
         x = F.layer_norm(h, h.shape[-1:], *w["ln2"], spec.eps) if spec.pre_lnorm else h

@@ -47,7 +47,7 @@ def test_a_file_without_a_command_or_of_no_known_kind_is_refused(tmp_path: Path)
     with pytest.raises(ConfigError, match="no command recorded"):
         figures.render("benchmarks/results/q.json", _tree(tmp_path, {**QUALITY, "command": ""}))
     (tmp_path / "benchmarks" / "results" / "q.json").write_text(json.dumps({"command": "txl x"}))
-    with pytest.raises(ConfigError, match="not a txl bench, bench generate, quality or decode-kernels report"):
+    with pytest.raises(ConfigError, match="not a txl bench, bench generate, quality, decode-kernels or compile-time"):
         figures.render("benchmarks/results/q.json", tmp_path)
     with pytest.raises(ConfigError, match="cannot read a result file"):
         figures.render("benchmarks/results/missing.json", tmp_path)
@@ -70,3 +70,25 @@ def test_the_script_checks_and_renders_pages(tmp_path: Path) -> None:
     (root / "benchmarks" / "results" / "q.json").write_text("{}")
     out = subprocess.run(script, capture_output=True, text=True, check=False)
     assert out.returncode == 2 and out.stderr.startswith("render_docs: benchmarks/results/q.json: no command")
+
+
+MACHINE = {"cpu": "AMD EPYC", "cpu_flags": ["avx2"], "threads": 2, "load_average": "0.50 0.40 0.30"}
+
+
+def test_the_decode_kernels_and_compile_time_reports_render_one_row_per_case() -> None:
+    row = {"case": "wt103-base:640:1:int8", "shape": "wt103-base", "n_token": 33278, "mem_len": 640, "batch": 1,
+           "int8": True, "target": 0.75, "plain_step_s": {"best": 0.0123},
+           "captured": {"best_s": 0.004, "bytes": {"total": 78_400_000}, "tok_per_s": 250.0,
+                        "share_of_read_rate": 0.5}}
+    report = {"machine": MACHINE, "torch": "2.13.0+cpu", "clock": "wall", "read_rate_bytes_per_s": 39.2e9,
+              "read_rate_4k_pages_bytes_per_s": 30.1e9, "load_average_after": "1.00 0.50 0.40",
+              "rows": [row, {**row, "int8": False, "target": None}]}
+    text = figures.decode_kernels_markdown(report, "python benchmarks/decode_kernels.py --threads 2")
+    assert "best read rate of the run 39.2 GB/s on huge pages, 30.1 GB/s on 4 KiB pages" in text
+    assert "load average 0.50 0.40 0.30 before, 1.00 0.50 0.40 after" in text
+    assert text.endswith("| wt103-base | 33,278 | 640 | 1 | int8, bf16 ring | 78.4 | 12.3 | 4.00 | 250 | 50% | 75% |\n"
+                         "| wt103-base | 33,278 | 640 | 1 | fp32 | 78.4 | 12.3 | 4.00 | 250 | 50% | – |")
+    compile_report = {"machine": MACHINE, "torch": "2.13.0+cpu", "rows": [{"case": "demo:128:1", "cold_s": 41.26,
+                                                                           "warm_s": 2.04}]}
+    text = figures.compile_time_markdown(compile_report, "python benchmarks/compile_time.py")
+    assert text.endswith("| demo:128:1 | 41.3 | 2.0 |") and "load average 0.50 0.40 0.30 before" in text

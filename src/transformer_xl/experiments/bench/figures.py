@@ -68,17 +68,54 @@ def render(path: str, root: Path) -> str:
         return to_markdown(report, command).rstrip("\n")
     if "rows" in report and "read_rate_bytes_per_s" in report:
         return decode_kernels_markdown(report, command)
-    raise ConfigError(f"{path}: not a txl bench, bench generate, quality or decode-kernels report")
+    if "rows" in report and all("cold_s" in row for row in report["rows"]):
+        return compile_time_markdown(report, command)
+    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels or compile-time report")
 
 
-#: The variants of ``benchmarks/decode_kernels.py``, in the order of its table.
+def compile_time_markdown(report: dict[str, Any], command: str) -> str:
+    """The table of a ``benchmarks/compile_time.py`` report: per case, the first step's seconds with an empty
+    inductor cache (cold) and from that cache in a new process (warm)."""
+    m = report["machine"]
+    lines = [f"`{command}` (torch {report['torch']}, {m['threads']} thread(s), {m['cpu']}; load average "
+             f"{m['load_average']} before, {report.get('load_average_after', 'not recorded')} after)", "",
+             "| case | first step, empty cache (cold) s | first step, from the cache (warm) s |", "|---|---:|---:|"]
+    lines += [f"| {row['case']} | {row['cold_s']:.1f} | {row['warm_s']:.1f} |" for row in report["rows"]]
+    return "\n".join(lines)
+
+
+#: The variants of the earlier ``benchmarks/decode_kernels.py`` (its result files), in the order of its table.
 KERNELS = {"blas": "BLAS products (before)", "reduction-linear": "weights as reductions",
            "reduction": "every product a reduction (now)"}
 
 
 def decode_kernels_markdown(report: dict[str, Any], command: str) -> str:
     """The table of a ``benchmarks/decode_kernels.py`` report: per case, the bytes a step reads, the plain step's
-    time, and each compiled variant's best time with its share of the run's best read rate."""
+    time, and the captured step's best time with its share of the run's best read rate and the share the issue
+    asks for (files of the earlier benchmark: each compiled variant, :func:`_kernel_variants_markdown`)."""
+    if report["rows"] and "captured" not in report["rows"][0]:
+        return _kernel_variants_markdown(report, command)
+    m = report["machine"]
+    rate = report["read_rate_bytes_per_s"]
+    lines = [f"`{command}` (torch {report['torch']}, {m['threads']} thread(s), {m['cpu']}; flags: "
+             f"{', '.join(m['cpu_flags'])}; load average {m['load_average']} before, "
+             f"{report.get('load_average_after', 'not recorded')} after; clock: {report['clock']}; best read rate "
+             f"of the run {rate / 1e9:.1f} GB/s on huge pages, {report['read_rate_4k_pages_bytes_per_s'] / 1e9:.1f} "
+             "GB/s on 4 KiB pages)", "",
+             "| shape | words | memory | batch | weights | MB per step | plain step ms | captured step ms | tok/s "
+             "| share of the read rate | target |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for row in report["rows"]:
+        c = row["captured"]
+        target = "–" if row["target"] is None else f"{row['target']:.0%}"
+        weights = "int8, bf16 ring" if row["int8"] else "fp32"
+        lines.append(f"| {row['shape']} | {row['n_token']:,} | {row['mem_len']:,} | {row['batch']} | {weights} "
+                     f"| {c['bytes']['total'] / 1e6:.1f} | {row['plain_step_s']['best'] * 1e3:.1f} "
+                     f"| {c['best_s'] * 1e3:.2f} | {c['tok_per_s']:.0f} | {c['share_of_read_rate']:.0%} | {target} |")
+    return "\n".join(lines)
+
+
+def _kernel_variants_markdown(report: dict[str, Any], command: str) -> str:
+    """The table of an earlier ``benchmarks/decode_kernels.py`` report (three variants of the compiled step)."""
     m = report["machine"]
     rate = report["read_rate_bytes_per_s"]
     lines = [f"`{command}` (torch {report['torch']}, {m['threads']} thread(s), {m['cpu']}; flags: "

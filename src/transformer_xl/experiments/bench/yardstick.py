@@ -1,8 +1,9 @@
 """The yardstick of every speed figure the benchmarks print: the machine's limits, and the work measured against them.
 
 * **Streaming bandwidth** (:func:`read_rate`): the best of several passes of a plain reduction (``Tensor.sum``)
-  over a float32 buffer at least 8x the last-level cache and 256 MiB, so that it comes from DRAM. It is the limit
-  of a decoding step, which reads every byte it uses once. Beside it, for comparison only:
+  over a float32 buffer at least 8x the last-level cache and 256 MiB, so that it comes from DRAM, on huge pages
+  (a core reads 4 KiB pages far more slowly: the page walks, and prefetchers that stop at page boundaries). It is
+  the limit of a decoding step, which reads every byte it uses once. Beside it, for comparison only:
   :func:`linear_chain_rate`, the rate of ``F.linear`` passes over a model's weights (the limit the generation bench
   used before, a BLAS kernel's speed, not the machine's) and :func:`mv_skeleton_rate`, the bare chain of one
   ``torch.mv`` per weight matrix of a step in step order (the practical ceiling of a step made of BLAS calls).
@@ -10,11 +11,13 @@
   the larger of the bf16 and fp32 peaks (:func:`gemm_peaks`): where bf16 is not native it is slower than fp32, and
   a run could always have chosen fp32.
 * **Decode bytes** (:func:`step_bytes`): what one captured step reads, from the objects it uses: the packed
-  weights as packed (int8 bytes and their scales, or float), the key/value ring at its dtype, the position-key
-  table, the slot positions; the embedding tables only by the rows a step gathers (the tied embedding is read in
-  full once, as the softmax weights). ``W_kR`` is not read: the table replaces it. For any step (the plain one
-  included) :func:`touched_bytes` counts the bytes of the tensors that existed before it and that its operations
-  read, under a ``TorchDispatchMode``; ``tests/experiments/bench/test_yardstick.py`` checks that both agree.
+  weights as packed (int8 bytes and their scales, or float), less the zeros that pad a packed matrix to whole
+  blocks (read, but not needed: reported apart, not counted in the limit), the key/value ring at its dtype, the
+  position-key table, the slot positions; the embedding tables only by the rows a step gathers (the tied embedding
+  is read in full once, as the softmax weights). ``W_kR`` is not read: the table replaces it. For any step (the
+  plain one included) :func:`touched_bytes` counts the bytes of the tensors that existed before it and that its
+  operations read, under a ``TorchDispatchMode``; ``tests/experiments/bench/test_yardstick.py`` checks that both
+  agree (with the padding).
 * **Training FLOPs, strictly** (:func:`forward_flops`, :func:`train_flops`): matmul FLOPs (2 per multiply-add) of
   the model's math. The attention's three ``[Q, K]`` products (scores ``a + c``, position scores ``b + d``, the
   values) are counted over the **visible** query-key pairs only (the causal mask's unmasked entries), not the
@@ -43,6 +46,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from transformer_xl.errors import TXLError
+from transformer_xl.inference.arena import huge_page_buffer
+from transformer_xl.inference.decode import Linear
 from transformer_xl.model import TXLConfig
 from transformer_xl.model.memory import causal_mask
 from transformer_xl.train.precision import cpu_flags, cpu_model, matmul_rate
@@ -119,20 +124,32 @@ def _best_seconds(fn: Callable[[], Any], passes: int, device: str) -> float:
     return best
 
 
-def read_rate(device: str = "cpu", *, nbytes: int | None = None, passes: int = 5) -> dict[str, Any]:
-    """Streaming read bandwidth: bytes/s of the best of ``passes`` ``Tensor.sum`` passes over a float32 buffer of
-    ``nbytes`` (default: ``max(8 x LLC, 256 MiB)``; on CUDA ``max(8 x L2, 1 GiB)``)."""
+def read_buffer(device: str = "cpu", *, nbytes: int | None = None, huge_pages: bool = True) -> torch.Tensor:
+    """The buffer of the read pass: float32 ones, ``nbytes`` (default: ``max(8 x LLC, 256 MiB)``; on CUDA
+    ``max(8 x L2, 1 GiB)``), on the CPU on huge pages (``huge_pages``; the memory the captured decoder streams from:
+    :mod:`transformer_xl.inference.arena`) or on the allocator's 4 KiB pages."""
     if nbytes is None:
         if device.startswith("cuda"):
             cache = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0)
             nbytes = max(LLC_MULTIPLE * cache, 2**30)
         else:
-            cache = llc_bytes()
-            nbytes = max(LLC_MULTIPLE * cache, MIN_BUFFER_BYTES)
-    buf = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+            nbytes = max(LLC_MULTIPLE * llc_bytes(), MIN_BUFFER_BYTES)
+    numel = max(nbytes // 4, 1)
+    if device == "cpu" and huge_pages:
+        return huge_page_buffer(numel * 4).view(torch.float32).fill_(1.0)
+    return torch.ones(numel, dtype=torch.float32, device=device)
+
+
+def read_rate(device: str = "cpu", *, nbytes: int | None = None, passes: int = 5,
+              huge_pages: bool = True) -> dict[str, Any]:
+    """Streaming read bandwidth: bytes/s of the best of ``passes`` ``Tensor.sum`` passes over
+    :func:`read_buffer` (on the CPU on huge pages unless ``huge_pages`` is False: a core reads 4 KiB pages far more
+    slowly, and the captured step reads from huge pages)."""
+    buf = read_buffer(device, nbytes=nbytes, huge_pages=huge_pages)
     secs = _best_seconds(buf.sum, passes, device)
+    pages = "huge pages" if device == "cpu" and huge_pages else "default pages"
     return {"bytes_per_s": buf.nbytes / secs, "buffer_bytes": buf.nbytes, "passes": passes,
-            "method": "Tensor.sum over a float32 buffer, best pass"}
+            "method": f"Tensor.sum over a float32 buffer ({pages}), best pass"}
 
 
 def linear_chain_rate(weights: Sequence[torch.Tensor], *, batch: int = 1, passes: int = 5) -> float:
@@ -320,20 +337,27 @@ def touched_bytes(fn: Callable[[], Any]) -> int:
 
 def step_bytes(decoder: Any) -> dict[str, int]:
     """Bytes one step of a :class:`~transformer_xl.inference.captured.CapturedDecoder` reads, by part (module
-    docstring): ``weights`` (packed, with scales and biases), ``embedding_rows``, ``ring`` (keys and values),
-    ``position_keys``, ``slots`` (the slot positions, the position counter and the step's tokens), and their
-    ``total``."""
+    docstring): ``weights`` (packed, with scales and biases; not the zero rows and columns that pad a packed
+    matrix), ``embedding_rows``, ``ring`` (keys and values), ``position_keys``, ``slots`` (the slot positions, the
+    position counter and the step's tokens), and their ``total``; beside them ``padding``, the zeros the step reads
+    too but does not need (:attr:`~transformer_xl.inference.decode.Linear.padding_bytes`: not part of the limit)."""
     w = decoder.weights
-    leaves = [t for t in tree_leaves((w["layers"], w["head"], [p for _, p in w["emb"]]))
-              if isinstance(t, torch.Tensor)]
+    tree = (w["layers"], w["head"], [p for _, p in w["emb"]])
+    leaves = [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
     full = {t.untyped_storage().data_ptr() for t in leaves}
     rows = sum(decoder.batch * table.size(1) * table.element_size() for table, _ in w["emb"]
                if table.untyped_storage().data_ptr() not in full)  # an untied table: the rows gathered
-    parts = {"weights": _union_bytes(span for t in leaves if t.dim() for span in _spans(t)), "embedding_rows": rows,
-             "ring": sum(t.nbytes for t in [*decoder.ks, *decoder.vs]),
-             "position_keys": sum(t.nbytes for t in decoder.pos_keys),
-             "slots": decoder.slot_pos.nbytes + decoder.cur.nbytes + decoder.batch * 8}  # + the tokens (int64)
+    padding = sum(lin.padding_bytes for lin in tree_leaves(tree, is_leaf=lambda x: isinstance(x, Linear))
+                  if isinstance(lin, Linear))
+    used, slots = decoder.mem_len + 1, decoder.slot_pos.numel()  # slots a step attends to, slots a ring holds
+    ring = sum(t.nbytes for t in [*decoder.ks, *decoder.vs])
+    table = sum(t.nbytes for t in decoder.pos_keys)
+    parts = {"weights": _union_bytes(span for t in leaves if t.dim() for span in _spans(t)) - padding,
+             "embedding_rows": rows, "ring": ring * used // slots, "position_keys": table * used // slots,
+             "slots": used * decoder.slot_pos.element_size() + decoder.cur.nbytes + decoder.batch * 8}  # + tokens
     parts["total"] = sum(parts.values())
+    # read too, but not needed (not part of the limit): zeros that pad packed matrices, slots beyond mem_len + 1
+    parts["padding"] = padding + (ring + table + decoder.slot_pos.nbytes) * (slots - used) // slots
     return parts
 
 
