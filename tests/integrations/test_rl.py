@@ -15,7 +15,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential  # noqa: E402
 from torchrl.envs import Compose, GymWrapper, InitTracker, SerialEnv, TransformedEnv  # noqa: E402
 from torchrl.modules import set_recurrent_mode  # noqa: E402
 
-from transformer_xl import SequenceConfig  # noqa: E402
+from transformer_xl import ConfigError, SequenceConfig, SequenceState  # noqa: E402
 from transformer_xl.integrations.rl import MEMS, VALID, TransformerXLModule  # noqa: E402
 
 CFG = SequenceConfig(d_in=4, n_layer=2, n_head=2, d_model=8, d_head=4, d_inner=16, mem_len=3, gate_bias=0.0)
@@ -64,6 +64,7 @@ def test_the_primer_gives_a_fresh_memory_and_acting_carries_it() -> None:
     assert data.shape == (2, 20)
     assert data[MEMS].shape == (2, 20, CFG.n_layer, CFG.mem_len, CFG.d_model)
     assert not data[VALID][:, 0].any()  # the primer's zeros: no valid position at the start
+    assert data[VALID].dtype == data["next", VALID].dtype == torch.bool  # as the module writes it
     assert data["next", VALID][:, 0].tolist() == [[False, False, True]] * 2  # the first step is now in memory
     starts = data["is_init"].squeeze(-1)
     assert starts[:, 0].all() and starts[:, 7].all() and starts[:, 14].all() and starts.sum() == 6
@@ -114,3 +115,100 @@ def test_the_gradient_stops_at_the_stored_memory() -> None:
     assert seg["obs"].grad.abs().sum() > 0
     assert seg[MEMS].grad is None  # SG(m): the memory is read without a gradient
     assert all(p.grad is not None for p in memory.parameters() if p.requires_grad and p.dim() > 1)
+
+
+# ------------------------------------------------------------------------------------- tensordicts built by hand
+def _steps(*batch: int, seed: int = 0) -> TensorDict:
+    """Observations ``[*batch, d_in]`` under the default in_key, without state or is_init."""
+    x = torch.randn(*batch, CFG.d_in, generator=torch.Generator().manual_seed(seed))
+    return TensorDict({"embed": x}, batch_size=list(batch))
+
+
+def _module(**kwargs) -> TransformerXLModule:
+    torch.manual_seed(0)
+    return TransformerXLModule(CFG, **kwargs).eval()
+
+
+def test_acting_writes_the_declared_keys_of_any_batch_shape() -> None:
+    """The default keys; the keys written are the declared ``out_keys``; a ``[2, 3]`` batch of independent steps
+    gives what the same steps give as a ``[6]`` batch; no state and no ``is_init`` (no primer, no InitTracker): a
+    fresh memory and no boundary."""
+    module = _module()
+    td = _steps(2, 3)
+    with torch.no_grad():
+        module(td)
+        flat = module(_steps(2, 3).reshape(-1))
+        y, nxt = module.memory.step(td["embed"].reshape(6, -1))
+    assert set(td.keys(True, True)) - {"embed"} == {"features", ("next", MEMS), ("next", VALID)}
+    assert module.out_keys == ["features", ("next", MEMS), ("next", VALID)]
+    torch.testing.assert_close(td["features"].reshape(6, -1), flat["features"])
+    torch.testing.assert_close(flat["features"], y)
+    torch.testing.assert_close(flat["next", MEMS], nxt.mems)
+    assert torch.equal(flat["next", VALID], nxt.valid)
+
+
+def test_acting_with_is_init_starts_a_fresh_memory() -> None:
+    """A step marked ``is_init`` ignores the state it carries (a collector without the primer's reset)."""
+    module = _module()
+    with torch.no_grad():
+        first = module(_steps(2, seed=1))
+        td = _steps(2, seed=2)
+        td[MEMS], td[VALID] = first["next", MEMS], first["next", VALID]
+        td["is_init"] = torch.tensor([[True], [False]])
+        module(td)
+        fresh = module(_steps(2, seed=2))
+    torch.testing.assert_close(td["features"][0], fresh["features"][0])
+    assert not torch.allclose(td["features"][1], fresh["features"][1])  # row 1 carries its memory on
+
+
+@pytest.mark.parametrize("batch", [(5,), (2, 5), (1, 2, 5)])
+def test_the_recurrent_mode_reads_the_last_dimension_as_time(batch: tuple[int, ...]) -> None:
+    """A trajectory ``[T]``, rows ``[B, T]`` or ``[*batch, T]``: each row one segment from the state at its first
+    step (fresh here: no state, no is_init), as the sequence module computes it; only the output is written."""
+    module = _module()
+    td = _steps(*batch)
+    with set_recurrent_mode(True), torch.no_grad():
+        module(td)
+    x = td["embed"].reshape(-1, 5, CFG.d_in)
+    with torch.no_grad():
+        ref = module.memory(x).output
+    torch.testing.assert_close(td["features"].reshape(-1, 5, CFG.d_model), ref)
+    assert set(td.keys(True, True)) == {"embed", "features"}
+
+
+def test_the_recurrent_mode_starts_from_the_stored_state_and_resets_at_is_init() -> None:
+    module = _module()
+    with torch.no_grad():
+        state = module.memory(_steps(2, 4, seed=1)["embed"]).state
+    td = _steps(2, 5, seed=2)
+    td[MEMS] = state.mems[:, None].expand(2, 5, *state.mems.shape[1:]).clone()
+    td[VALID] = state.valid[:, None].expand(2, 5, -1).clone()
+    td["is_init"] = torch.zeros(2, 5, 1, dtype=torch.bool)
+    td["is_init"][1, 2] = True
+    with set_recurrent_mode(True), torch.no_grad():
+        module(td)
+        ref = module.memory(td["embed"], SequenceState(state.mems, state.valid), td["is_init"][..., 0]).output
+    torch.testing.assert_close(td["features"], ref)
+
+
+def test_the_default_recurrent_mode_and_its_override() -> None:
+    """``default_recurrent_mode=True`` reads a tensordict as segments outside any context; ``set_recurrent_mode``
+    overrides it either way."""
+    learning, acting = _module(default_recurrent_mode=True), _module()
+    assert learning.recurrent_mode and not acting.recurrent_mode
+    with set_recurrent_mode(False):
+        assert not learning.recurrent_mode
+    with set_recurrent_mode(True):
+        assert acting.recurrent_mode
+    td = _steps(2, 5)
+    with torch.no_grad():
+        learning(td)
+        ref = learning.memory(td["embed"]).output
+    torch.testing.assert_close(td["features"], ref)  # a segment: the steps see each other
+
+
+def test_the_recurrent_mode_needs_a_time_dimension() -> None:
+    td = TensorDict({"embed": torch.zeros(CFG.d_in)}, batch_size=[])
+    with set_recurrent_mode(True), pytest.raises(ConfigError) as info:
+        _module()(td)
+    assert str(info.value) == "recurrent mode needs a tensordict with a time dimension, got a 0-d one"

@@ -56,6 +56,21 @@ def test_the_gate_bias_is_learned_and_starts_at_gate_bias() -> None:
     assert _gate("residual", 2.0).bias is None
 
 
+@pytest.mark.parametrize("gating,shapes", [
+    ("residual", {}),
+    ("output", {"w.weight": (D, D), "bias": (D,)}),
+    ("highway", {"w.weight": (D, D), "bias": (D,)}),
+    ("sigmoid-tanh", {"w.weight": (2 * D, D), "bias": (D,)}),
+    ("gru", {"w.weight": (3 * D, D), "u.weight": (2 * D, D), "u_g.weight": (D, D), "bias": (D,)}),
+])
+def test_each_gate_holds_its_formulas_matrices_and_no_other_tensor(gating: str, shapes: dict) -> None:
+    """The paper's W and U without biases, and b_g: nothing else in the state dict (a residual gate holds nothing,
+    not an empty matrix), so that saved models of every gating have the same keys."""
+    state = _gate(gating, 2.0).state_dict()
+    assert {name: tuple(t.shape) for name, t in state.items()} == shapes
+
+
 def test_an_unknown_gating_is_a_one_line_error() -> None:
-    with pytest.raises(ConfigError, match="gating must be one of"):
+    with pytest.raises(ConfigError) as info:
         Gate("lstm", D, 2.0)
+    assert str(info.value) == "gating must be one of residual, output, highway, sigmoid-tanh, gru, got 'lstm'"

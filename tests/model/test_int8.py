@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import types
 import warnings
 
 import pytest
@@ -93,8 +94,18 @@ def test_a_quantized_model_does_not_train_save_or_quantize_again(tmp_path) -> No
     with pytest.raises(ConfigError, match="unknown quantization 'int4'"):
         _model().quantize("int4")
     meta = _model().to("meta")
-    with pytest.raises(ConfigError, match="for CPU inference; the model is on meta"):
+    with pytest.raises(ConfigError) as info:
         meta.quantize("int8")
+    assert str(info.value) == ("int8 quantization is for CPU inference; the model is on meta (move it with .cpu() "
+                               "first, or keep float weights on an accelerator)")
+
+
+def test_a_torch_without_the_int8_kernel_is_refused_in_one_line(monkeypatch) -> None:
+    monkeypatch.setattr(torch.ops, "aten", types.SimpleNamespace())  # a build without aten._weight_int8pack_mm
+    with pytest.raises(ConfigError) as info:
+        _model().quantize("int8")
+    assert str(info.value) == (f"this torch ({torch.__version__}) has no int8 kernel (aten._weight_int8pack_mm): "
+                               "int8 inference is not available; use float weights")
 
 
 # ---------------------------------------------------------------------------------------------- the layer
@@ -125,6 +136,26 @@ def test_the_layer_multiplies_the_int8_rows_by_their_scales() -> None:
     assert q.abs().max() == 127 and (q.float() * scale.float()[:, None] - w).abs().max() <= scale.float().max() / 2
     exact = x.double() @ (q.double() * scale.double()[:, None]).T  # [4, 20]
     torch.testing.assert_close(int8_matmul(x, q, scale).double(), exact, rtol=2**-8, atol=1e-6)
+
+
+def test_no_row_needs_clipping() -> None:
+    """The largest ``|W / s|`` before rounding is 127.4961 (the bf16 scale rounded down by at most 1/257 of itself):
+    every row maximum of a binade, 1/8 of its float32 values (which binade does not matter), rounds to 127 and
+    gives back its row maximum to within half a scale; zero rows give zeros."""
+    m = 1.0 + torch.arange(0, 2**23, 8, dtype=torch.float32) / 2**23  # [2^20] row maxima in [1, 2)
+    w = torch.stack([m, -m, m / 3], 1)  # [2^20, 3]: the maximum of either sign, and a smaller weight
+    q, scale = quantize_rows(w)
+    assert q[:, 0].eq(127).all() and q[:, 1].eq(-127).all() and not q[:, 3:].any()
+    assert ((q[:, :3].float() * scale.float()[:, None] - w).abs() <= scale.float()[:, None] / 2).all()
+    assert (w / scale.float()[:, None]).abs().max() < 127.5
+    q0, s0 = quantize_rows(torch.zeros(2, 16))
+    assert not q0.any() and (s0 > 0).all()
+
+
+def test_the_layer_reads_as_a_linear_layer() -> None:
+    with_bias = Int8Linear(torch.randn(7, 41), torch.zeros(7))
+    assert repr(with_bias) == "Int8Linear(in_features=41, out_features=7, bias=True)"
+    assert repr(Int8Linear(torch.randn(3, 16))) == "Int8Linear(in_features=16, out_features=3, bias=False)"
 
 
 @pytest.mark.parametrize("threads", [1, 2])

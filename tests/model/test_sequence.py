@@ -31,17 +31,25 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> None:
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("grad", [False, True])
-def test_residual_without_reorder_is_the_language_models_layers(grad: bool) -> None:
-    """Given the language model's embeddings as inputs (the input projection the identity), its layers and position
-    biases: the same hidden states and memories, segment after segment (training path with grad, inference without)."""
-    seq = _model(reorder=False, gating="residual", d_in=16, window=False)
+def _with_the_lms_layers(**changes) -> tuple[TransformerXLSequence, TransformerXLLM]:
+    """A post-LN sequence module and a language model of its layers config with the same layers and position biases,
+    the input projection the identity (so that the language model's embeddings are its inputs)."""
+    seq = _model(reorder=False, gating="residual", d_in=16, window=False, **changes)
     lm = TransformerXLLM(seq.config.layers_config(n_token=11)).eval()
     state = {k: v for k, v in lm.state_dict().items() if k.startswith(("layers.", "pos_enc."))}
     assert seq.load_state_dict(state, strict=False).missing_keys == ["in_proj.weight", "in_proj.bias"]
     with torch.no_grad():
         seq.in_proj.weight.copy_(torch.eye(16))
         seq.in_proj.bias.zero_()
+    return seq, lm
+
+
+@pytest.mark.parametrize("grad,untie_r", [(False, False), (True, False), (False, True)])
+def test_residual_without_reorder_is_the_language_models_layers(grad: bool, untie_r: bool) -> None:
+    """Given the language model's embeddings as inputs (the input projection the identity), its layers and position
+    biases (one ``u``, ``v`` per layer with untie_r): the same hidden states and memories, segment after segment
+    (training path with grad, inference without)."""
+    seq, lm = _with_the_lms_layers(untie_r=untie_r)
     ids = torch.randint(0, 11, (2, 15), generator=torch.Generator().manual_seed(3))
     mems, seq_state = None, None
     with torch.set_grad_enabled(grad):
@@ -52,6 +60,42 @@ def test_residual_without_reorder_is_the_language_models_layers(grad: bool) -> N
             mems, seq_state = out.mems, got.state
             _close(seq_state.mems, torch.stack(mems[:-1], dim=1))  # every layer's input, the last mem_len steps
             assert seq_state.valid.all()
+    assert not seq.gates  # the language model's layers: no gate
+
+
+def test_in_training_the_dropout_draws_are_the_language_models() -> None:
+    """In training, from the same seed, the same dropout masks in the same order (R's, the input's, the layers'):
+    the language model's layer inputs and last layer output exactly, segment after segment."""
+    seq, lm = _with_the_lms_layers(dropout=0.3, dropatt=0.2)
+    ids = torch.randint(0, 11, (2, 15), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():  # a first segment read in eval mode: both memories full (the same R table length)
+        mems, state = lm(ids[:, :5]).mems, seq(lm.word_emb(ids[:, :5])).state
+    lm.train()
+    seq.train()
+    for i, seg in enumerate(ids[:, 5:].split(5, dim=1)):
+        emb = lm.word_emb(seg).detach()
+        torch.manual_seed(10 + i)
+        out = lm(seg, mems=mems)
+        torch.manual_seed(10 + i)
+        got = seq(emb, state)
+        mems, state = out.mems, got.state
+        assert torch.equal(state.mems, torch.stack(mems[:-1], dim=1))  # every layer's input, after dropout
+        assert torch.equal(got.output[:, -4:].detach(), mems[-1])  # the last layer's output (before the LM's own
+        # output dropout, which the sequence module leaves to its user)
+    torch.manual_seed(12)
+    assert not torch.equal(seq(emb, state).output, seq.eval()(emb, state).output)  # dropout did run
+
+
+def test_the_layers_config_carries_every_layer_field() -> None:
+    cfg = SequenceConfig(d_in=3, n_layer=3, n_head=2, d_model=8, d_head=4, d_inner=24, dropout=0.25, dropatt=0.125,
+                         mem_len=5, clamp_len=7, untie_r=True, init_std=0.05)
+    txl = cfg.layers_config()
+    for name in ("n_layer", "n_head", "d_model", "d_head", "d_inner", "dropout", "dropatt", "mem_len", "clamp_len",
+                 "untie_r", "init_std"):
+        assert getattr(txl, name) == getattr(cfg, name), name
+    assert txl.pre_lnorm and txl.attn_type == 0 and txl.n_token == 1
+    post_ln = SequenceConfig(d_in=3, reorder=False, gating="residual").layers_config(n_token=9)
+    assert not post_ln.pre_lnorm and post_ln.n_token == 9
 
 
 @pytest.mark.parametrize("gating", ["residual", "output", "highway", "sigmoid-tanh", "gru"])
@@ -145,24 +189,89 @@ def test_gates_start_near_the_identity_a_markov_model() -> None:
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(gating="lstm"), "gating must be one of"),
-    (dict(gating="gru", reorder=False), "needs reorder=True"),
-    (dict(d_in=0), "d_in must be a positive integer"),
-    (dict(n_head=0), "n_head must be a positive integer"),
+    (dict(gating="lstm"), "gating must be one of residual, output, highway, sigmoid-tanh, gru, got 'lstm'"),
+    (dict(gating="gru", reorder=False), "gating 'gru' needs reorder=True (the gated layers of GTrXL take the layer "
+                                        "norm inside the residual branch)"),
+    (dict(d_in=0), "d_in must be a positive integer, got 0"),
+    (dict(n_head=0), "n_head must be a positive integer, got 0"),
+    (dict(reorder="yes"), "reorder must be true or false, got 'yes'"),
+    (dict(window=1), "window must be true or false, got 1"),
+    (dict(gate_bias="2"), "gate_bias must be a number, got '2'"),
+    (dict(gate_bias=True), "gate_bias must be a number, got True"),
 ])
 def test_bad_configs_are_one_line_errors(changes: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError) as info:
         SequenceConfig(**{"d_in": 3, **changes})
+    assert str(info.value) == message
+    assert SequenceConfig(d_in=3, gate_bias=1).gate_bias == 1  # an int is a number
 
 
 def test_bad_inputs_are_one_line_errors() -> None:
     model = _model()
-    with pytest.raises(ConfigError, match="x must be"):
-        model(torch.zeros(2, 5))
-    with pytest.raises(ConfigError, match="reset must be"):
-        model(_x(2, 5), reset=torch.zeros(2, 5))
-    with pytest.raises(ConfigError, match=r"state\.mems must be"):
-        model(_x(2, 5), SequenceState(torch.zeros(2, 3, 4, 16), torch.zeros(2, 4, dtype=torch.bool)))
+    bad = [
+        (torch.zeros(2, 5), {}, "x must be [batch, time, d_in=3], got shape (2, 5)"),
+        (torch.zeros(2, 5, 4), {}, "x must be [batch, time, d_in=3], got shape (2, 5, 4)"),
+        (_x(2, 5), dict(reset=torch.zeros(2, 5)), "reset must be a bool tensor [batch=2, time=5], got torch.float32 "
+                                                  "(2, 5)"),
+        (_x(2, 5), dict(reset=torch.zeros(2, 4, dtype=torch.bool)), "reset must be a bool tensor [batch=2, time=5], "
+                                                                    "got torch.bool (2, 4)"),
+        (_x(2, 5), dict(state=SequenceState(torch.zeros(2, 3, 4, 16), torch.zeros(2, 4, dtype=torch.bool))),
+         "state.mems must be [batch=2, n_layer=2, M, d_model=16], got shape (2, 3, 4, 16)"),
+        (_x(2, 5), dict(state=SequenceState(torch.zeros(2, 2, 4, 8), torch.zeros(2, 4, dtype=torch.bool))),
+         "state.mems must be [batch=2, n_layer=2, M, d_model=16], got shape (2, 2, 4, 8)"),
+        (_x(2, 5), dict(state=SequenceState(torch.zeros(2, 2, 4, 16), torch.zeros(2, 4))),
+         "state.valid must be a bool tensor [batch=2, M=4], got torch.float32 (2, 4)"),
+        (_x(2, 5), dict(state=SequenceState(torch.zeros(2, 2, 4, 16), torch.zeros(2, 3, dtype=torch.bool))),
+         "state.valid must be a bool tensor [batch=2, M=4], got torch.bool (2, 3)"),
+    ]
+    for x, kwargs, message in bad:
+        with pytest.raises(ConfigError) as info:
+            model(x, **kwargs)
+        assert str(info.value) == message
+
+
+def test_the_state_and_the_computation_follow_the_models_device_and_dtype() -> None:
+    """On another device (``meta`` stands for an accelerator here) the fresh state, the default reset and the
+    position table are made there; in float64 and bfloat16 the output is float32's, in that type."""
+    meta = _model().to("meta")
+    state = meta.init_state(2)
+    assert state.mems.device.type == state.valid.device.type == "meta"
+    out = meta(torch.zeros(2, 5, D_IN, device="meta"))  # no reset given: made on x's device
+    assert out.output.device.type == out.state.valid.device.type == "meta"
+    x = _x(2, 5)
+    with torch.no_grad():
+        ref = _model()(x).output
+        for dtype, tol in ((torch.float64, 1e-6), (torch.bfloat16, 5e-2)):
+            got = _model().to(dtype)(x.to(dtype)).output
+            assert got.dtype == dtype
+            torch.testing.assert_close(got.float(), ref, rtol=0, atol=tol)
+
+
+def test_a_step_without_reset_continues_the_episode() -> None:
+    model = _model()
+    x = _x(2, 4)
+    with torch.no_grad():
+        seg = model(x)
+        y, state = model.step(x[:, 0])
+        for t in range(1, 4):
+            y, state = model.step(x[:, t], state)
+    _close(y, seg.output[:, -1])
+    _close(state.mems, seg.state.mems)
+
+
+def test_the_layers_start_as_the_language_models() -> None:
+    """N(0, init_std) weights, zero biases, ``u`` and ``v`` N(0, init_std) in the layers; the gate biases at
+    gate_bias."""
+    torch.manual_seed(0)
+    model = TransformerXLSequence(SequenceConfig(d_in=3, n_layer=2, d_model=64, d_inner=256, init_std=0.05,
+                                                 gate_bias=1.5))
+    weights = torch.cat([m.weight.flatten() for m in model.layers.modules() if isinstance(m, torch.nn.Linear)])
+    biases = [m.bias for m in model.layers.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None]
+    assert biases and not torch.cat(biases).any()
+    assert abs(weights.std().item() - 0.05) < 0.002 and abs(weights.mean().item()) < 0.002
+    for bias in (model.pos_enc.r_w_bias, model.pos_enc.r_r_bias):
+        assert 0.03 < bias.std().item() < 0.07
+    assert all(torch.equal(g.bias, torch.full((64,), 1.5)) for pair in model.gates for g in pair)
 
 
 def test_config_round_trips() -> None:

@@ -47,7 +47,7 @@ class Gate(nn.Module):
         """``g(x, y)``: ``x`` the sublayer's input, ``y`` its output, ``[..., D]`` both."""
         if self.gating == "residual":
             return x + y
-        assert self.w is not None and self.bias is not None
+        assert self.w is not None and self.bias is not None  # pragma: no mutate (type narrowing: set unless residual)
         if self.gating == "output":
             return x + torch.sigmoid(self.w(x) - self.bias) * y
         if self.gating == "highway":
@@ -56,7 +56,7 @@ class Gate(nn.Module):
         if self.gating == "sigmoid-tanh":
             gate_in, cand = self.w(y).chunk(2, dim=-1)  # W_g y, U_g y
             return x + torch.sigmoid(gate_in - self.bias) * torch.tanh(cand)
-        assert self.u is not None and self.u_g is not None
+        assert self.u is not None and self.u_g is not None  # pragma: no mutate (type narrowing: both set for the GRU)
         wr, wz, wg = self.w(y).chunk(3, dim=-1)  # W_r y, W_z y, W_g y
         ur, uz = self.u(x).chunk(2, dim=-1)  # U_r x, U_z x
         r = torch.sigmoid(wr + ur)

@@ -3,7 +3,7 @@
 **The scheme** (:func:`quantize_rows`): symmetric int8 per output row, ``W ~ q * s`` with ``q [out, in]`` in
 ``-127..127`` and one bf16 scale ``s = max|W_row| / 127`` per row; the biases stay float. The scales are rounded to
 bf16 *before* the weights are divided by them, so ``q * s`` is exactly what the kernel multiplies by (a scale
-rounded down by at most 2^-9 leaves ``|q| <= 127.25`` before rounding: no clipping).
+rounded down, by at most 1/257 of itself, leaves ``|W / s| <= 127.4961`` before rounding: no clipping needed).
 
 **The kernel** (:func:`int8_matmul`): ``aten._weight_int8pack_mm``, weight-only int8 (int8 weights times a bf16
 input, float accumulation, a bf16 result; the input is not quantized). It reads ``in`` in blocks of
@@ -57,7 +57,7 @@ def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
     dimension padded with zero columns to a multiple of :data:`BLOCK` (module docstring)."""
     weight = weight.detach().float()
     scale = (weight.abs().amax(1).clamp(min=1e-12) / 127.0).to(torch.bfloat16)  # [out]
-    q = torch.round(weight / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)  # [out, in]
+    q = torch.round(weight / scale.float()[:, None]).to(torch.int8)  # [out, in], -127..127 (module docstring)
     return F.pad(q, (0, -weight.size(1) % BLOCK)).contiguous(), scale
 
 

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from transformer_xl.errors import ConfigError, check_int, did_you_mean
 from transformer_xl.model.attention import DecoderLayer
 from transformer_xl.model.config import TXLConfig
+from transformer_xl.model.fastpath import CompactDropout
 from transformer_xl.model.gating import GATINGS, Gate
 from transformer_xl.model.memory import additive_mask, episode_mask, kept_range, update_mems
 from transformer_xl.model.positional import RelativeSinusoid
@@ -73,12 +74,12 @@ class SequenceConfig:
 
     def __post_init__(self) -> None:
         check_int("d_in", self.d_in, 1)
+        for name in ("reorder", "window"):  # before the layers' config, which would name reorder pre_lnorm
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         self.layers_config()  # the layers' fields, validated as the language model's
         if self.gating not in GATINGS:
             raise ConfigError(f"gating must be one of {', '.join(GATINGS)}, got {self.gating!r}")
-        for name in ("reorder", "window"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.gating != "residual" and not self.reorder:
             raise ConfigError(f"gating {self.gating!r} needs reorder=True (the gated layers of GTrXL take the "
                               "layer norm inside the residual branch)")
@@ -129,9 +130,9 @@ class TransformerXLSequence(nn.Module):
         super().__init__()
         self.config = cfg = config
         txl = cfg.layers_config()
-        self.lengths = txl.lengths()  # mem_len, clamp_len; ext_len 0, same_length off
+        self.lengths = txl.lengths()  # pragma: no mutate (read by the inference cache and attn_type 1 only, not here)
         self.in_proj = nn.Linear(cfg.d_in, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = CompactDropout(cfg.dropout)  # the language model's dropout: the same draws
         self.pos_enc = RelativeSinusoid(txl)
         self.layers = nn.ModuleList(
             DecoderLayer(i, cfg.n_head, cfg.d_model, cfg.d_head, cfg.d_inner, cfg.dropout, cfg.dropatt,
