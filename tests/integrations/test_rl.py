@@ -212,3 +212,17 @@ def test_the_recurrent_mode_needs_a_time_dimension() -> None:
     with set_recurrent_mode(True), pytest.raises(ConfigError) as info:
         _module()(td)
     assert str(info.value) == "recurrent mode needs a tensordict with a time dimension, got a 0-d one"
+
+
+@pytest.mark.parametrize("keep", [MEMS, VALID])
+def test_half_a_recurrent_state_is_refused_in_one_line(keep: str) -> None:
+    """A tensordict with the memory but not its valid flags (or the other way round) is an error, not a fresh
+    memory."""
+    module = _module()
+    td = _steps(3)
+    with torch.no_grad():
+        module(td)
+    state = _steps(3)
+    state[keep] = td["next", keep]
+    with pytest.raises(ConfigError, match=r"has .* but no .*: a recurrent state needs both"):
+        module(state)

@@ -101,10 +101,16 @@ class TransformerXLModule(TensorDictModuleBase):
         return tensordict
 
     def _state(self, first: TensorDictBase, n: int) -> SequenceState | None:
-        """The state in ``first`` (``[N]`` entries), or None (fresh) when the tensordict carries none."""
+        """The state in ``first`` (``[N]`` entries), or None (fresh) when the tensordict carries none; one of the two
+        without the other is a one-line :class:`ConfigError` (a memory whose valid flags were dropped is not a fresh
+        one)."""
         mems, valid = first.get(MEMS, None), first.get(VALID, None)
-        if mems is None or valid is None:
+        if mems is None and valid is None:
             return None
+        if mems is None or valid is None:
+            have, missing = (VALID, MEMS) if mems is None else (MEMS, VALID)
+            raise ConfigError(f"the tensordict has {have!r} but no {missing!r}: a recurrent state needs both (the "
+                              "primer of make_tensordict_primer writes them together)")
         cfg = self.config
         return SequenceState(mems.reshape(n, cfg.n_layer, -1, cfg.d_model), valid.reshape(n, -1).bool())
 
