@@ -14,10 +14,10 @@ import torch
 from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, bench_case
 from transformer_xl.experiments.bench.measure import peak_memory_cpu, peak_memory_cuda, sync
 from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
+from transformer_xl.experiments.bench.skeleton import gemm_skeleton
 from transformer_xl.experiments.bench.yardstick import (
     forward_flops,
     gemm_peaks,
-    gemm_skeleton,
     machine,
     share,
     train_flops,

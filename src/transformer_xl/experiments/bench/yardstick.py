@@ -25,7 +25,7 @@
   except where no input gradient exists: the memory's key/value projections (the memory is detached) and
   ``W_kR R`` (``R`` is a constant) get the weight gradient only. Streaming evaluation projects only the segment's
   keys/values and no ``W_kR R`` (the inference cache keeps both from earlier segments).
-* **GEMM skeleton** (:func:`gemm_skeleton`): the matrix products of one training step replayed back to back without
+* **GEMM skeleton** (:mod:`.skeleton`): the matrix products of one training step replayed back to back without
   the rest of the step: how close a step built from these BLAS calls could come to the GEMM peak.
 * **Shares** (:func:`share`): a value over its limit, refused (:class:`YardstickError`) above
   ``1 +`` :data:`SHARE_TOLERANCE`.
@@ -109,7 +109,7 @@ def machine(device: str = "cpu") -> dict[str, Any]:
     return out
 
 
-def _best_seconds(fn: Callable[[], Any], passes: int, device: str) -> float:
+def best_seconds(fn: Callable[[], Any], passes: int, device: str) -> float:
     """The fastest of ``passes`` timed calls of ``fn``, after one untimed call."""
     fn()
     best = math.inf
@@ -146,7 +146,7 @@ def read_rate(device: str = "cpu", *, nbytes: int | None = None, passes: int = 5
     :func:`read_buffer` (on the CPU on huge pages unless ``huge_pages`` is False: a core reads 4 KiB pages far more
     slowly, and the captured step reads from huge pages)."""
     buf = read_buffer(device, nbytes=nbytes, huge_pages=huge_pages)
-    secs = _best_seconds(buf.sum, passes, device)
+    secs = best_seconds(buf.sum, passes, device)
     pages = "huge pages" if device == "cpu" and huge_pages else "default pages"
     return {"bytes_per_s": buf.nbytes / secs, "buffer_bytes": buf.nbytes, "passes": passes,
             "method": f"Tensor.sum over a float32 buffer ({pages}), best pass"}
@@ -162,7 +162,7 @@ def linear_chain_rate(weights: Sequence[torch.Tensor], *, batch: int = 1, passes
         for w in weights:
             F.linear(xs[w.size(1)], w)
 
-    return sum(w.nbytes for w in weights) / _best_seconds(chain, passes, device.type)
+    return sum(w.nbytes for w in weights) / best_seconds(chain, passes, device.type)
 
 
 def mv_skeleton_rate(weights: Sequence[torch.Tensor], *, passes: int = 5) -> float:
@@ -176,7 +176,7 @@ def mv_skeleton_rate(weights: Sequence[torch.Tensor], *, passes: int = 5) -> flo
         for w in weights:
             x = torch.mv(w, x if x.numel() == w.size(1) else x.new_ones(w.size(1)))
 
-    return sum(w.nbytes for w in weights) / _best_seconds(chain, passes, device.type)
+    return sum(w.nbytes for w in weights) / best_seconds(chain, passes, device.type)
 
 
 def gemm_peak(dtype: str, device: str = "cpu", sizes: Iterable[int] | None = None, reps: int = 3) -> float:
@@ -192,64 +192,6 @@ def gemm_peaks(device: str = "cpu") -> dict[str, float]:
     larger of the bf16 and fp32 peaks (module docstring); ``bf16_gemm`` the bf16 GEMM itself."""
     fp32, bf16 = gemm_peak("fp32", device), gemm_peak("bf16", device)
     return {"fp32": fp32, "bf16": max(bf16, fp32), "bf16_gemm": bf16}
-
-
-# ---------------------------------------------------------------------------------------------- GEMM skeleton
-_MATMULS = {torch.ops.aten.mm.default: 0, torch.ops.aten.addmm.default: 1, torch.ops.aten.bmm.default: 0,
-            torch.ops.aten.baddbmm.default: 1}  # -> index of the first factor among the arguments
-
-
-def _matmul_flops(func: Any, args: tuple) -> int:
-    """2 x multiply-adds of a recorded ``mm``/``addmm``/``bmm``/``baddbmm`` (the rectangle it computes)."""
-    a, b = args[_MATMULS[func]], args[_MATMULS[func] + 1]
-    return 2 * math.prod(a.shape) * b.size(-1)
-
-
-_METADATA = {torch.ops.aten.detach.default, torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
-             torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
-             torch.ops.aten.new_empty_strided.default, torch.ops.aten.resize_.default}
-
-
-class _Matmuls(TorchDispatchMode):
-    """Records every matrix product run under it: the function, and its arguments as tensors of the same shapes,
-    strides and dtypes (random values), so that the chain can be replayed without the rest of the step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple[Any, tuple, dict]] = []
-        self.ops = 0  # every operator that computes (views and allocations left out)
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        self.ops += not func.is_view and func not in _METADATA
-        if func in _MATMULS:
-            def like(t: Any) -> Any:
-                if not isinstance(t, torch.Tensor):
-                    return t
-                base = torch.randn(t.untyped_storage().nbytes() // t.element_size() + 1, device=t.device)
-                return base.to(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-
-            self.calls.append((func, tuple(like(a) for a in args), {k: like(v) for k, v in kwargs.items()}))
-        return func(*args, **kwargs)
-
-
-def gemm_skeleton(step: Callable[[], Any], *, passes: int = 3, device: str = "cpu") -> dict[str, float]:
-    """The bare skeleton of a step: every matrix product one call of ``step`` runs (forward and backward: ``mm``,
-    ``addmm``, ``bmm``, ``baddbmm``, recorded under a dispatch mode with their shapes, strides and dtypes), replayed
-    back to back on random inputs, nothing else. Returns its best ``seconds`` of ``passes``, the ``flops`` those
-    products compute (the rectangles, masked entries included), ``calls`` (their number) and ``ops`` (every operator
-    the step dispatched that computes something; views and allocations left out): the skeleton is what a step could
-    cost if everything but its matrix products were free, the floor to set the step's time against."""
-    with _Matmuls() as rec:
-        step()
-
-    def chain() -> None:
-        for func, args, kwargs in rec.calls:
-            func(*args, **kwargs)
-
-    secs = _best_seconds(chain, passes, device)
-    return {"seconds": secs, "flops": float(sum(_matmul_flops(f, a) for f, a, _ in rec.calls)),
-            "calls": float(len(rec.calls)), "ops": float(rec.ops)}
 
 
 # ---------------------------------------------------------------------------------------------- decode bytes
