@@ -71,4 +71,4 @@ class BenchOptions:
     seed: int = 0
     variants: bool = False  # also time txl eager/compiled x fp32/bf16 in the same run (runners txl-<mode>-<dtype>)
     recompute: bool = False  # also time/measure txl training with TransformerXLLM.recompute (runner "txl-recompute")
-    skeleton: bool = False  # also time the GEMM skeleton of each eager txl training step (yardstick.gemm_skeleton)
+    skeleton: bool = False  # also time the GEMM skeleton of each eager txl training step (skeleton.gemm_skeleton)
