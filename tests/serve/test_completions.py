@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from transformer_xl.serve.protocol import RequestError
@@ -51,3 +53,39 @@ def test_max_tokens_zero_with_echo_scores_the_prompt(served) -> None:
     assert choice.text == "the cat sat" and choice.logprobs.tokens == ["the", "cat", "sat"]
     assert choice.logprobs.token_logprobs[0] is None and all(lp < 0 for lp in choice.logprobs.token_logprobs[1:])
     assert out.usage.completion_tokens == 0
+
+
+def test_a_whole_completion_ends_when_its_client_goes_away(served) -> None:
+    """The client is asked about once a second while the job runs (it sends events without pause, so not only after
+    a quiet second), and no more often; its job is cancelled, and the engine drops the events it sends after the
+    request's loop has closed."""
+    import asyncio
+
+    from transformer_xl.serve.completions import POLL, Completions
+    from transformer_xl.serve.protocol import Limits, parse_completion
+
+    limits = Limits(max_tokens=10 ** 6)  # runs until the client goes away
+    comp = Completions(served.engine, served.codec, "tiny", limits)
+    before = served.engine.stats()["cancelled"]
+    polls: list[float] = []
+
+    async def disconnected() -> bool:
+        polls.append(time.monotonic())
+        return len(polls) == 2  # gone at the second check
+
+    async def whole() -> RequestError:
+        with pytest.raises(RequestError) as info:
+            await asyncio.wait_for(comp.complete(parse_completion({"prompt": "the", "max_tokens": 10 ** 6}, limits),
+                                                 disconnected), timeout=15)
+        return info.value
+
+    start = time.monotonic()
+    err = asyncio.run(whole())
+    assert (err.status, str(err), len(polls)) == (499, "the client went away", 2)
+    assert polls[0] - start >= POLL and polls[1] - polls[0] >= POLL
+    deadline = time.monotonic() + 30
+    while served.engine.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.engine.stats()["cancelled"] == before + 1
+    out = served.client(timeout=30).completions.create(model="tiny", prompt="the", max_tokens=2)
+    assert out.usage.completion_tokens == 2  # the engine thread lives on
