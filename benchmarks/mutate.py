@@ -53,6 +53,8 @@ RELATED: dict[str, list[str]] = {
     "src/transformer_xl/train/loggers.py": ["tests/train/test_metrics.py"],
     # the captured step packs and multiplies its weights with int8.py's functions (pack_linear, linear)
     "src/transformer_xl/model/int8.py": ["tests/inference/test_decode.py"],
+    # the HTTP API's tests: the openai client against a server on a thread of the test process
+    "src/transformer_xl/serve/completions.py": ["tests/serve/test_app.py"],
 }
 #: Tests left out of the mutation runs: each takes close to a minute on two cores and would run again for every
 #: mutant that survives the others. ``torch.compile`` of the captured step: what it compiles is

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.error
+import urllib.request
+
 import pytest
 
 from transformer_xl.serve.protocol import RequestError
@@ -16,11 +21,36 @@ def test_prompt_ids_are_checked(served) -> None:
     comp = Completions(served.engine, served.codec, "tiny", Limits(max_prompt_tokens=3))
     assert comp.prompt_ids("the cat") == served.codec.encode("the cat")
     assert comp.prompt_ids("zebra") == [served.codec.vocab.unk_idx]  # unknown words become <unk>
-    with pytest.raises(RequestError, match=r"lie in \[0, "):
-        comp.prompt_ids([0, len(served.codec.vocab)])
-    with pytest.raises(RequestError) as info:
-        comp.prompt_ids("the cat sat on")
-    assert info.value.code == "context_length_exceeded"
+    assert comp.prompt_ids("the cat sat") == served.codec.encode("the cat sat")  # the limit itself is allowed
+    n_token = len(served.codec.vocab)
+    assert comp.prompt_ids([0, n_token - 1, 5]) == [0, n_token - 1, 5]  # the first and the last id
+    for ids in ([0, n_token], [-1, 2]):
+        with pytest.raises(RequestError) as info:
+            comp.prompt_ids(ids)
+        assert info.value.body() == {"error": {"message": f"prompt token ids must lie in [0, {n_token})",
+                                               "type": "invalid_request_error", "param": "prompt",
+                                               "code": "invalid_value"}}
+    for prompt in ("the cat sat on", [2, 3, 4, 5]):
+        with pytest.raises(RequestError) as info:
+            comp.prompt_ids(prompt)
+        assert info.value.body() == {"error": {"message": "the prompt has 4 tokens; this server reads at most 3 per "
+                                               "prompt", "type": "invalid_request_error", "param": "prompt",
+                                               "code": "context_length_exceeded"}}
+        assert info.value.status == 400
+
+
+def test_refusals_through_http_are_the_protocols_error_objects(served) -> None:
+    n_token = len(served.codec.vocab)
+    assert _post(served, {"prompt": [0, n_token - 1], "max_tokens": 1})[0] == 200
+    status, raw = _post(served, {"prompt": [-1, 2]})
+    assert (status, json.loads(raw)) == (400, {"error": {"message": f"prompt token ids must lie in [0, {n_token})",
+                                                         "type": "invalid_request_error", "param": "prompt",
+                                                         "code": "invalid_value"}})
+    status, raw = _post(served, {"prompt": "the", "model": "gpt-4"})
+    assert (status, json.loads(raw)) == (404, {"error": {
+        "message": "the model 'gpt-4' does not exist; this server holds 'tiny'", "type": "invalid_request_error",
+        "param": "model", "code": "model_not_found"}})
+    assert _post(served, {"prompt": "the", "model": "tiny", "max_tokens": 1})[0] == 200
 
 
 def test_token_id_prompts_equal_text_prompts(served) -> None:
@@ -51,3 +81,251 @@ def test_max_tokens_zero_with_echo_scores_the_prompt(served) -> None:
     assert choice.text == "the cat sat" and choice.logprobs.tokens == ["the", "cat", "sat"]
     assert choice.logprobs.token_logprobs[0] is None and all(lp < 0 for lp in choice.logprobs.token_logprobs[1:])
     assert out.usage.completion_tokens == 0
+
+
+# ---------------------------------------------------------------------------------------------- the raw HTTP side
+def _post(served, body: dict, timeout: float = 60) -> tuple[int, bytes]:
+    """``POST /v1/completions`` with ``body``: the status and the raw bytes of the response."""
+    req = urllib.request.Request(served.url + "/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _events(raw: bytes) -> list[dict]:
+    """The decoded ``data:`` events of a stream, which must end with ``data: [DONE]``."""
+    parts = raw.decode().split("\n\n")
+    assert parts[-2:] == ["data: [DONE]", ""], parts[-3:]
+    assert all(p.startswith("data: {") for p in parts[:-2]), parts
+    return [json.loads(p.removeprefix("data: ")) for p in parts[:-2]]
+
+
+CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason"}
+LOGPROB_KEYS = ["tokens", "token_logprobs", "top_logprobs", "text_offset"]
+
+
+def _check_envelope(doc: dict, started: float, keys: set[str]) -> None:
+    assert set(doc) == keys and doc["object"] == "text_completion" and doc["model"] == "tiny"
+    assert doc["id"].startswith("cmpl-") and len(doc["id"]) == 5 + 32
+    assert type(doc["created"]) is int and int(started) <= doc["created"] <= time.time()
+    assert all(set(c) == CHOICE_KEYS for c in doc["choices"])
+
+
+def _merge(chunks: list[dict]) -> dict[int, dict]:
+    """Every choice of a stream rebuilt from its deltas (text, log-probabilities, finish reason)."""
+    out: dict[int, dict] = {}
+    for chunk in chunks:
+        for d in chunk["choices"]:
+            assert d["text"] or d["logprobs"] or d["finish_reason"], "an empty delta was sent"
+            c = out.setdefault(d["index"], {"text": "", "logprobs": None, "finish_reason": None})
+            assert c["finish_reason"] is None, "a delta after the choice's finish reason"
+            c["text"] += d["text"]
+            c["finish_reason"] = d["finish_reason"]
+            if d["logprobs"] is not None:
+                c["logprobs"] = c["logprobs"] or {k: [] for k in LOGPROB_KEYS}
+                for k in LOGPROB_KEYS:
+                    c["logprobs"][k] += d["logprobs"][k]
+    return out
+
+
+@pytest.mark.parametrize("extra", [{}, {"echo": True}, {"logprobs": 0}, {"logprobs": 1}, {"echo": True, "logprobs": 2},
+                                   {"stream_options": {"include_usage": True}},
+                                   {"echo": True, "stream_options": {"include_usage": True}}])
+def test_the_streamed_events_rebuild_the_whole_response(served, extra) -> None:
+    """Two prompts (text, and token ids) x n=2, greedy: the whole object in full, and the server-sent events whose
+    deltas add up to it, ``data: [DONE]`` last, usage only when asked for."""
+    ids = served.codec.encode("a big dog")
+    body = {"model": "tiny", "prompt": ["the cat", ids], "n": 2, "max_tokens": 4, "temperature": 0, **extra}
+    started = time.time()
+    status, raw = _post(served, body)
+    assert status == 200, raw
+    whole = json.loads(raw)
+    _check_envelope(whole, started, {"id", "object", "created", "model", "choices", "usage"})
+    assert whole["usage"] == {"prompt_tokens": 2 + 3, "completion_tokens": 4 * 4, "total_tokens": 2 + 3 + 16}
+    choices = whole["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3] and all(c["finish_reason"] == "length" for c in choices)
+    assert choices[0] == {**choices[1], "index": 0} and choices[2] == {**choices[3], "index": 2}  # greedy: n alike
+    echo, logprobs = extra.get("echo", False), extra.get("logprobs")
+    for c, prompt, prompt_ids in ((choices[0], "the cat", served.codec.encode("the cat")),
+                                  (choices[2], "a big dog", ids)):
+        assert c["text"].startswith(prompt) == echo
+        if logprobs is None:
+            assert c["logprobs"] is None
+            continue
+        lp = c["logprobs"]
+        assert list(lp) == LOGPROB_KEYS and len({len(v) for v in lp.values()}) == 1
+        scored = len(prompt_ids) if echo else 0
+        assert len(lp["tokens"]) == scored + 4 and lp["tokens"][:scored] == prompt.split()[:scored]
+        assert lp["top_logprobs"][:scored] == [None] * scored  # the prompt's tokens: scores, no alternatives
+        first = 1 if echo else 0  # the first prompt token has no score
+        assert lp["token_logprobs"][:first] == [None] * first and all(x < 0 for x in lp["token_logprobs"][first:])
+        for token, x, top in zip(lp["tokens"][scored:], lp["token_logprobs"][scored:], lp["top_logprobs"][scored:]):
+            assert len(top) == logprobs and (not top or top[token] == x == max(top.values()))  # greedy: the top one
+        assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
+        for offset, token in zip(lp["text_offset"], lp["tokens"]):
+            assert c["text"][offset:].lstrip().startswith(token)
+
+    started = time.time()
+    status, raw = _post(served, {**body, "stream": True})
+    assert status == 200
+    chunks = _events(raw)
+    usage = extra.get("stream_options", {}).get("include_usage", False)
+    for chunk in chunks[:-1] if usage else chunks:
+        _check_envelope(chunk, started, {"id", "object", "created", "model", "choices"})
+        assert chunk["choices"] and chunk["id"] == chunks[0]["id"] and chunk["created"] == chunks[0]["created"]
+    if usage:
+        _check_envelope(chunks[-1], started, {"id", "object", "created", "model", "choices", "usage"})
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+        assert chunks[-1]["id"] == chunks[0]["id"]
+    if echo and logprobs is None:  # the prompts first, as they were given, every choice in one chunk
+        assert chunks[0]["choices"] == [{"index": i, "text": ["the cat", "a big dog"][i // 2], "logprobs": None,
+                                         "finish_reason": None} for i in range(4)]
+    if echo and logprobs is not None:  # a prompt's scored tokens first, for its own choices only
+        first = [[d["index"] for d in ch["choices"]] for ch in chunks if any(d["logprobs"] and d["logprobs"][
+            "token_logprobs"][:1] == [None] for d in ch["choices"])]
+        assert sorted(first) == [[0, 1], [2, 3]]
+    merged = _merge(chunks)
+    assert [merged[i] for i in range(4)] == [{k: c[k] for k in ("text", "logprobs", "finish_reason")}
+                                              for c in choices] and len(merged) == 4
+
+
+def test_a_stream_cut_by_a_stop_string_sends_no_empty_deltas(served) -> None:
+    """Text that could begin a stop string is held back (its tokens make no text): no delta is sent for it."""
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 8, "temperature": 0}
+    plain = json.loads(_post(served, body)[1])["choices"][0]["text"]
+    stop = " ".join(plain.split()[:3])  # three words: held back until the third completes them
+    body["stop"] = [stop]
+    whole = json.loads(_post(served, body)[1])["choices"][0]
+    assert whole["finish_reason"] == "stop" and whole["text"] == plain[:plain.index(stop)]
+    chunks = _events(_post(served, {**body, "stream": True})[1])
+    assert _merge(chunks) == {0: {"text": whole["text"], "logprobs": None, "finish_reason": "stop"}}
+    assert len(chunks) <= 2  # the text before the stop string, if any, and the finish reason
+
+
+def test_each_sampling_option_reaches_the_draw(served) -> None:
+    """At temperature 1.5 a seeded draw leaves the greedy text; top_k=1, a tiny top_p, or min_p=1 keep only the most
+    likely token, so each alone brings the greedy text back."""
+    client = served.client()
+    kw = dict(model="tiny", prompt="the cat", max_tokens=12)
+    greedy = client.completions.create(temperature=0, **kw).choices[0].text
+    assert client.completions.create(temperature=1.5, seed=1, **kw).choices[0].text != greedy
+    for option in ({"top_k": 1}, {"top_p": 1e-3}, {"min_p": 1.0}):
+        out = client.completions.create(temperature=1.5, seed=1, extra_body=option, **kw)
+        assert out.choices[0].text == greedy, option
+
+
+def _txl_generate(capsys, model_dir, prompt: str, n: int, *options: str) -> str:
+    from transformer_xl.cli import main
+
+    assert main(["generate", str(model_dir), "--prompt", prompt, "--max-new-tokens", str(n), "--greedy", "--json",
+                 *options]) == 0
+    return json.loads(capsys.readouterr().out)["samples"][0]["text"]
+
+
+@pytest.mark.parametrize("option, flag", [({"repetition_penalty": 3.0}, "--repetition-penalty=3"),
+                                          ({"no_repeat_ngram_size": 2}, "--no-repeat-ngram-size=2")])
+def test_penalties_equal_txl_generate_with_them(served, capsys, option, flag) -> None:
+    """Greedy text with a penalty is the text ``txl generate`` writes with it (and not the text without it)."""
+    client = served.client()
+    out = client.completions.create(model="tiny", prompt="a big dog", max_tokens=10, temperature=0, extra_body=option)
+    assert out.choices[0].text == _txl_generate(capsys, served.model_dir, "a big dog", 10, flag)
+    assert out.choices[0].text != _txl_generate(capsys, served.model_dir, "a big dog", 10)
+
+
+def test_a_whole_completion_ends_when_its_client_goes_away(served, monkeypatch) -> None:
+    """The client is asked about once a second while the job runs (it sends events without pause, so not only after
+    a quiet second), and no more often; its job is cancelled, and the engine drops the events it sends after the
+    request's loop has closed."""
+    import asyncio
+
+    from transformer_xl.serve.completions import POLL, Completions
+    from transformer_xl.serve.engine import Done
+    from transformer_xl.serve.protocol import Limits, parse_completion
+
+    limits = Limits(max_tokens=10 ** 6)  # runs until the client goes away
+    comp = Completions(served.engine, served.codec, "tiny", limits)
+    jobs: list = []
+    submit = served.engine.submit
+    monkeypatch.setattr(served.engine, "submit", lambda job: (jobs.append(job), submit(job))[1])
+    before = served.engine.stats()["cancelled"]
+    polls: list[float] = []
+
+    async def disconnected() -> bool:
+        polls.append(time.monotonic())
+        return len(polls) == 2  # gone at the second check
+
+    async def whole() -> RequestError:
+        with pytest.raises(RequestError) as info:
+            await asyncio.wait_for(comp.complete(parse_completion({"prompt": "the", "max_tokens": 10 ** 6}, limits),
+                                                 disconnected), timeout=15)
+        return info.value
+
+    start = time.monotonic()
+    err = asyncio.run(whole())
+    assert (err.status, str(err), len(polls)) == (499, "the client went away", 2)
+    assert polls[0] - start >= POLL and polls[1] - polls[0] >= POLL
+    deadline = time.monotonic() + 30
+    while served.engine.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.engine.stats()["cancelled"] == before + 1
+    jobs[0].emit(Done(1, 0))  # as the engine does after the loop has closed: nobody listens, nothing raises
+    out = served.client(timeout=30).completions.create(model="tiny", prompt="the", max_tokens=2)
+    assert out.usage.completion_tokens == 2  # the engine thread lives on
+
+
+def test_waiting_and_running_completions_end_with_the_server(tmp_path) -> None:
+    """With one row: a stream runs; a whole completion waits in the queue, and ends after a quiet second when its
+    client has gone, or waits on through quiet seconds while it is there; when the server stops, the stream ends with
+    the protocol's error event and the waiting completion with a 500."""
+    import asyncio
+    import threading
+
+    from tests.serve.conftest import save_served_model, start_server
+    from transformer_xl.serve.completions import POLL, Completions
+    from transformer_xl.serve.protocol import Limits, parse_completion
+
+    gen = start_server(save_served_model(tmp_path), max_batch=1, limits=Limits(max_tokens=10 ** 6))
+    served = next(gen)
+    long = {"prompt": "the", "max_tokens": 10 ** 6, "temperature": 0}
+    got: dict = {}
+
+    def wait_for(key: str, count: int) -> None:
+        deadline = time.monotonic() + 30
+        while served.engine.stats()[key] < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    async def gone() -> bool:
+        return True
+
+    async def whole_gone() -> RequestError:  # waits in the queue: asked about after a quiet second
+        with pytest.raises(RequestError) as info:
+            await asyncio.wait_for(comp.complete(parse_completion(long, limits), gone), timeout=15)
+        return info.value
+
+    limits = Limits(max_tokens=10 ** 6)
+    threads = [threading.Thread(target=lambda: got.setdefault("stream", _post(served, {**long, "stream": True}))),
+               threading.Thread(target=lambda: got.setdefault("whole", _post(served, long)))]
+    try:
+        threads[0].start()
+        wait_for("running", 1)
+        comp = Completions(served.engine, served.codec, "tiny", limits)
+        start = time.monotonic()
+        err = asyncio.run(whole_gone())
+        assert (err.status, str(err)) == (499, "the client went away") and time.monotonic() - start >= POLL
+        threads[1].start()
+        wait_for("waiting", 1)
+        time.sleep(1.5)  # past the waiting request's first quiet second
+        served.engine.stop()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        gen.close()
+    error = {"error": {"message": "the completion failed: the server is stopping", "type": "server_error",
+                       "param": None, "code": None}}
+    assert (got["whole"][0], json.loads(got["whole"][1])) == (500, error)
+    status, raw = got["stream"]
+    chunks = _events(raw)
+    assert status == 200 and chunks[-1] == error and all("error" not in c for c in chunks[:-1]) and len(chunks) > 1

@@ -18,6 +18,9 @@ def test_defaults_are_the_protocols() -> None:
     req = parse_completion({"prompt": "hello"})
     assert req.prompts == ["hello"] and req.max_tokens == 16 and req.temperature == 1.0 and req.n == 1
     assert req.logprobs is None and not req.stream and not req.echo and req.stop == [] and req.session is None
+    # the extensions and the other sampling settings: off
+    assert (req.top_p, req.top_k, req.min_p, req.repetition_penalty, req.no_repeat_ngram_size) == (1.0, 0, 0.0, 1.0, 0)
+    assert (req.seed, req.model, req.include_usage) == (None, None, False)
 
 
 @pytest.mark.parametrize("prompt, prompts", [("a", ["a"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]),

@@ -31,6 +31,9 @@ from transformer_xl.serve.protocol import (
     usage_object,
 )
 
+#: Seconds between two checks that the client of a whole completion is still there.
+POLL = 1.0
+
 
 @dataclass
 class _Choice:
@@ -149,12 +152,17 @@ class Completions:
         if req.echo:
             self._echo(req, prompts, choices)
         try:
+            checked = time.monotonic()
             while True:
                 try:
-                    event = await asyncio.wait_for(run.events.get(), timeout=1.0)
+                    event = await asyncio.wait_for(run.events.get(), timeout=POLL)
                 except asyncio.TimeoutError:
+                    event = None  # a quiet second: queued, or reading a long prompt
+                if time.monotonic() - checked >= POLL:  # a running job sends its events without pause
                     if await disconnected():
                         raise RequestError("the client went away", status=499) from None
+                    checked = time.monotonic()
+                if event is None:
                     continue
                 if isinstance(event, Failed):
                     raise RequestError(f"the completion failed: {event.message}", status=500, kind="server_error")
