@@ -227,7 +227,8 @@ class Engine:
 
     def _start(self, job: Job) -> None:
         """Read the prompts of ``job`` (after its session's memory) and add its rows."""
-        if job.cancelled:
+        if job.cancelled:  # its client went away while it waited
+            self.cancelled += 1
             return self._end(job, Failed("cancelled"))
         state = job.state
         generator = torch.Generator().manual_seed(job.seed) if job.seed is not None else None
