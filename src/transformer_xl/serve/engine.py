@@ -190,7 +190,7 @@ class Engine:
             for job in admitted:
                 self._guard([job], self._start, job)
             self._guard({id(r.job): r.job for r in self._rows}.values(), self._step)
-        for job in list(self._queue) + [r.job for r in self._rows]:
+        for job in [*self._queue, *{id(r.job): r.job for r in self._rows}.values()]:  # each job once, not per row
             self._end(job, Failed("the server is stopping"))
 
     def _admit(self) -> list[Job]:
