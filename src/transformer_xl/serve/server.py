@@ -103,7 +103,7 @@ def serve(model_path: str | Path, opts: ServeOptions, *, note: Callable[[str], N
     vocab, codec = load_codec(directory, opts.vocab, level=opts.level)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
-    name = opts.model_name or Path(str(model_path).rstrip("/")).name or "txl"
+    name = opts.model_name or Path(model_path).name or "txl"  # "." or "/": txl
     app, engine = build_app(model, codec, opts, model_name=name)
     sock = bind(opts.host, opts.port)
     host, port = sock.getsockname()[:2]
