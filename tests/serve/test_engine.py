@@ -284,12 +284,14 @@ def test_stopping_fails_the_running_and_the_waiting_requests_and_ends_the_thread
     model, codec = parts
     engine = Engine(model, codec, max_batch=3).start()
     named = [t for t in threading.enumerate() if t.name == "txl-serve-engine"]
+    try:
+        running = [_run(engine, prompts=[[1]], n=n, max_tokens=100000)[0] for n in (2, 1)]
+        for events in running:
+            assert isinstance(events.get(timeout=60), Token)
+        waiting, _ = _run(engine, prompts=[[2]], max_tokens=2)
+    finally:
+        engine.stop()
     assert len(named) == 1 and named[0].daemon  # a daemon: it never holds up the interpreter's exit
-    running = [_run(engine, prompts=[[1]], n=n, max_tokens=100000)[0] for n in (2, 1)]
-    for events in running:
-        assert isinstance(events.get(timeout=60), Token)
-    waiting, _ = _run(engine, prompts=[[2]], max_tokens=2)
-    engine.stop()
     assert not named[0].is_alive()
     for events in (*running, waiting):
         _, seen = _collect(events)
