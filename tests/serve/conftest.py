@@ -55,7 +55,13 @@ def start_server(model_dir: Path, **options: Any) -> Iterator[Served]:
     _, codec = load_codec(directory)
     app, engine = build_app(model, codec, ServeOptions(**options), model_name="tiny")
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        # the app as a coroutine function: under mutmut, RequestLog.__call__ is a plain function that uvicorn would
+        # call with no arguments (its test for an app factory), and so take the coroutine it returns for the app
+        await app(scope, receive, send)
+
+    server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -23,7 +23,7 @@ def _txl_generate(capsys, model_dir, prompt: str, n: int) -> dict:
     return json.loads(capsys.readouterr().out)["samples"][0]
 
 
-def _post(url: str, body: bytes, headers: dict | None = None, method: str = "POST") -> tuple[int, dict]:
+def _post(url: str, body: bytes | None, headers: dict | None = None, method: str = "POST") -> tuple[int, dict]:
     req = urllib.request.Request(url, data=body, method=method,
                                  headers={"Content-Type": "application/json", **(headers or {})})
     try:
@@ -213,3 +213,84 @@ def test_the_playground_streams_a_completion_in_headless_chromium(served) -> Non
         browser.close()
     assert text == "the cat" + expected and chunks > 1 and "model tiny" in status
     assert browser.errors == []
+
+
+def test_each_request_is_logged_once_with_its_status_time_and_tokens(tmp_path, caplog) -> None:
+    import logging
+    import re
+
+    from tests.serve.conftest import save_served_model
+
+    before = {t.ident for t in threading.enumerate()}
+    gen = start_server(save_served_model(tmp_path))  # its own: no line of another test's request comes late here
+    served = next(gen)
+    own = {t.ident for t in threading.enumerate()} - before
+    base = served.url.removesuffix("/v1")
+    client = served.client()
+
+    def get(path: str) -> None:
+        _post(base + path, None, method="GET")
+
+    calls = [lambda: get("/health"), lambda: client.completions.create(model="tiny", prompt="the cat", max_tokens=3),
+             lambda: list(client.completions.create(model="tiny", prompt="a", max_tokens=2, stream=True)),
+             lambda: get("/v1/nowhere")]
+    patterns = [r"GET /health 200 (\d+)ms", r"POST /v1/completions 200 (\d+)ms 2\+3 tokens",
+                r"POST /v1/completions 200 (\d+)ms stream", r"GET /v1/nowhere 404 (\d+)ms"]
+
+    def lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "txl.serve" and r.thread in own]
+
+    try:
+        with caplog.at_level(logging.INFO, logger="txl.serve"):
+            for i, (call, pattern) in enumerate(zip(calls, patterns)):
+                sent = time.time()
+                call()
+                deadline = time.monotonic() + 10  # a line comes once the response's last byte has been sent
+                while len(lines()) <= i and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                records = lines()
+                assert len(records) == i + 1, [r.getMessage() for r in records]
+                ms = re.fullmatch(pattern, records[i].getMessage())
+                # the time logged lies between the request's sending and the line
+                assert ms and int(ms.group(1)) <= 1000 * (records[i].created - sent) + 1, records[i].getMessage()
+    finally:
+        gen.close()
+
+
+def test_the_api_documentation_pages_are_off(served) -> None:
+    base = served.url.removesuffix("/v1")
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(base + path, timeout=30)
+        assert info.value.code == 404 and json.loads(info.value.read())["error"]["code"] == "not_found"
+
+
+def test_the_request_log_leaves_other_scopes_alone_and_logs_a_request_without_a_response_as_499(caplog) -> None:
+    import asyncio
+    import logging
+    import re
+
+    from transformer_xl.serve.app import RequestLog
+
+    seen: list = []
+
+    async def inner(scope, receive, send) -> None:
+        seen.append(scope["type"])
+        if scope["type"] == "http":
+            raise ConnectionResetError("the client went away")
+        seen.append(await receive())
+        await send({"type": "lifespan.startup.complete"})
+
+    async def receive() -> dict:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: dict) -> None:
+        seen.append(message)
+
+    with caplog.at_level(logging.INFO, logger="txl.serve"):
+        asyncio.run(RequestLog(inner)({"type": "lifespan"}, receive, send))  # passed through as it is
+        with pytest.raises(ConnectionResetError):
+            asyncio.run(RequestLog(inner)({"type": "http", "method": "GET", "path": "/unanswered"}, receive, send))
+    assert seen == ["lifespan", {"type": "lifespan.startup"}, {"type": "lifespan.startup.complete"}, "http"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "txl.serve" and r.thread == threading.get_ident()]
+    assert len(lines) == 1 and re.fullmatch(r"GET /unanswered 499 \d+ms", lines[0]), lines

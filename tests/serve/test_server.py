@@ -34,56 +34,85 @@ def test_bind_a_free_port() -> None:
         assert sock.getsockname()[1] > 0
     finally:
         sock.close()
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^port must be an integer >= 0, got -1$"):
         bind("127.0.0.1", -1)
 
 
-def test_serve_answers_until_interrupted_and_logs_each_request(tmp_path, caplog) -> None:
-    """``serve`` as ``txl serve`` runs it, in this process: the note of where it listens, the openai client's answers,
-    one log line per request, and Ctrl-C (SIGINT) ending it."""
-    import json
-    import logging
+def _serve_and_ask(model_path, opts, ask) -> list[str]:
+    """Run ``serve`` as ``txl serve`` runs it, in this process, until ``ask(base_url)`` (on another thread) has asked
+    what it wants; then Ctrl-C (SIGINT) ends it. The notes ``serve`` gave."""
     import os
     import re
     import signal
     import threading
     import time
-    import urllib.request
 
-    openai = pytest.importorskip("openai")
     pytest.importorskip("uvicorn")
-    from tests.serve.conftest import save_served_model
     from transformer_xl.serve.server import serve
 
-    model_dir = save_served_model(tmp_path, mem_len=64)
     notes: list[str] = []
-    seen: dict = {}
 
     def client_side() -> None:
         try:
             deadline = time.monotonic() + 120
             while not any(n.startswith("serving") for n in notes) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            url = re.search(r"http://[\d.]+:\d+", notes[-1]).group(0)
-            while "health" not in seen and time.monotonic() < deadline:
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-                        seen["health"] = json.loads(resp.read())
-                except OSError:
-                    time.sleep(0.05)
-            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-            seen["models"] = [m.id for m in client.models.list().data]
-            seen["out"] = client.completions.create(model="tiny", prompt="the cat", max_tokens=5, temperature=0)
+            ask(re.search(r"http://(\[[\d:]+\]|[\d.]+):\d+", notes[-1]).group(0), deadline)
         finally:
             os.kill(os.getpid(), signal.SIGINT)
 
     thread = threading.Thread(target=client_side, daemon=True)
     thread.start()
-    with caplog.at_level(logging.INFO, logger="txl.serve"), contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt):
         # uvicorn stops on the SIGINT, then raises it again: KeyboardInterrupt under Python's own handler, nothing
         # where an earlier library in this process installed another one (the whole suite does)
-        serve(str(model_dir) + "/", ServeOptions(port=0, max_batch=3, max_sessions=5, mem_len=16), note=notes.append)
+        serve(model_path, opts, note=notes.append)
     thread.join(timeout=60)
+    return notes
+
+
+def _health(url: str, deadline: float) -> dict:
+    import json
+    import time
+    import urllib.request
+
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=10) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_serve_answers_until_interrupted_and_logs_each_request(tmp_path, caplog) -> None:
+    """``serve``: the note of where it listens, the openai client's answers, one log line per request (INFO lines,
+    shown under a root logger at WARNING that a host program has set up)."""
+    import logging
+    import re
+
+    openai = pytest.importorskip("openai")
+    from tests.serve.conftest import save_served_model
+
+    model_dir = save_served_model(tmp_path, mem_len=64)
+    seen: dict = {}
+
+    def ask(url: str, deadline: float) -> None:
+        seen["health"] = _health(url, deadline)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        seen["models"] = [m.id for m in client.models.list().data]
+        seen["out"] = client.completions.create(model="tiny", prompt="the cat", max_tokens=5, temperature=0)
+
+    levels = {name: logging.getLogger(name).level for name in ("", "txl.serve")}
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("txl.serve").setLevel(logging.NOTSET)
+    try:
+        notes = _serve_and_ask(str(model_dir) + "/",
+                               ServeOptions(port=0, max_batch=3, max_sessions=5, mem_len=16), ask)
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
     from transformer_xl.inference.loading import load_model
 
     model, _ = load_model(model_dir)
@@ -109,3 +138,138 @@ def test_serve_refuses_a_vocabulary_of_another_size(tmp_path) -> None:
     Vocab(["<eos>", "<unk>", "the"], special=["<eos>", "<unk>"], eos="<eos>", unk="<unk>").save(tmp_path / "v.json")
     with pytest.raises(ConfigError, match=r"^the vocabulary has 3 symbols but the model predicts \d+$"):
         serve(model_dir, ServeOptions(port=0, vocab=str(tmp_path / "v.json")), note=lambda _: None)
+
+
+def test_serve_on_ipv6_loopback_names_a_nameless_path_txl_and_logs_to_stderr(tmp_path, monkeypatch, capsys) -> None:
+    """Where no logging is set up, ``serve`` shows its request lines (and every INFO line) on stderr, with the time,
+    and none of uvicorn's; ``.`` is served as ``txl``, at the level and without the check asked for; once it
+    returns, its port and engine are gone."""
+    import json
+    import logging
+    import re
+    import threading
+    import urllib.request
+
+    from tests.serve.conftest import save_served_model
+
+    model_dir = save_served_model(tmp_path)
+    weights = model_dir / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # a weight changed since its manifest: served all the same, unchecked
+    weights.write_bytes(bytes(data))
+    monkeypatch.chdir(model_dir)
+    monkeypatch.setattr(logging.root, "handlers", [])  # what pytest installs: gone for this test
+    levels = {name: logging.getLogger(name).level for name in ("", "txl.serve")}
+    seen: dict = {}
+
+    def ask(url: str, deadline: float) -> None:
+        seen["health"] = _health(url, deadline)
+        req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"prompt": "the cat",
+                                                                              "max_tokens": 2}).encode())
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            seen["out"] = json.loads(resp.read())
+
+    try:
+        notes = _serve_and_ask(".", ServeOptions(host="::1", port=0, level="char", verify=False), ask)
+        logging.getLogger("txl.elsewhere").info("another line")
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    cfg = seen["health"]
+    size = cfg["session_bytes"]
+    port = re.fullmatch(rf"serving txl on http://\[::1\]:(\d+) \(OpenAI completions at /v1, playground at /; "
+                        rf"batch 8, 64 sessions of {size / 2 ** 20:.2f} MiB\)", notes[-1])
+    assert port and cfg["model"] == "txl" and cfg["mem_len"] == 64
+    assert seen["out"]["usage"]["prompt_tokens"] == len("the cat")  # read at the level asked for: characters
+    bind("::1", int(port.group(1))).close()  # free again
+    assert not [t for t in threading.enumerate() if t.name == "txl-serve-engine"]
+    err = capsys.readouterr().err
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+    assert re.search(rf"^{stamp} txl\.serve GET /health 200 \d+ms$", err, re.M), err
+    assert re.search(rf"^{stamp} txl\.elsewhere another line$", err, re.M), err
+    assert "Uvicorn running" not in err and "Started server process" not in err
+
+
+def test_serve_refuses_a_key_less_public_bind_before_loading_and_a_changed_model(tmp_path, monkeypatch) -> None:
+    from tests.serve.conftest import save_served_model
+    from transformer_xl.errors import CheckpointError
+    from transformer_xl.serve.server import serve
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    with pytest.raises(ConfigError, match="--api-key"):  # and not that there is no model there
+        serve(tmp_path / "nowhere", ServeOptions(host="0.0.0.0", port=0), note=print)
+    model_dir = save_served_model(tmp_path)
+    weights = model_dir / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight: the file no longer matches its manifest
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match its SHA-256"):
+        serve(model_dir, ServeOptions(port=0), note=print)
+
+
+def test_the_app_built_follows_every_option(tmp_path) -> None:
+    import json
+    import urllib.request
+
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from tests.serve.conftest import save_served_model, start_server
+    from transformer_xl.serve.protocol import Limits
+
+    gen = start_server(save_served_model(tmp_path), model_name="named", api_key="k", max_batch=2, mem_len=4,
+                       clamp_len=2, session_timeout=0.0, limits=Limits(max_tokens=6))
+    served = next(gen)
+    try:
+        client = served.client(api_key="k")
+        assert [m.id for m in client.models.list().data] == ["named"]
+        with pytest.raises(openai.AuthenticationError):
+            served.client(api_key="wrong").models.list()
+        with pytest.raises(openai.BadRequestError, match="--max-batch"):
+            client.completions.create(model="named", prompt="the", n=3, max_tokens=1)
+        with pytest.raises(openai.BadRequestError, match="max_tokens"):
+            client.completions.create(model="named", prompt="the", max_tokens=7)
+        prompt = "the cat sat on a red mat and then it ran"
+        out = client.completions.create(model="named", prompt=prompt, max_tokens=6, temperature=0, logprobs=0,
+                                        extra_body={"session": "s"})
+        ids = served.codec.encode(prompt)
+        expected = served.model.generate(ids, max_new_tokens=6, mem_len=4, clamp_len=2).log_probs[0].tolist()
+        assert out.choices[0].logprobs.token_logprobs == pytest.approx(expected, rel=1e-5, abs=1e-6)
+        for other in (dict(mem_len=4), dict(clamp_len=2)):  # each length changes what the model says here
+            lp = served.model.generate(ids, max_new_tokens=6, **other).log_probs[0].tolist()
+            assert lp != pytest.approx(expected, rel=1e-5, abs=1e-6), other
+        with urllib.request.urlopen(served.url.removesuffix("/v1") + "/health", timeout=30) as resp:
+            health = json.loads(resp.read())
+        cfg = served.model.config
+        assert {k: health[k] for k in ("max_batch", "mem_len", "session_bytes", "sessions")} == {
+            "max_batch": 2, "mem_len": 4, "session_bytes": (cfg.n_layer + 1) * 4 * cfg.d_model * 4,
+            "sessions": 0}  # the session was idle longer than 0 s: dropped
+    finally:
+        gen.close()
+
+
+def test_serve_loads_what_it_is_asked_for_and_a_port_in_use_starts_nothing(tmp_path) -> None:
+    import errno
+    import threading
+
+    import torch
+
+    pytest.importorskip("uvicorn")
+    from tests.serve.conftest import save_served_model
+    from transformer_xl.serve.server import serve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_served_model(tmp_path).rename(run / "best")  # a run directory: its best model is served
+    busy = bind("127.0.0.1", 0)
+    try:
+        notes: list[str] = []
+        with pytest.raises(OSError) as info:
+            serve(run, ServeOptions(port=busy.getsockname()[1]), note=notes.append)
+        assert info.value.errno == errno.EADDRINUSE
+        assert notes == [f"using {run / 'best'} (the best validation model)"]  # the loader's note reaches the caller
+        assert not [t for t in threading.enumerate() if t.name == "txl-serve-engine"]  # no engine left running
+        if not torch.cuda.is_available():  # the device asked for is the one loaded on
+            with pytest.raises(ConfigError, match="CUDA is not available"):
+                serve(run, ServeOptions(port=busy.getsockname()[1], device="cuda"), note=print)
+    finally:
+        busy.close()

@@ -64,7 +64,7 @@ def _error(exc: RequestError) -> JSONResponse:
 
 def create_app(completions: Completions, *, api_key: str | None = None, info: dict | None = None) -> Any:
     """The ASGI application (with :class:`RequestLog`) serving ``completions``."""
-    app = FastAPI(title="txl serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # no API pages (where a title would show)
     engine = completions.engine
 
     @app.exception_handler(RequestError)

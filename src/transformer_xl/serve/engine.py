@@ -157,7 +157,7 @@ class Engine:
         with self._wake:
             self._stopping = True
             self._wake.notify()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=30)  # pragma: no mutate (it ends at its next step; the bound is for a stuck one)
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` (503 when the queue is full); a session it names is reserved until it ends."""
@@ -190,7 +190,7 @@ class Engine:
             for job in admitted:
                 self._guard([job], self._start, job)
             self._guard({id(r.job): r.job for r in self._rows}.values(), self._step)
-        for job in list(self._queue) + [r.job for r in self._rows]:
+        for job in [*self._queue, *{id(r.job): r.job for r in self._rows}.values()]:  # each job once, not per row
             self._end(job, Failed("the server is stopping"))
 
     def _admit(self) -> list[Job]:
@@ -227,7 +227,8 @@ class Engine:
 
     def _start(self, job: Job) -> None:
         """Read the prompts of ``job`` (after its session's memory) and add its rows."""
-        if job.cancelled:
+        if job.cancelled:  # its client went away while it waited
+            self.cancelled += 1
             return self._end(job, Failed("cancelled"))
         state = job.state
         generator = torch.Generator().manual_seed(job.seed) if job.seed is not None else None
@@ -248,7 +249,7 @@ class Engine:
         self._rows.extend(rows)
         if job.max_tokens == 0:
             for row in rows:
-                row.done = True
+                row.done = True  # pragma: no mutate (the rows leave with the job on the next lines)
                 job.emit(Finish(row.choice, "length"))
             self._end(job, Done(sum(map(len, job.prompts)), 0))
 
@@ -301,5 +302,5 @@ class Engine:
         for g, row in enumerate(group):
             row.mems = [m[g:g + 1] for m in new]
             row.log_probs = log_probs[g]
-            row.pending = None
+            row.pending = None  # pragma: no mutate (a row chooses its next id before it is read or kept again)
             row.read += 1

@@ -103,9 +103,9 @@ def serve(model_path: str | Path, opts: ServeOptions, *, note: Callable[[str], N
     vocab, codec = load_codec(directory, opts.vocab, level=opts.level)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")
-    name = opts.model_name or Path(str(model_path).rstrip("/")).name or "txl"
+    name = opts.model_name or Path(model_path).name or "txl"  # "." or "/": txl
+    sock = bind(opts.host, opts.port)  # a port in use refuses before the engine starts
     app, engine = build_app(model, codec, opts, model_name=name)
-    sock = bind(opts.host, opts.port)
     host, port = sock.getsockname()[:2]
     mem_len = opts.mem_len or model.config.mem_len
     note(f"serving {name} on http://{'[' + host + ']' if ':' in host else host}:{port} (OpenAI completions at /v1, "
