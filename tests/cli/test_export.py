@@ -22,7 +22,7 @@ def _generate(capsys, model: str, *extra: str) -> dict:
 @pytest.mark.parametrize("options", [["--greedy"], ["--seed", "4", "--top-k", "8", "--num-samples", "2"],
                                      ["--greedy", "--mem-len", "3", "--repetition-penalty", "1.3"]])
 def test_generate_on_onnxruntime_gives_the_torch_backends_tokens(onnx_export, capsys, options) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     want = _generate(capsys, str(model_dir), *options)
     got = _generate(capsys, str(export), "--backend", "onnxruntime", *options)
     assert got["prompt_ids"] == want["prompt_ids"] and len(got["samples"]) == len(want["samples"])
@@ -32,7 +32,7 @@ def test_generate_on_onnxruntime_gives_the_torch_backends_tokens(onnx_export, ca
 
 
 def test_streamed_text_on_onnxruntime_equals_torch(onnx_export, capsys) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     args = ["--prompt", "It was", "--max-new-tokens", "8", "--stream", "--greedy"]
     assert main(["generate", str(model_dir), *args]) == 0
     want = capsys.readouterr().out
@@ -51,7 +51,7 @@ def test_export_refuses_an_unsupported_model_in_one_line(tmp_path, capsys, overr
 
 
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     assert main(["generate", str(tmp_path / "nowhere"), "--backend", "onnxruntime"]) == 2
     assert "not found" in one_line_error(capsys, "txl generate: error:")
     assert main(["generate", str(model_dir), "--backend", "onnxruntime"]) == 2
