@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.helpers import one_line_error, tiny_model, word_vocab
+from tests.helpers import WIKI_WORDS, damage_file, one_line_error, tiny_model, word_vocab
 from transformer_xl.cli import main
+from transformer_xl.data import Vocab
 
 pytest.importorskip("onnxruntime")
 
@@ -48,6 +49,56 @@ def test_export_refuses_an_unsupported_model_in_one_line(tmp_path, capsys, overr
     assert main(["export", "onnx", str(tmp_path / "m"), str(tmp_path / "out")]) == 2
     assert why in one_line_error(capsys, "txl export: error:")
     assert not (tmp_path / "out").exists()
+
+
+def test_export_verifies_the_model_unless_told_not_to(tmp_path, capsys) -> None:
+    """A model whose files changed after they were written is refused; ``--no-verify`` loads it (and the refusal
+    is then the model's own: this one has same_length)."""
+    vocab = word_vocab()
+    tiny_model(n_token=len(vocab), same_length=True).save_pretrained(tmp_path / "m", vocab=vocab)
+    damage_file(tmp_path / "m" / "model.safetensors", "bit-flip")
+    assert main(["export", "onnx", str(tmp_path / "m"), str(tmp_path / "out")]) == 2
+    assert "model.safetensors does not match its SHA-256" in one_line_error(capsys, "txl export: error:")
+    assert main(["export", "onnx", str(tmp_path / "m"), str(tmp_path / "out"), "--no-verify"]) == 2
+    assert "same_length" in one_line_error(capsys, "txl export: error:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_given_is_the_one_exported(tmp_path, capsys) -> None:
+    """``--vocab`` replaces the vocabulary beside the model: one that is missing, or of another size, is refused
+    before anything is exported."""
+    vocab = word_vocab()
+    tiny_model(n_token=len(vocab)).save_pretrained(tmp_path / "m", vocab=vocab)
+    out = str(tmp_path / "out")
+    assert main(["export", "onnx", str(tmp_path / "m"), out, "--vocab", str(tmp_path / "missing.json")]) == 2
+    assert str(tmp_path / "missing.json") in one_line_error(capsys, "txl export: error:")
+    (tmp_path / "other.json").write_text(Vocab([*WIKI_WORDS, "extra"], special=["<eos>", "<unk>"], eos="<eos>",
+                                               unk="<unk>").to_json())
+    assert main(["export", "onnx", str(tmp_path / "m"), out, "--vocab", str(tmp_path / "other.json")]) == 2
+    err = one_line_error(capsys, "txl export: error:")
+    assert f"the vocabulary has {len(vocab) + 1} symbols but the model predicts n_token={len(vocab)}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_its_vocabulary_or_tokenizer_is_told_in_order(tmp_path, capsys) -> None:
+    """From a run directory: which model is used, then that no vocabulary is beside it (a warning), then the
+    tokenizer the run recorded, which is missing: refused before anything is exported."""
+    run, missing = tmp_path / "run", tmp_path / "tok.json"
+    tiny_model().save_pretrained(run / "best")
+    (run / "config.json").write_text(json.dumps({"train": {"tokenizer": str(missing), "level": "word"}}))
+    assert main(["export", "onnx", str(run), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"txl export: using {run / 'best'} (the best validation model)",
+        "txl export: warning: no vocabulary beside the model; generating from the export needs --vocab",
+        f"txl export: error: the model's tokenizer {missing} (recorded by its run) is not found"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_names_its_format_and_arguments_when_missing(capsys) -> None:
+    assert main(["export"]) == 2
+    assert "{onnx}" in capsys.readouterr().err
+    assert main(["export", "onnx"]) == 2
+    assert "the following arguments are required: MODEL_OR_RUN_DIR, OUT_DIR" in capsys.readouterr().err
 
 
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
