@@ -101,6 +101,33 @@ def test_export_names_its_format_and_arguments_when_missing(capsys) -> None:
     assert "the following arguments are required: MODEL_OR_RUN_DIR, OUT_DIR" in capsys.readouterr().err
 
 
+def test_help_describes_the_command_and_its_arguments(capsys, monkeypatch) -> None:
+    """``txl export --help`` and ``txl export onnx --help``: what each does, its format, arguments and options (the
+    command list names export with its one-line summary)."""
+    from transformer_xl.cli.export import EXPORT_HELP, ONNX_HELP
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per argument: the phrases below are not cut by wrapping
+    helps = {}
+    for argv in (["--help"], ["export", "--help"], ["export", "onnx", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        helps[" ".join(argv)] = " ".join(capsys.readouterr().out.split())
+    summary, _, description = EXPORT_HELP.partition("\n\n")
+    assert f"export {summary.strip()}" in helps["--help"]
+    assert helps["export --help"].startswith("usage: txl export [-h] ") and " {onnx} ... " in helps["export --help"]
+    assert " ".join(description.split()) in helps["export --help"]
+    summary, _, description = ONNX_HELP.partition("\n\n")
+    assert f"onnx {' '.join(summary.split())}" in helps["export --help"]
+    out = helps["export onnx --help"]
+    for text in (" ".join(description.split()),
+                 "MODEL_OR_RUN_DIR txl model directory (config.json + model.safetensors), checkpoint step_* dir, or "
+                 "run dir; a Hugging Face Hub id",
+                 "OUT_DIR the export directory to write (replaced if it exists)",
+                 "--vocab VOCAB vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)",
+                 "--no-verify load weights"):
+        assert text in out, text
+
+
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
     _, model_dir, export = onnx_export()
     assert main(["generate", str(tmp_path / "nowhere"), "--backend", "onnxruntime"]) == 2
