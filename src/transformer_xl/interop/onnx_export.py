@@ -186,8 +186,8 @@ def check_graph(path: str | Path) -> None:
 
 def _write_beside(directory: Path, model: TransformerXLLM, *, vocab_json: str | None, tokenizer: str | Path | None,
                   text: dict[str, Any], opset: int) -> None:
-    """Everything of an export directory but the graphs: ``config.json``, the vocabulary, the tokenizer,
-    ``onnx_export.json`` and, last, ``MANIFEST.json`` (of every file then in ``directory``)."""
+    """Everything of an export directory but the graphs and the manifest: ``config.json``, the vocabulary, the
+    tokenizer and ``onnx_export.json``."""
     text = dict(text)
     write_text(directory / "config.json", model.config.to_json())
     if vocab_json is not None:
@@ -196,7 +196,6 @@ def _write_beside(directory: Path, model: TransformerXLLM, *, vocab_json: str | 
         shutil.copyfile(tokenizer, directory / "tokenizer.json")
         text["tokenizer"] = "tokenizer.json"
     write_json(directory / EXPORT_JSON, describe(model, opset=opset, text=text))
-    write_manifest(directory)
 
 
 def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any = None,
@@ -215,11 +214,13 @@ def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any
     model.eval()
     try:
         with atomic_dir(out_dir) as tmp, torch.no_grad():
+            # the small files first: one that cannot be written fails in a moment, not after the graphs' export
+            _write_beside(tmp, model, vocab_json=vocab_json, tokenizer=tokenizer, text=text or {}, opset=opset)
             module = _Segment(model)
             for name, file in GRAPHS.items():
                 _export_graph(module, tmp / file, qlen=1 if name == "step" else None, opset=opset)
                 check_graph(tmp / file)
-            _write_beside(tmp, model, vocab_json=vocab_json, tokenizer=tokenizer, text=text or {}, opset=opset)
+            write_manifest(tmp)
     finally:
         model.train(was_training)
     return Path(out_dir)
