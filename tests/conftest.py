@@ -117,7 +117,12 @@ def _export_onnx_once(root: Path) -> tuple[TransformerXLLM, Path, Path]:
     return model, root / "model", export
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "exports: exports a model to ONNX itself (tens of seconds); runs last")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that use the session's ONNX export run last, in their order: under ``pytest -x`` a quick test that
-    fails stops the run before the export (tens of seconds) is made."""
-    items.sort(key=lambda item: "onnx_export" in getattr(item, "fixturenames", ()))
+    """The tests that export to ONNX (marked ``exports``, or using the session's ``onnx_export``) run last, in their
+    order: under ``pytest -x`` a quick test that fails stops the run before an export (tens of seconds) is made."""
+    items.sort(key=lambda item: "onnx_export" in getattr(item, "fixturenames", ()) or
+               item.get_closest_marker("exports") is not None)

@@ -94,6 +94,23 @@ def test_a_run_without_its_vocabulary_or_tokenizer_is_told_in_order(tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.exports
+def test_a_subword_model_is_exported_with_its_tokenizer_without_a_vocabulary(tmp_path, capsys) -> None:
+    """A model of a run that recorded a tokenizer and has no vocabulary beside it: a warning, then an export with
+    the tokenizer (recorded as how text is split) and no vocabulary or level."""
+    run, tokenizer = tmp_path / "run", tmp_path / "tok.json"
+    tokenizer.write_text('{"model": {"type": "BPE"}}')
+    tiny_model().save_pretrained(run / "best")
+    (run / "config.json").write_text(json.dumps({"train": {"tokenizer": str(tokenizer)}}))
+    out = tmp_path / "out"
+    assert main(["export", "onnx", str(run / "best"), str(out)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "txl export: warning: no vocabulary beside the model; generating from the export needs --vocab",
+        f"txl export: wrote {out} (segment.onnx, step.onnx; see {out}/onnx_export.json)"]
+    assert (out / "tokenizer.json").read_text() == tokenizer.read_text() and not (out / "vocab.json").exists()
+    assert json.loads((out / "onnx_export.json").read_text())["text"] == {"tokenizer": "tokenizer.json"}
+
+
 def test_export_names_its_format_and_arguments_when_missing(capsys) -> None:
     assert main(["export"]) == 2
     assert "{onnx}" in capsys.readouterr().err
