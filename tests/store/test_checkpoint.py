@@ -31,11 +31,12 @@ def test_split_join_tensors_round_trip() -> None:
 
 
 def test_the_state_json_names_each_tensor_by_its_path() -> None:
-    """Each tensor of the state is stored under its dotted path (a lone tensor as ``t``), scalars flagged."""
+    """Each tensor of the state is stored under its dotted path (a lone tensor as ``t``); a scalar as a tensor of
+    one element (a shape every safetensors reader takes), flagged to be read back as a scalar."""
     meta, tensors = split_tensors({"opt": [{"m": torch.ones(2)}], 3: torch.tensor(1.5), "lr": 0.1})
     assert meta == {"opt": [{"m": {"__tensor__": ".opt.0.m", "scalar": False}}],
                     "__int__3": {"__tensor__": ".3", "scalar": True}, "lr": 0.1}
-    assert sorted(tensors) == [".3", ".opt.0.m"]
+    assert sorted(tensors) == [".3", ".opt.0.m"] and tensors[".3"].shape == (1,) and tensors[".3"].item() == 1.5
     assert split_tensors(torch.zeros(3))[0] == {"__tensor__": "t", "scalar": False}
 
 
