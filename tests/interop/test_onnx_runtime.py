@@ -73,6 +73,7 @@ def _toy_graph(graph: str) -> onnx.ModelProto:
         inits.append(helper.make_tensor(f"scale_{i}", tp.FLOAT, [], [float(i + 1)]))
         nodes += [helper.make_node("Mul", ["e", f"scale_{i}"], [f"e_{i}"]),
                   helper.make_node("Concat", [mem, f"e_{i}"], [new], axis=1)]
+    outputs.reverse()  # declared in another order than the exporter's: outputs are asked for by name
     return helper.make_model(helper.make_graph(nodes, graph, inputs, outputs, inits),
                              opset_imports=[helper.make_opsetid("", OPSET)])
 
