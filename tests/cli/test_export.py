@@ -121,6 +121,7 @@ def test_export_names_its_format_and_arguments_when_missing(capsys) -> None:
 def test_help_describes_the_command_and_its_arguments(capsys, monkeypatch) -> None:
     """``txl export --help`` and ``txl export onnx --help``: what each does, its format, arguments and options (the
     command list names export with its one-line summary)."""
+    from transformer_xl.cli import _build_parser
     from transformer_xl.cli.export import EXPORT_HELP, ONNX_HELP
 
     monkeypatch.setenv("COLUMNS", "400")  # one line per argument: the phrases below are not cut by wrapping
@@ -143,6 +144,8 @@ def test_help_describes_the_command_and_its_arguments(capsys, monkeypatch) -> No
                  "--vocab VOCAB vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)",
                  "--no-verify load weights"):
         assert text in out, text
+    args = _build_parser().parse_args(["export", "onnx", "m", "out"])
+    assert (args.format, args.model_dir, args.out_dir, args.vocab, args.no_verify) == ("onnx", "m", "out", None, False)
 
 
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
