@@ -77,16 +77,52 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def onnx_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[TransformerXLLM, Path, Path]:
-    """``(model, model directory, export directory)``: a tiny adaptive-softmax model with a word vocabulary, exported
-    once for the session by ``txl export onnx`` (the exporter takes tens of seconds): read it, never change it."""
+def onnx_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], tuple[TransformerXLLM, Path, Path]]:
+    """``onnx_export()``: ``(model, model directory, export directory)``, a tiny adaptive-softmax model with a word
+    vocabulary exported by ``txl export onnx`` once for the session (the exporter takes tens of seconds): read it,
+    never change it. The export is made by the first test that calls ``onnx_export()``, within that test (mutation
+    testing sizes each test's time limit by the time of its own body, fixtures left out), and the command's output
+    and files are checked there: the other tests of the command reuse its one export."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
+    root = tmp_path_factory.mktemp("onnx")
+    made: list[tuple[TransformerXLLM, Path, Path]] = []
+
+    def get() -> tuple[TransformerXLLM, Path, Path]:
+        if not made:
+            made.append(_export_onnx_once(root))
+        return made[0]
+
+    return get
+
+
+def _export_onnx_once(root: Path) -> tuple[TransformerXLLM, Path, Path]:
+    import contextlib
+    import io
+    import json
+
     from transformer_xl.cli import main
 
-    root = tmp_path_factory.mktemp("onnx")
     vocab = helpers.word_vocab()
     model = helpers.generation_model(3, n_token=len(vocab), cutoffs=[8, 14], div_val=2)
     model.save_pretrained(root / "model", vocab=vocab)
-    assert main(["export", "onnx", str(root / "model"), str(root / "export")]) == 0
-    return model, root / "model", root / "export"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["export", "onnx", str(root / "model"), str(root / "export")]) == 0
+    export = root / "export"
+    assert out.getvalue() == ""
+    assert err.getvalue() == f"txl export: wrote {export} (segment.onnx, step.onnx; see {export}/onnx_export.json)\n"
+    assert (export / "vocab.json").read_text() == vocab.to_json()  # the vocabulary beside the model, and its level
+    assert json.loads((export / "onnx_export.json").read_text())["text"] == {"level": "word"}
+    return model, root / "model", export
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "exports: exports a model to ONNX itself (tens of seconds); runs last")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that export to ONNX (marked ``exports``, or using the session's ``onnx_export``) run last, in their
+    order: under ``pytest -x`` a quick test that fails stops the run before an export (tens of seconds) is made."""
+    items.sort(key=lambda item: "onnx_export" in getattr(item, "fixturenames", ()) or
+               item.get_closest_marker("exports") is not None)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from tests.helpers import one_line_error, tiny_model, word_vocab
+from tests.helpers import WIKI_WORDS, damage_file, one_line_error, tiny_model, word_vocab
 from transformer_xl.cli import main
+from transformer_xl.data import Vocab
 
 pytest.importorskip("onnxruntime")
 
@@ -22,7 +23,7 @@ def _generate(capsys, model: str, *extra: str) -> dict:
 @pytest.mark.parametrize("options", [["--greedy"], ["--seed", "4", "--top-k", "8", "--num-samples", "2"],
                                      ["--greedy", "--mem-len", "3", "--repetition-penalty", "1.3"]])
 def test_generate_on_onnxruntime_gives_the_torch_backends_tokens(onnx_export, capsys, options) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     want = _generate(capsys, str(model_dir), *options)
     got = _generate(capsys, str(export), "--backend", "onnxruntime", *options)
     assert got["prompt_ids"] == want["prompt_ids"] and len(got["samples"]) == len(want["samples"])
@@ -32,7 +33,7 @@ def test_generate_on_onnxruntime_gives_the_torch_backends_tokens(onnx_export, ca
 
 
 def test_streamed_text_on_onnxruntime_equals_torch(onnx_export, capsys) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     args = ["--prompt", "It was", "--max-new-tokens", "8", "--stream", "--greedy"]
     assert main(["generate", str(model_dir), *args]) == 0
     want = capsys.readouterr().out
@@ -50,8 +51,105 @@ def test_export_refuses_an_unsupported_model_in_one_line(tmp_path, capsys, overr
     assert not (tmp_path / "out").exists()
 
 
+def test_export_verifies_the_model_unless_told_not_to(tmp_path, capsys) -> None:
+    """A model whose files changed after they were written is refused; ``--no-verify`` loads it (and the refusal
+    is then the model's own: this one has same_length)."""
+    vocab = word_vocab()
+    tiny_model(n_token=len(vocab), same_length=True).save_pretrained(tmp_path / "m", vocab=vocab)
+    damage_file(tmp_path / "m" / "model.safetensors", "bit-flip")
+    assert main(["export", "onnx", str(tmp_path / "m"), str(tmp_path / "out")]) == 2
+    assert "model.safetensors does not match its SHA-256" in one_line_error(capsys, "txl export: error:")
+    assert main(["export", "onnx", str(tmp_path / "m"), str(tmp_path / "out"), "--no-verify"]) == 2
+    assert "same_length" in one_line_error(capsys, "txl export: error:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_given_is_the_one_exported(tmp_path, capsys) -> None:
+    """``--vocab`` replaces the vocabulary beside the model: one that is missing, or of another size, is refused
+    before anything is exported."""
+    vocab = word_vocab()
+    tiny_model(n_token=len(vocab)).save_pretrained(tmp_path / "m", vocab=vocab)
+    out = str(tmp_path / "out")
+    assert main(["export", "onnx", str(tmp_path / "m"), out, "--vocab", str(tmp_path / "missing.json")]) == 2
+    assert str(tmp_path / "missing.json") in one_line_error(capsys, "txl export: error:")
+    (tmp_path / "other.json").write_text(Vocab([*WIKI_WORDS, "extra"], special=["<eos>", "<unk>"], eos="<eos>",
+                                               unk="<unk>").to_json())
+    assert main(["export", "onnx", str(tmp_path / "m"), out, "--vocab", str(tmp_path / "other.json")]) == 2
+    err = one_line_error(capsys, "txl export: error:")
+    assert f"the vocabulary has {len(vocab) + 1} symbols but the model predicts n_token={len(vocab)}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_its_vocabulary_or_tokenizer_is_told_in_order(tmp_path, capsys) -> None:
+    """From a run directory: which model is used, then that no vocabulary is beside it (a warning), then the
+    tokenizer the run recorded, which is missing: refused before anything is exported."""
+    run, missing = tmp_path / "run", tmp_path / "tok.json"
+    tiny_model().save_pretrained(run / "best")
+    (run / "config.json").write_text(json.dumps({"train": {"tokenizer": str(missing), "level": "word"}}))
+    assert main(["export", "onnx", str(run), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"txl export: using {run / 'best'} (the best validation model)",
+        "txl export: warning: no vocabulary beside the model; generating from the export needs --vocab",
+        f"txl export: error: the model's tokenizer {missing} (recorded by its run) is not found"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.exports
+def test_a_subword_model_is_exported_with_its_tokenizer_without_a_vocabulary(tmp_path, capsys) -> None:
+    """A model of a run that recorded a tokenizer and has no vocabulary beside it: a warning, then an export with
+    the tokenizer (recorded as how text is split) and no vocabulary or level."""
+    run, tokenizer = tmp_path / "run", tmp_path / "tok.json"
+    tokenizer.write_text('{"model": {"type": "BPE"}}')
+    tiny_model().save_pretrained(run / "best")
+    (run / "config.json").write_text(json.dumps({"train": {"tokenizer": str(tokenizer)}}))
+    out = tmp_path / "out"
+    assert main(["export", "onnx", str(run / "best"), str(out)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "txl export: warning: no vocabulary beside the model; generating from the export needs --vocab",
+        f"txl export: wrote {out} (segment.onnx, step.onnx; see {out}/onnx_export.json)"]
+    assert (out / "tokenizer.json").read_text() == tokenizer.read_text() and not (out / "vocab.json").exists()
+    assert json.loads((out / "onnx_export.json").read_text())["text"] == {"tokenizer": "tokenizer.json"}
+
+
+def test_export_names_its_format_and_arguments_when_missing(capsys) -> None:
+    assert main(["export"]) == 2
+    assert "{onnx}" in capsys.readouterr().err
+    assert main(["export", "onnx"]) == 2
+    assert "the following arguments are required: MODEL_OR_RUN_DIR, OUT_DIR" in capsys.readouterr().err
+
+
+def test_help_describes_the_command_and_its_arguments(capsys, monkeypatch) -> None:
+    """``txl export --help`` and ``txl export onnx --help``: what each does, its format, arguments and options (the
+    command list names export with its one-line summary)."""
+    from transformer_xl.cli import _build_parser
+    from transformer_xl.cli.export import EXPORT_HELP, ONNX_HELP
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per argument: the phrases below are not cut by wrapping
+    helps = {}
+    for argv in (["--help"], ["export", "--help"], ["export", "onnx", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        helps[" ".join(argv)] = " ".join(capsys.readouterr().out.split())
+    summary, _, description = EXPORT_HELP.partition("\n\n")
+    assert f"export {summary.strip()}" in helps["--help"]
+    assert helps["export --help"].startswith("usage: txl export [-h] ") and " {onnx} ... " in helps["export --help"]
+    assert " ".join(description.split()) in helps["export --help"]
+    summary, _, description = ONNX_HELP.partition("\n\n")
+    assert f"onnx {' '.join(summary.split())}" in helps["export --help"]
+    out = helps["export onnx --help"]
+    for text in (" ".join(description.split()),
+                 "MODEL_OR_RUN_DIR txl model directory (config.json + model.safetensors), checkpoint step_* dir, or "
+                 "run dir; a Hugging Face Hub id",
+                 "OUT_DIR the export directory to write (replaced if it exists)",
+                 "--vocab VOCAB vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)",
+                 "--no-verify load weights"):
+        assert text in out, text
+    args = _build_parser().parse_args(["export", "onnx", "m", "out"])
+    assert (args.format, args.model_dir, args.out_dir, args.vocab, args.no_verify) == ("onnx", "m", "out", None, False)
+
+
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
-    _, model_dir, export = onnx_export
+    _, model_dir, export = onnx_export()
     assert main(["generate", str(tmp_path / "nowhere"), "--backend", "onnxruntime"]) == 2
     assert "not found" in one_line_error(capsys, "txl generate: error:")
     assert main(["generate", str(model_dir), "--backend", "onnxruntime"]) == 2

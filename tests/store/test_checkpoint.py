@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -10,7 +11,9 @@ import torch
 from transformer_xl.errors import CheckpointError
 from transformer_xl.store.checkpoint import (
     join_tensors,
+    list_checkpoints,
     load_checkpoint,
+    prune_checkpoints,
     read_checkpoint_meta,
     remove_stale_temporaries,
     save_checkpoint,
@@ -25,6 +28,25 @@ def test_split_join_tensors_round_trip() -> None:
     json.dumps(meta)
     back = join_tensors(json.loads(json.dumps(meta)), tensors)
     assert back["b"][0].shape == () and back["b"][1][5].equal(torch.ones(2, 2)) and back["b"][1]["c"] == 1
+
+
+def test_the_state_json_names_each_tensor_by_its_path() -> None:
+    """Each tensor of the state is stored under its dotted path (a lone tensor as ``t``); a scalar as a tensor of
+    one element (a shape every safetensors reader takes), flagged to be read back as a scalar."""
+    meta, tensors = split_tensors({"opt": [{"m": torch.ones(2)}], 3: torch.tensor(1.5), "lr": 0.1})
+    assert meta == {"opt": [{"m": {"__tensor__": ".opt.0.m", "scalar": False}}],
+                    "__int__3": {"__tensor__": ".3", "scalar": True}, "lr": 0.1}
+    assert sorted(tensors) == [".3", ".opt.0.m"] and tensors[".3"].shape == (1,) and tensors[".3"].item() == 1.5
+    assert split_tensors(torch.zeros(3))[0] == {"__tensor__": "t", "scalar": False}
+
+
+@pytest.mark.parametrize(("state", "message"), [
+    ({"ok": 1, (1, 2): 3}, "cannot store a state key of type tuple"),
+    ({"a": [1, object()]}, "cannot store a state value of type object at '.a.1'"),
+    ({"b": {"c": {1, 2}}}, "cannot store a state value of type set at '.b.c'")])
+def test_a_state_that_is_no_json_and_tensors_is_refused_naming_what(state, message) -> None:
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        split_tensors(state)
 
 
 def _checkpoint(tmp_path, weights: dict | None = None):
@@ -105,3 +127,58 @@ def test_stale_temporaries_of_a_killed_writer_are_removed_and_nothing_else(tmp_p
     (tmp_path / "notes.tmp").write_text("mine")
     remove_stale_temporaries(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "step_00000004"]
+
+
+def test_a_checkpoint_without_its_manifest_is_refused_as_incomplete(tmp_path) -> None:
+    """The manifest is written last: a step directory without one is a save that did not finish."""
+    ckpt = _checkpoint(tmp_path)
+    (ckpt / "MANIFEST.json").unlink()
+    for read in (verify_checkpoint, load_checkpoint):
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(ckpt))} is not a complete checkpoint "
+                                                  r"\(no MANIFEST\.json\)$"):
+            read(ckpt)
+
+
+def test_load_checkpoint_without_verify_hashes_nothing(tmp_path) -> None:
+    """``verify=False`` (the caller has just verified) reads the files as they are: new weights written over the
+    checkpoint's are loaded, not refused, whereas the default refuses them."""
+    from transformer_xl.store.tensors import save_tensors
+
+    ckpt = _checkpoint(tmp_path)
+    save_tensors({"w": torch.full((4, 4), 2.0)}, ckpt / "model.safetensors")
+    _, weights, state = load_checkpoint(ckpt, verify=False)
+    assert weights["w"].equal(torch.full((4, 4), 2.0)) and state["m"].equal(torch.ones(2))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors does not match its SHA-256"):
+        load_checkpoint(ckpt)
+
+
+def test_pruning_keeps_the_newest_and_leaves_what_it_cannot_remove(tmp_path) -> None:
+    """``prune_checkpoints`` deletes all but the newest ``keep``; a checkpoint it cannot remove (here a symbolic
+    link to one kept elsewhere, which it does not follow) is left, and the pruning goes on past it."""
+    root = tmp_path / "checkpoints"
+    weights, state = {"w": torch.ones(2)}, {"step": 0}
+    kept_elsewhere = save_checkpoint(tmp_path / "elsewhere", 1, weights, "{}", state)
+    root.mkdir()
+    (root / "step_00000001").symlink_to(kept_elsewhere, target_is_directory=True)
+    for step in (2, 3, 4):
+        save_checkpoint(root, step, weights, "{}", state)
+    prune_checkpoints(root, keep=2)
+    assert [p.name for p in list_checkpoints(root)] == ["step_00000001", "step_00000003", "step_00000004"]
+    verify_checkpoint(kept_elsewhere)  # the link's target untouched
+    prune_checkpoints(root, keep=5)
+    assert len(list_checkpoints(root)) == 3
+
+
+def test_a_linked_temporary_is_not_followed(tmp_path) -> None:
+    """A ``.step_*.tmp`` that is a symbolic link is left with its target's files: only a writer's own folders
+    are removed, and the other stale ones still are."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    (root / ".step_00000002.tmp").symlink_to(target, target_is_directory=True)
+    (root / ".step_00000003.tmp").mkdir()
+    remove_stale_temporaries(root)
+    assert sorted(p.name for p in root.iterdir()) == [".step_00000002.tmp"]
+    assert (target / "keep.txt").read_text() == "mine"

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.pretrained import checked_vocab_json
 from transformer_xl.store.files import atomic_dir, write_json, write_text
 from transformer_xl.store.manifest import write_manifest
@@ -58,7 +58,15 @@ GRAPHS = {"segment": "segment.onnx", "step": "step.onnx"}
 MAX_DIM = 1 << 16
 #: The memory length the graphs are traced with: no cut inside the graph (``M + Q`` stays below it).
 _NO_CUT = 1 << 20
+#: The example batch, memory and segment length the graphs are traced with: any size of 2 or more traces the same
+#: graphs (0 or 1 would not: the exporter fixes an axis it sees at those sizes).
+_EXAMPLE = 2
 _INSTALL = "pip install 'transformer-xl[onnx]'"
+#: What ``onnx_export.json`` says of the memories and of the log-probabilities.
+MEMORY_DOC = ("mem_i: the memory of layer i's input (i = n_layer: the final output), the last positions of the text "
+              "read so far, oldest first; empty (mem = 0) at the start of a text. new_mem_i: mem_i followed by this "
+              "segment's positions; keep its last mem_len positions as the next mem_i.")
+LOG_PROBS_DOC = "natural-log probabilities of the next token after the last position of input_ids"
 
 
 def check_exportable(model: TransformerXLLM) -> None:
@@ -130,10 +138,7 @@ def describe(model: TransformerXLLM, *, opset: int = OPSET, text: dict[str, Any]
     return {
         "format": FORMAT, "opset": opset, "txl_version": __version__, "torch_version": torch.__version__,
         "graphs": graphs, "dynamic_axes": {"batch": [1, MAX_DIM], "seq": [1, MAX_DIM], "mem": [0, MAX_DIM]},
-        "memory": ("mem_i: the memory of layer i's input (i = n_layer: the final output), the last positions of "
-                   "the text read so far, oldest first; empty (mem = 0) at the start of a text. new_mem_i: mem_i "
-                   "followed by this segment's positions; keep its last mem_len positions as the next mem_i."),
-        "log_probs": "natural-log probabilities of the next token after the last position of input_ids",
+        "memory": MEMORY_DOC, "log_probs": LOG_PROBS_DOC,
         "lengths": {"mem_len": cfg.mem_len, "clamp_len": cfg.clamp_len, "tgt_len": cfg.tgt_len},
         "text": dict(text or {}),
     }
@@ -153,20 +158,44 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _export_graph(module: _Segment, path: Path, *, qlen: int | None, opset: int) -> None:
-    """Export ``module`` to ``path``: batch and memory length dynamic, the segment length too unless ``qlen``."""
-    cfg = module.model.config
-    batch, q, mlen = 2, qlen or 3, 2  # example shapes (not 0 or 1 where an axis is dynamic: export would fix them)
-    ids = torch.zeros(batch, q, dtype=torch.long)
-    mems = tuple(torch.zeros(batch, mlen, cfg.d_model) for _ in range(cfg.n_layer + 1))
+def export_spec(config: TXLConfig, *, qlen: int | None) -> dict[str, Any]:
+    """How a graph is traced (``torch.onnx.export``'s ``args``, ``dynamic_shapes``, ``input_names`` and
+    ``output_names``): example inputs, batch and memory length dynamic, the segment length too unless ``qlen``."""
+    q = qlen or _EXAMPLE
+    ids = torch.zeros(_EXAMPLE, q, dtype=torch.long)
+    mems = tuple(torch.zeros(_EXAMPLE, _EXAMPLE, config.d_model) for _ in range(config.n_layer + 1))
     b = torch.export.Dim("batch", min=1, max=MAX_DIM)
     m = torch.export.Dim("mem", min=0, max=MAX_DIM)
     ids_axes = {0: b} if qlen else {0: b, 1: torch.export.Dim("seq", min=1, max=MAX_DIM)}
-    ins, outs = io_names(cfg.n_layer)
+    ins, outs = io_names(config.n_layer)
+    return {"args": (ids, mems), "dynamic_shapes": (ids_axes, tuple({0: b, 1: m} for _ in mems)),
+            "input_names": ins, "output_names": outs}
+
+
+def _export_graph(module: _Segment, path: Path, *, qlen: int | None, opset: int) -> None:
+    """Export ``module`` to ``path`` as :func:`export_spec` says (its progress lines kept off the console)."""
     with _quiet():
-        torch.onnx.export(module, (ids, mems), str(path), dynamo=True, opset_version=opset, external_data=False,
-                          dynamic_shapes=(ids_axes, tuple({0: b, 1: m} for _ in mems)), input_names=ins,
-                          output_names=outs, verbose=False)
+        torch.onnx.export(module, f=str(path), dynamo=True, opset_version=opset, external_data=False,
+                          **export_spec(module.model.config, qlen=qlen))
+
+
+def check_graph(path: str | Path) -> None:
+    """``onnx.checker.check_model`` with ``full_check`` (strict type and shape inference) on the graph at ``path``."""
+    require_onnx().checker.check_model(str(path), full_check=True)
+
+
+def _write_beside(directory: Path, model: TransformerXLLM, *, vocab_json: str | None, tokenizer: str | Path | None,
+                  text: dict[str, Any], opset: int) -> None:
+    """Everything of an export directory but the graphs and the manifest: ``config.json``, the vocabulary, the
+    tokenizer and ``onnx_export.json``."""
+    text = dict(text)
+    write_text(directory / "config.json", model.config.to_json())
+    if vocab_json is not None:
+        write_text(directory / "vocab.json", vocab_json)
+    if tokenizer is not None:
+        shutil.copyfile(tokenizer, directory / "tokenizer.json")
+        text["tokenizer"] = "tokenizer.json"
+    write_json(directory / EXPORT_JSON, describe(model, opset=opset, text=text))
 
 
 def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any = None,
@@ -179,26 +208,19 @@ def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any
     ``text`` (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
     ``onnx.checker.check_model(full_check=True)`` before the directory appears."""
     check_exportable(model)
-    onnx = require_onnx()
+    require_onnx()
     vocab_json = checked_vocab_json(vocab, model.config.n_token)
-    text = dict(text or {})
     was_training = model.training
     model.eval()
     try:
         with atomic_dir(out_dir) as tmp, torch.no_grad():
+            # the small files first: one that cannot be written fails in a moment, not after the graphs' export
+            _write_beside(tmp, model, vocab_json=vocab_json, tokenizer=tokenizer, text=text or {}, opset=opset)
             module = _Segment(model)
             for name, file in GRAPHS.items():
                 _export_graph(module, tmp / file, qlen=1 if name == "step" else None, opset=opset)
-                onnx.checker.check_model(str(tmp / file), full_check=True)
-            write_text(tmp / "config.json", model.config.to_json())
-            if vocab_json is not None:
-                write_text(tmp / "vocab.json", vocab_json)
-            if tokenizer is not None:
-                shutil.copyfile(tokenizer, tmp / "tokenizer.json")
-                text["tokenizer"] = "tokenizer.json"
-            write_json(tmp / EXPORT_JSON, describe(model, opset=opset, text=text))
+                check_graph(tmp / file)
             write_manifest(tmp)
     finally:
         model.train(was_training)
     return Path(out_dir)
-

@@ -75,7 +75,8 @@ class OnnxRuntimeLM:
         self.inputs, self.outputs = io_names(self.config.n_layer)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.inter_op_num_threads = 1
+        # equivalent: inter-op threads serve ONNX Runtime's parallel execution mode only; these sessions are sequential
+        options.inter_op_num_threads = 1  # pragma: no mutate
         self.sessions = {name: self._session(ort, directory / file, options) for name, file in GRAPHS.items()}
 
     @staticmethod

@@ -83,7 +83,7 @@ def save_checkpoint(root: str | Path, step: int, model_state: dict[str, Tensor],
         save_model_dir(tmp, model_state, config_json)
         meta, tensors = split_tensors(state)
         save_tensors(tensors, tmp / TRAIN_STATE_TENSORS)
-        write_json(tmp / TRAIN_STATE_JSON, meta, indent=1)
+        write_json(tmp / TRAIN_STATE_JSON, meta, indent=1)  # pragma: no mutate (the indent is layout; readers parse)
         write_manifest(tmp, step=step)
     return final
 
