@@ -102,6 +102,10 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
     """All measurements of one case (see the module docstring)."""
     case = bench_case(case_name)
     bsz = opts.batch_size or case.batch_size
+    if opts.compile or opts.variants:
+        # every model's forward is one code object to dynamo: the graphs of earlier cases (two segment shapes per
+        # precision) would fill its recompile limit and fail a later case's fullgraph compile
+        torch._dynamo.reset()
     cfg = case.config
     use_hf = opts.hf and hf_available() and cfg.attn_type == 0 and cfg.sample_softmax <= 0
     if use_hf and opts.dtype == "bf16":
