@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -363,3 +364,16 @@ def ended(pid: int) -> bool:
         return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return True
+
+
+def saved_bytes(fn: Callable[[], object]) -> int:
+    """Bytes of the distinct storages autograd keeps for backward while ``fn`` runs."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())

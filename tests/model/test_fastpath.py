@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers import saved_bytes
 from transformer_xl import TransformerXLLM, TXLConfig
 from transformer_xl.model.dispatch import attend
 from transformer_xl.model.fastpath import KEEP_BITS, MaskCache, keep_mask, mask_bias, relu_dropout, shift_padded
@@ -169,18 +170,6 @@ def test_relu_dropout_equals_relu_then_dropout(p: float) -> None:
     assert torch.equal(relu_dropout(h, p, training=False), torch.relu(h))
 
 
-def _saved_bytes(fn) -> int:
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
-
-
 @pytest.mark.parametrize("attn_type", [0, 1, 2, 3])
 def test_recompute_equals_default(attn_type: int) -> None:
     cfg = TXLConfig(n_token=V, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8,
@@ -204,8 +193,8 @@ def test_recompute_equals_default(attn_type: int) -> None:
         for (name, a), b in zip(plain.named_parameters(), fast.parameters()):
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
         mems_p, mems_f = out_p.mems, out_f.mems
-    saved_plain = _saved_bytes(lambda: plain(x, x, mems_p))
-    saved_fast = _saved_bytes(lambda: fast(x, x, mems_f))
+    saved_plain = saved_bytes(lambda: plain(x, x, mems_p))
+    saved_fast = saved_bytes(lambda: fast(x, x, mems_f))
     assert saved_fast < saved_plain
 
 

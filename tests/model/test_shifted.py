@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.helpers import tiny_model
+from tests.helpers import saved_bytes, tiny_model
 from transformer_xl.model import shifted
 from transformer_xl.model.dispatch import attend
 from transformer_xl.model.fastpath import attend_explicit
@@ -125,22 +125,10 @@ def test_backward_computes_only_the_gradients_asked_for(needed: tuple[int, ...])
     assert count.ops.count("sum.dim_IntList") == (5 in needed)
 
 
-def _saved_bytes(fn) -> int:
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
-
-
 def test_keeps_no_more_for_backward_than_the_explicit_path() -> None:
     q, k, v, x, y, d, mask = _inputs(32, 32, shaw=False, batch=4)
-    ours = _saved_bytes(lambda: attend_shifted(q, k, v, x, y, d, mask, scale=0.5, dropatt=0.0))
-    explicit = _saved_bytes(lambda: attend_explicit(q, k, v, PositionScores(x, y, d).dense(), mask, scale=0.5,
+    ours = saved_bytes(lambda: attend_shifted(q, k, v, x, y, d, mask, scale=0.5, dropatt=0.0))
+    explicit = saved_bytes(lambda: attend_explicit(q, k, v, PositionScores(x, y, d).dense(), mask, scale=0.5,
                                                     dropatt=0.0))
     probs = 4 * 3 * 32 * 64 * 4  # the [B, H, Q, K] probabilities, which both keep
     zero_row = 3 * 4 * 4  # the position keys are kept with the zero row in front ([K+1] rows)
