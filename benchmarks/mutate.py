@@ -65,6 +65,8 @@ DESELECT = ["tests/inference/test_captured.py::test_compiled_step_equals_the_pla
             "tests/train/test_loggers.py::test_a_killed_and_resumed_run_shows_every_step_once_with_the_metrics_jsonl_value",
             "tests/train/test_loggers.py::test_under_torchrun_only_rank_0_logs"]
 RECHECKED = "working tree (survivors rechecked)"
+#: Files some tests read besides ``src/`` and ``tests/`` (the precision rule is checked against the bench's results).
+DATA = ["benchmarks/results"]
 #: Outcomes as mutmut's exit codes name them, gathered into the columns reported.
 COLUMNS = ("killed", "survived", "timeout", "no_tests", "suspicious", "not_checked")
 
@@ -93,11 +95,11 @@ def _populate(scratch: Path, ref: str | None) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     if ref is None:
-        for name in ("src", "tests"):
+        for name in ("src", "tests", *DATA):
             shutil.copytree(REPO / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(REPO / "pyproject.toml", scratch / "pyproject.toml")
         return
-    tar = subprocess.run(["git", "archive", "--format=tar", ref, "src", "tests", "pyproject.toml"], cwd=REPO,
+    tar = subprocess.run(["git", "archive", "--format=tar", ref, "src", "tests", "pyproject.toml", *DATA], cwd=REPO,
                          check=True, capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(tar)) as tf:
         tf.extractall(scratch, filter="data")
@@ -109,6 +111,7 @@ def _configure(scratch: Path, module: str, tests: list[str]) -> None:
     section = (
         "\n[tool.mutmut]\n"
         'source_paths = ["src"]\n'
+        f"also_copy = {json.dumps(DATA)}\n"
         f"only_mutate = {json.dumps([pattern])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-m', 'not slow', *deselect])}\n"
@@ -175,6 +178,8 @@ def recheck(module: str, tests: list[str], label: str) -> dict:
                              "comments): run it whole again")
     shutil.rmtree(mutants / "tests")
     shutil.copytree(REPO / "tests", mutants / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in DATA:
+        shutil.copytree(REPO / name, mutants / name, dirs_exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": "src"}
     deselect = [a for t in DESELECT if (mutants / t.split("::")[0]).is_file() for a in ("--deselect", t)]
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *deselect, *tests]

@@ -3,7 +3,9 @@ measured matmul rate."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -73,11 +75,13 @@ def test_auto_in_a_distributed_run_takes_rank_0s_ratio(monkeypatch) -> None:
 
 
 def test_auto_on_cuda_reads_the_capability(monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert precision.resolve_precision("auto", "cuda").name == "bf16"
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    chosen = precision.resolve_precision("auto", "cuda:0")
-    assert chosen.name == "fp32" and "sm75" in chosen.reason
+    asked: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or (8, 0))
+    assert precision.resolve_precision("auto", "cuda") == Precision("bf16", "auto: CUDA sm80 has bf16 tensor cores")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or (7, 5))
+    chosen = precision.resolve_precision("auto", "cuda:1")
+    assert chosen == Precision("fp32", "auto: CUDA sm75 lacks bf16 tensor cores")
+    assert asked == [torch.device("cuda"), torch.device("cuda:1")]
 
 
 def test_cpuinfo_flags_and_model(tmp_path) -> None:
@@ -91,3 +95,103 @@ def test_cpuinfo_flags_and_model(tmp_path) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matmul_rate_is_positive(dtype) -> None:
     assert precision.matmul_rate("cpu", dtype, n=64, reps=1) > 0
+
+
+def test_the_cpu_rule_says_its_ratio_and_threshold() -> None:
+    assert cpu_choice(2.4) == Precision("bf16", "auto: bf16 matmul measured 2.4x fp32 on this CPU (>= 2x)")
+    assert cpu_choice(0.61) == Precision("fp32", "auto: bf16 matmul measured 0.6x fp32 on this CPU (< 2x)")
+
+
+def test_autocast_is_nothing_for_fp32_and_the_device_types_autocast_otherwise() -> None:
+    assert isinstance(Precision("fp32", "").autocast("cpu"), contextlib.nullcontext)
+    with Precision("fp16", "").autocast("cpu"):  # not autocast's default type for the device
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") is torch.float16
+    assert not torch.is_autocast_enabled("cpu")
+    with warnings.catch_warnings():  # without CUDA, torch.autocast warns that it disables itself
+        warnings.simplefilter("ignore")
+        ctx = Precision("bf16", "").autocast("cuda:1")  # the device's type, not its index
+    assert ctx.device == "cuda" and ctx.fast_dtype is torch.bfloat16
+
+
+def test_cpuinfo_is_read_from_its_first_flags_and_model_lines(tmp_path: Path) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_bytes(b"processor\t: 0\nvendor_id\t: Caf\xe9\n"  # not ASCII: replaced, not an error
+                     b"model name\t: Vendor: CPU \xc3\xa9 \n"  # after the first colon, stripped; ASCII only
+                     b"flags\t\t: fpu avx2 amx_tile a:b avx512f\n"
+                     b"vmx flags\t: avx512_bf16\n"  # another line that mentions flags
+                     b"model name\t: the second core\nflags\t\t: avx512_bf16\n")
+    assert cpu_model(path) == "Vendor: CPU \ufffd\ufffd"
+    assert cpu_flags(path) == ["avx2", "avx512f", "amx_tile"]  # in RELEVANT_FLAGS' order
+    assert cpu_flags(path, wanted=("amx_tile", "fpu", "sse")) == ["amx_tile", "fpu"]
+    (tmp_path / "noflags").write_text("processor\t: 0\n", encoding="ascii")
+    assert cpu_flags(tmp_path / "noflags") == [] and cpu_model(tmp_path / "noflags") == "unknown CPU"
+
+
+def test_device_description_names_the_cpu_and_its_flags_or_the_gpu(monkeypatch) -> None:
+    monkeypatch.setattr(precision, "cpu_model", lambda: "AMD EPYC 9R14")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "avx512_bf16"])
+    assert precision.device_description("cpu") == "AMD EPYC 9R14 (avx2, avx512_bf16)"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: [])
+    assert precision.device_description("cpu") == "AMD EPYC 9R14 (no relevant flags)"
+    asked: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H100")
+    assert precision.device_description("cuda:1") == "NVIDIA H100" and asked == [torch.device("cuda:1")]
+
+
+def test_matmul_rate_is_the_best_round_of_three_products(monkeypatch) -> None:
+    """Rounds timed by a fake clock (a warm-up round and ``reps`` more): the rate is 2 n^3 over the fastest round's
+    time per product, each product of two ``n x n`` matrices of ``dtype`` on ``device``."""
+    now, calls, products = [0.0], [], []
+
+    def timed(rounds: list[float]) -> None:
+        it = iter(rounds)
+        calls.clear(), products.clear()
+
+        def clock() -> float:
+            if len(calls) % 2:  # the end of a round
+                now[0] += next(it)
+            calls.append(now[0])
+            return now[0]
+
+        monkeypatch.setattr(precision.time, "perf_counter", clock)
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: products.append(
+        (a.dtype, b.dtype, a.device.type, b.device.type, a.shape, b.shape)))
+    timed([9.0, 7.5, 6.0, 6.6])  # seconds per round of 3 products: the warm-up, then reps = 3
+    assert precision.matmul_rate("meta", torch.bfloat16, n=8, reps=3) == pytest.approx(2 * 8**3 / 2.0)
+    assert len(calls) == 2 * 4 and products == [(torch.bfloat16, torch.bfloat16, "meta", "meta", (8, 8), (8, 8))] * 12
+    timed([3.0] * 6)  # the defaults: n = 1024, five rounds after the warm-up
+    assert precision.matmul_rate("meta", torch.float32) == pytest.approx(2 * 1024**3)
+    assert len(calls) == 2 * 6 and products[0][4:] == ((1024, 1024), (1024, 1024)) and len(products) == 18
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="no /proc/cpuinfo")
+def test_the_default_cpuinfo_is_the_kernels() -> None:
+    assert cpu_model() == cpu_model("/proc/cpuinfo") and cpu_flags() == cpu_flags("/proc/cpuinfo")
+    assert cpu_model() != "unknown CPU"
+
+
+def test_auto_keeps_a_resumed_runs_precision_without_measuring(monkeypatch, capsys) -> None:
+    def unmeasured(*args, **kwargs):
+        raise AssertionError("a resumed run measures nothing")
+
+    monkeypatch.setattr(precision, "matmul_rate", unmeasured)
+    kept = precision.resolve_precision("auto", "cpu", kept="bf16", announce=True)
+    assert kept == Precision("bf16", "auto: as the run resolved it before, kept on resume")
+    assert capsys.readouterr().err == f"txl train: precision bf16 ({kept.reason})\n"
+    assert precision.resolve_precision("fp32", "cpu", kept="bf16", announce=True) == Precision("fp32", "requested")
+    assert capsys.readouterr().err == ""  # only auto's choice is announced
+
+
+def test_auto_announces_its_measurement_in_one_line(monkeypatch, capsys) -> None:
+    asked: list[tuple] = []
+    rates = {torch.float32: 100.0, torch.bfloat16: 250.0}
+    monkeypatch.setattr(precision, "matmul_rate",
+                        lambda device, dtype, **kw: asked.append((device, kw)) or rates[dtype])
+    chosen = precision.resolve_precision("auto", "cpu", announce=True)
+    assert chosen == cpu_choice(2.5) and asked == [("cpu", {"reps": 2})] * 2  # two short measurements
+    assert capsys.readouterr().err == f"txl train: precision bf16 ({chosen.reason})\n"
+    precision.resolve_precision("auto", "cpu")
+    assert capsys.readouterr().err == ""  # announce=False: silent
+    # a rank that does not measure and has no share (no process group): nothing measured, fp32
+    assert precision.resolve_precision("auto", "cpu", main=False) == cpu_choice(0.0)
