@@ -304,13 +304,16 @@ def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkey
 
 def test_the_read_only_tensors_share_one_buffer_in_step_order_and_each_ring_has_its_own() -> None:
     """On the CPU (arena): packed weights and position keys are views into one buffer, in the order a step reads
-    them (a bias shared by every layer once); every ring a buffer of its own (a step writes them)."""
-    dec = _eager(_model(cutoffs=[10, 25], untie_r=False), mem_len=4)
+    them (a bias shared by every layer once; the input projections too, not the embedding tables, of which a step
+    gathers a few rows); every ring a buffer of its own (a step writes them)."""
+    dec = _eager(_model(cutoffs=[10, 25], div_val=2, untie_r=False), mem_len=4)
     w = dec.weights["layers"]
+    projs = [proj.weight for _, proj in dec.weights["emb"]]  # adaptive input's projections (div_val 2): in the arena
     order = [w[0]["qkv"].weight, w[0]["u"], dec.pos_keys[0], w[0]["o"].weight, w[0]["ff2"].bias, w[1]["qkv"].weight,
-             dec.pos_keys[1], dec.weights["head"][0][1].weight]
-    assert len({t.untyped_storage().data_ptr() for t in order}) == 1
+             dec.pos_keys[1], *projs, dec.weights["head"][0][1].weight]
+    assert len(projs) == 3 and len({t.untyped_storage().data_ptr() for t in order}) == 1
     assert [t.data_ptr() for t in order] == sorted(t.data_ptr() for t in order)
+    assert not {t.untyped_storage().data_ptr() for t, _ in dec.weights["emb"]} & {order[0].untyped_storage().data_ptr()}
     assert w[0]["u"] is w[1]["u"] and w[0]["v"] is w[1]["v"]  # untie_r=False: one copy
     rings = {t.untyped_storage().data_ptr() for t in [*dec.ks, *dec.vs]}
     assert len(rings) == 2 * len(w) and not rings & {order[0].untyped_storage().data_ptr()}
