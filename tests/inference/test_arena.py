@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import mmap
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,11 +23,46 @@ def test_a_huge_page_buffer_is_zero_aligned_and_writable() -> None:
     assert z.shape == (3, 4, 5) and z.dtype == torch.bfloat16 and z.is_contiguous() and not z.any()
 
 
+def _mapping(address: int) -> tuple[str, set[str]]:
+    """The permissions (``rw-p``: private) and ``VmFlags`` of the mapping holding ``address`` (/proc/self/smaps)."""
+    perms, inside = "", False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head[0]):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            perms, inside = head[1], lo <= address < hi
+        elif inside and head[0] == "VmFlags:":
+            return perms, set(head[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").is_file(),
+                    reason="Linux's madvise and /proc")
+def test_the_buffer_is_private_memory_advised_to_use_huge_pages() -> None:
+    """The kernel was asked for huge pages (``hg``: MADV_HUGEPAGE) on a private anonymous mapping (a shared one is
+    shmem, whose huge pages follow another setting); a buffer of one byte is aligned too; an empty request maps
+    nothing."""
+    for nbytes in (1, 3 * HUGE_PAGE + 5):
+        buf = huge_page_buffer(nbytes)
+        perms, flags = _mapping(buf.data_ptr())
+        assert perms.endswith("p") and "sh" not in flags and "hg" in flags, (nbytes, perms, flags)
+        assert buf.data_ptr() % HUGE_PAGE == 0 and buf.numel() == nbytes
+    assert huge_page_buffer(0).untyped_storage().nbytes() == 0
+
+
 def test_without_the_advice_it_is_plain_memory(monkeypatch) -> None:
     monkeypatch.delattr(mmap, "MADV_HUGEPAGE", raising=False)
     buf = huge_page_buffer(100)
-    assert buf.numel() == 100 and not buf.any()
+    assert buf.numel() == 100 and buf.dtype == torch.uint8 and not buf.any()
     assert huge_page_buffer(0).numel() == 0
+
+
+def test_a_kernel_that_refuses_the_advice_gives_plain_memory(monkeypatch) -> None:
+    """``madvise`` failing (a kernel without transparent huge pages: EINVAL, as for an advice it does not know) is
+    no error: the buffer is ordinary zeroed memory."""
+    monkeypatch.setattr(mmap, "MADV_HUGEPAGE", 0x7FFF, raising=False)  # an advice no kernel knows
+    buf = huge_page_buffer(3 * HUGE_PAGE + 5)
+    assert buf.dtype == torch.uint8 and buf.numel() == 3 * HUGE_PAGE + 5 and not buf.any()
 
 
 def test_the_arena_copies_in_order_aligned_and_shares_a_view_given_twice() -> None:

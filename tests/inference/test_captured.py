@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import mmap
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 from tests.helpers import generation_model
 from transformer_xl import ConfigError, TransformerXLLM
+from transformer_xl.inference.arena import HUGE_PAGE
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
 from transformer_xl.inference.generate import _decoder, generate, reference_generate, stream
 from transformer_xl.model import Recurrence
@@ -304,16 +306,21 @@ def test_a_step_over_its_own_last_memories_continues_without_loading_them(monkey
 
 def test_the_read_only_tensors_share_one_buffer_in_step_order_and_each_ring_has_its_own() -> None:
     """On the CPU (arena): packed weights and position keys are views into one buffer, in the order a step reads
-    them (a bias shared by every layer once); every ring a buffer of its own (a step writes them)."""
-    dec = _eager(_model(cutoffs=[10, 25], untie_r=False), mem_len=4)
+    them (a bias shared by every layer once; the input projections too, not the embedding tables, of which a step
+    gathers a few rows); every ring a buffer of its own (a step writes them)."""
+    dec = _eager(_model(cutoffs=[10, 25], div_val=2, untie_r=False), mem_len=4)
     w = dec.weights["layers"]
+    projs = [proj.weight for _, proj in dec.weights["emb"]]  # adaptive input's projections (div_val 2): in the arena
     order = [w[0]["qkv"].weight, w[0]["u"], dec.pos_keys[0], w[0]["o"].weight, w[0]["ff2"].bias, w[1]["qkv"].weight,
-             dec.pos_keys[1], dec.weights["head"][0][1].weight]
-    assert len({t.untyped_storage().data_ptr() for t in order}) == 1
+             dec.pos_keys[1], *projs, dec.weights["head"][0][1].weight]
+    assert len(projs) == 3 and len({t.untyped_storage().data_ptr() for t in order}) == 1
     assert [t.data_ptr() for t in order] == sorted(t.data_ptr() for t in order)
+    assert not {t.untyped_storage().data_ptr() for t, _ in dec.weights["emb"]} & {order[0].untyped_storage().data_ptr()}
     assert w[0]["u"] is w[1]["u"] and w[0]["v"] is w[1]["v"]  # untie_r=False: one copy
     rings = {t.untyped_storage().data_ptr() for t in [*dec.ks, *dec.vs]}
     assert len(rings) == 2 * len(w) and not rings & {order[0].untyped_storage().data_ptr()}
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # the rings on huge pages too (arena.huge_page_zeros: 2 MiB aligned)
+        assert all(t.data_ptr() % HUGE_PAGE == 0 for t in [*dec.ks, *dec.vs])
 
 
 def test_the_state_lives_on_the_model_device() -> None:
@@ -367,6 +374,31 @@ def test_the_compile_estimate_is_cold_warm_from_the_disk_cache_and_zero_once_com
     assert captured.compile_estimate(key) == captured.COMPILE_S["warm"]
     other = key.replace('"float32"', '"bfloat16"')
     assert other != key and captured.compile_estimate(other) == captured.COMPILE_S["cold"]
+
+
+def test_a_decoders_first_compiled_step_makes_its_key_known_to_the_estimate(tmp_path, monkeypatch) -> None:
+    """The key a decoder records at its first compiled step is :func:`step_key` of its model, batch, lengths and
+    options, the one a generation's rule asks ``compile_estimate`` about: 0 s after it, while the keys of other
+    options, another batch or another weight type stay cold."""
+    import transformer_xl.inference.captured as captured
+    from transformer_xl.inference import decode
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(captured, "_DONE", set())
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))  # "compiled"
+    model = _model()
+    lengths = model.config.lengths(mem_len=4, ext_len=0)
+    cold = captured.COMPILE_S["cold"]
+    for opts in (CaptureOptions(), CaptureOptions(int8=True, kv_dtype="bfloat16")):
+        key = captured.step_key(model, batch=2, lengths=lengths, options=opts)
+        assert captured.compile_estimate(key) == cold
+        generate(model, _prompt(), max_new_tokens=2, mem_len=4, captured=_decoder(model, opts, batch=2,
+                                                                                  lengths=lengths))
+        assert captured.compile_estimate(key) == 0.0, opts
+    for other in (captured.step_key(model, batch=1, lengths=lengths, options=CaptureOptions()),
+                  captured.step_key(_model().double(), batch=2, lengths=lengths, options=CaptureOptions()),
+                  captured.step_key(model, batch=2, lengths=lengths, options=CaptureOptions(kv_dtype="bfloat16"))):
+        assert captured.compile_estimate(other) == cold
 
 
 def test_auto_true_and_false_give_the_same_tokens_and_auto_chooses_by_the_rule(tmp_path, monkeypatch) -> None:

@@ -47,6 +47,13 @@ ort = pytest.importorskip("onnxruntime")
 LENGTHS = dict(tgt_len=5, mem_len=6, clamp_len=7)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_working_directory(tmp_path, monkeypatch) -> None:
+    """Every test in a folder of its own: a path that escapes the export directory (``str(None)`` is ``"None"``)
+    lands there, never where another test, or a mutant of this module tested after it, reads."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _run(path, ids, mems):
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ins, _ = io_names(len(mems) - 1)
@@ -257,9 +264,33 @@ def test_a_quantized_or_float64_model_is_refused() -> None:
                                           r"torch\.float64 on cpu: model\.float\(\)\.cpu\(\) first$"):
         check_exportable(tiny_model().double())
     check_exportable(tiny_model())
+    check_exportable(tiny_model(sample_softmax=0))  # 0, as -1: the full softmax (TXLConfig)
 
 
 def test_a_vocabulary_of_another_size_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="symbols"):
         export_onnx(tiny_model(), tmp_path / "out", vocab=word_vocab())
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.exports
+def test_a_model_in_training_with_a_subword_tokenizer_is_exported_as_in_eval(tmp_path) -> None:
+    """``export_onnx`` itself (the session's export goes through the CLI, without a tokenizer): a model left
+    training, dropout on, is exported as evaluated and handed back training; a subword tokenizer's file is copied
+    beside the graphs, named in the text options and listed in the manifest."""
+    model = tiny_model(n_layer=1, dropout=0.5, dropatt=0.5, train=True)
+    (tmp_path / "tok.json").write_text('{"model": "subword"}')
+    out = export_onnx(model, tmp_path / "out", tokenizer=tmp_path / "tok.json", text={"level": "word"})
+    assert out == tmp_path / "out" and model.training
+    manifest = verify_manifest(out, required=True)
+    assert set(manifest["files"]) == {*GRAPHS.values(), EXPORT_JSON, "config.json", "tokenizer.json"}
+    assert (out / "tokenizer.json").read_text() == '{"model": "subword"}'
+    assert json.loads((out / EXPORT_JSON).read_text())["text"] == {"level": "word", "tokenizer": "tokenizer.json"}
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.n_token, (2, 1))
+    mems = [torch.randn(2, 3, model.config.d_model) for _ in range(model.config.n_layer + 1)]
+    log_probs, *_ = _run(out / GRAPHS["step"], ids, mems)
+    model.eval()
+    with torch.no_grad():
+        want = model.log_prob(model(ids, None, mems, lengths=model.config.lengths(mem_len=4)).hidden[:, -1])
+    torch.testing.assert_close(torch.from_numpy(log_probs), want, atol=1e-5, rtol=1e-5)

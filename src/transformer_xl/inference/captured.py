@@ -246,7 +246,8 @@ class CapturedDecoder:
         self.compiled = self._fn is not step  # the step is torch.compile's graph (False: the function run eagerly)
         #: what its compiled graph depends on (:func:`step_key`), for :func:`compile_estimate`
         self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype))
-        self._hist: Tensor | None = None  # [L + 1, B, C_h, D] append-only memory rows
+        # equivalent mutants: load() makes the memory buffers before any step
+        self._hist: Tensor | None = None  # pragma: no mutate  # [L + 1, B, C_h, D] append-only memory rows
         # equivalent mutants: load() sets both bounds before any step; any _mems but the last returned is reloaded
         self._lo = self._hi = 0  # pragma: no mutate
         self._mems: list[Tensor] | None = None  # pragma: no mutate
