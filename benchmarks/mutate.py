@@ -63,9 +63,7 @@ DESELECT = ["tests/inference/test_captured.py::test_compiled_step_equals_the_pla
             # the harness's command line and killed or torchrun training runs: subprocesses mutmut cannot see
             "tests/integrations/test_harness.py::test_the_harness_command_line_reports_txl_scores",
             "tests/train/test_loggers.py::test_a_killed_and_resumed_run_shows_every_step_once_with_the_metrics_jsonl_value",
-            "tests/train/test_loggers.py::test_under_torchrun_only_rank_0_logs",
-            # reads benchmarks/results/compile_time_cpu_1t.json, which the scratch copy (src/, tests/) does not hold
-            "tests/inference/test_captured.py::test_the_expected_compile_seconds_are_the_measured_ones_rounded_up"]
+            "tests/train/test_loggers.py::test_under_torchrun_only_rank_0_logs"]
 RECHECKED = "working tree (survivors rechecked)"
 #: Files some tests read besides ``src/`` and ``tests/`` (the precision rule is checked against the bench's results).
 DATA = ["benchmarks/results"]

@@ -376,6 +376,23 @@ def test_the_compile_estimate_is_cold_warm_from_the_disk_cache_and_zero_once_com
     assert other != key and captured.compile_estimate(other) == captured.COMPILE_S["cold"]
 
 
+def test_processes_recording_at_once_write_their_own_temporary_files(tmp_path, monkeypatch) -> None:
+    """Forked processes can hold the same object ids: the temporary file of a record is named by the process."""
+    import transformer_xl.inference.captured as captured
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(captured, "_DONE", set())
+    moved: list[str] = []
+    real = Path.replace
+    monkeypatch.setattr(Path, "replace", lambda self, target: moved.append(self.name) or real(self, target))
+    for pid in (101, 202):
+        monkeypatch.setattr(captured.os, "getpid", lambda pid=pid: pid)
+        captured._DONE.clear()
+        captured._record(f"step {pid}")
+    assert len(moved) == 2 and ".101." in moved[0] and ".202." in moved[1]
+    assert json.loads(captured._seen_path().read_text()) == ["step 101", "step 202"]
+
+
 def test_a_decoders_first_compiled_step_makes_its_key_known_to_the_estimate(tmp_path, monkeypatch) -> None:
     """The key a decoder records at its first compiled step is :func:`step_key` of its model, batch, lengths and
     options, the one a generation's rule asks ``compile_estimate`` about: 0 s after it, while the keys of other

@@ -28,6 +28,7 @@ decoder of the same model shape (another generation) reuses it without compiling
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def _record(key: str) -> None:
     try:
         path = _seen_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{id(seen)}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{id(seen)}.tmp")  # forked processes share ids, not pids
         tmp.write_text(json.dumps(sorted(seen | {key})), encoding="utf-8")
         tmp.replace(path)
     except OSError:  # a read-only cache directory: the estimate stays "cold", nothing else changes
