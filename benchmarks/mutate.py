@@ -55,6 +55,8 @@ RELATED: dict[str, list[str]] = {
     "src/transformer_xl/model/int8.py": ["tests/inference/test_decode.py"],
     # the HTTP API's tests: the openai client against a server on a thread of the test process
     "src/transformer_xl/serve/completions.py": ["tests/serve/test_app.py"],
+    # the captured step is decode.py's step compiled: test_captured.py runs it eagerly against the plain step
+    "src/transformer_xl/inference/decode.py": ["tests/inference/test_captured.py"],
 }
 #: Tests left out of the mutation runs: each takes close to a minute on two cores and would run again for every
 #: mutant that survives the others. ``torch.compile`` of the captured step: what it compiles is

@@ -16,6 +16,7 @@ from transformer_xl.inference.decode import (
     INT8_UNROLL,
     ROW_BLOCK,
     SUM_ROWS,
+    Linear,
     block_rows,
     block_slots,
     embed,
@@ -46,6 +47,22 @@ def test_embedding_and_head_equal_the_model(overrides, fused) -> None:
         assert (embed(spec, weights["emb"], tok) - model.word_emb(tok)).abs().max() <= 1e-6
         h = torch.randn(5, 32)
         assert (head_log_probs(spec, weights["head"], h) - model.log_prob(h)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25], "div_val": 2, "tie_projs": [False, True, False]},
+                                       {"cutoffs": [10, 25], "div_val": 1}])
+def test_int8_packs_every_matrix_a_step_multiplies_as_int8(overrides) -> None:
+    """With ``int8=True`` every packed matrix (attention, feed-forward, the input projections, the head and its
+    clusters' projections) is int8 with its scales; without it, none is."""
+    from torch.utils._pytree import tree_leaves
+
+    model = tiny_model(0, n_token=40, d_model=32, d_head=16, **overrides)
+    for int8 in (True, False):
+        maps = [x for x in tree_leaves(pack(model, int8=int8), is_leaf=lambda x: isinstance(x, Linear))
+                if isinstance(x, Linear)]
+        assert len(maps) > 4 * model.config.n_layer
+        assert {m.weight.dtype for m in maps} == ({torch.int8} if int8 else {torch.float32})
+        assert all((m.scale is not None) == int8 for m in maps)
 
 
 def test_int8_linear_is_close_and_reads_int8() -> None:
@@ -141,5 +158,7 @@ def test_int8_kernel_never_sees_an_unaligned_width() -> None:
 def test_supported_says_why_not() -> None:
     assert supported(tiny_model(0)) is None
     assert "attn_type 2" in supported(tiny_model(0, attn_type=2))
-    assert "sampled" in supported(tiny_model(0, sample_softmax=10))
-    assert "quantized" in supported(tiny_model(0).quantize("int8"))
+    assert supported(tiny_model(0, sample_softmax=1)) == "a sampled-softmax model (sample_softmax > 0)"
+    assert supported(tiny_model(0, sample_softmax=0)) is None  # 0: the full softmax
+    assert supported(tiny_model(0).quantize("int8")) == (
+        "a quantized model (build the captured decoder from the float model with int8=True)")
