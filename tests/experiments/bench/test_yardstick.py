@@ -58,6 +58,116 @@ def test_bf16_is_measured_against_the_faster_of_the_two_gemms(monkeypatch: pytes
     assert Y.gemm_peaks() == {"fp32": 100.0, "bf16": 100.0, "bf16_gemm": 60.0}
 
 
+def test_llc_reads_every_unit_and_keeps_the_largest_cache_of_the_highest_level(tmp_path: Path) -> None:
+    def cache(name: str, level: str, size: str | None) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "level").write_text(level)
+        if size is not None:
+            (tmp_path / name / "size").write_text(size)
+
+    cache("index0", "1\n", "48K\n")
+    cache("index1", "3", "16m")  # lower case
+    cache("index2", "3", "32M")  # the same level, larger: kept
+    cache("index3", "3", "8M")
+    cache("index4", "x", "1G")  # a level that is not a number: skipped
+    cache("index5", "4", None)  # no size: skipped
+    assert Y.llc_bytes(tmp_path) == 32 * 2**20
+    cache("index6", "4", "1G")
+    assert Y.llc_bytes(tmp_path) == 2**30
+    cache("index7", "5", "4096")  # bytes, no unit
+    assert Y.llc_bytes(tmp_path) == 4096
+    cache("index8", "6", "B")
+    assert Y.llc_bytes(tmp_path) == 0
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/cpu/cpu0/cache").is_dir(), reason="no sysfs cache listing")
+def test_the_default_llc_is_cpu0s() -> None:
+    assert Y.llc_bytes() == Y.llc_bytes("/sys/devices/system/cpu/cpu0/cache") > 0
+
+
+def test_machine_records_the_cpu_its_flags_cache_threads_and_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Y, "cpu_model", lambda: "AMD EPYC 9R14")
+    monkeypatch.setattr(Y, "cpu_flags", lambda wanted: [f for f in wanted if f != "fma"])
+    monkeypatch.setattr(Y, "llc_bytes", lambda: 123)
+    monkeypatch.setattr(Y.os, "getloadavg", lambda: (1.0, 0.25, 12.345))
+    assert Y.machine() == {"cpu": "AMD EPYC 9R14", "cpu_flags": [f for f in Y.FLAGS if f != "fma"], "llc_bytes": 123,
+                           "threads": torch.get_num_threads(), "load_average": "1.00 0.25 12.35"}
+
+    def no_load() -> tuple:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(Y.os, "getloadavg", no_load)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: f"GPU {d}")
+    out = Y.machine("cuda:1")
+    assert out["load_average"] == "unknown" and out["gpu"] == "GPU cuda:1"
+
+
+def test_best_seconds_is_the_fastest_timed_pass_after_an_untimed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    durations, now, calls = iter([0.5, 0.2, 0.3]), [0.0], []
+
+    def clock() -> float:
+        now[0] += next(durations) if len(calls) % 2 else 0.0
+        calls.append(now[0])
+        return now[0]
+
+    monkeypatch.setattr(Y.time, "perf_counter", clock)
+    runs = []
+    assert Y.best_seconds(lambda: runs.append(1), passes=3, device="cpu") == pytest.approx(0.2)
+    assert len(runs) == 4 and len(calls) == 6
+
+
+def test_the_read_buffer_is_max_of_8_llc_and_256_mib_and_lives_on_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Y, "llc_bytes", lambda: 64 * 2**20)
+    assert Y.read_buffer("meta").shape == (8 * 64 * 2**20 // 4,)
+    monkeypatch.setattr(Y, "llc_bytes", lambda: 2**20)
+    buf = Y.read_buffer("meta")
+    assert buf.shape == (256 * 2**20 // 4,) and buf.dtype == torch.float32 and buf.device.type == "meta"
+    assert Y.read_buffer("meta", nbytes=6).shape == (1,) and Y.read_buffer("meta", nbytes=0).shape == (1,)
+    asked: list[int] = []
+    monkeypatch.setattr(Y, "huge_page_buffer", lambda n: asked.append(n) or torch.zeros(n, dtype=torch.uint8))
+    got = Y.read_buffer(nbytes=4099)
+    assert asked == [4096] and got.dtype == torch.float32 and torch.equal(got, torch.ones(1024))
+    assert Y.read_buffer(nbytes=4096, huge_pages=False).shape == (1024,) and asked == [4096]
+
+
+def test_read_rate_is_the_buffers_bytes_over_its_best_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple] = []
+    monkeypatch.setattr(Y, "best_seconds", lambda fn, passes, device: seen.append((fn(), passes, device)) or 0.5)
+    rate = Y.read_rate(nbytes=4096, passes=7)
+    assert rate == {"bytes_per_s": 8192.0, "buffer_bytes": 4096, "passes": 7,
+                    "method": "Tensor.sum over a float32 buffer (huge pages), best pass"}
+    assert float(seen[0][0]) == 1024.0 and seen[0][1:] == (7, "cpu")  # the pass sums the buffer
+    assert Y.read_rate(nbytes=64, huge_pages=False)["passes"] == 5 and seen[-1][1] == 5
+
+
+def test_chain_rates_are_the_weights_bytes_over_the_best_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple] = []
+    monkeypatch.setattr(Y, "best_seconds", lambda fn, passes, device: seen.append((fn(), passes, device)) or 0.25)
+    weights = [torch.randn(8, 4), torch.randn(4, 8), torch.randn(6, 3)]
+    total = sum(w.nbytes for w in weights)
+    assert Y.linear_chain_rate(weights, batch=2) == total * 4 and seen[-1][1:] == (5, "cpu")
+    assert Y.mv_skeleton_rate(weights, passes=2) == total * 4 and seen[-1][1:] == (2, "cpu")
+
+
+def test_gemm_peak_is_the_best_size_of_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple] = []
+    monkeypatch.setattr(Y, "matmul_rate", lambda device, dt, n, reps: asked.append((device, dt, n, reps)) or 1e6 / n)
+    assert Y.gemm_peak("bf16") == 1e6 / 1024
+    assert asked == [("cpu", torch.bfloat16, 1024, 3), ("cpu", torch.bfloat16, 2048, 3)]
+    asked.clear()
+    assert Y.gemm_peak("fp32", "cuda:0", reps=2) == 1e6 / 8192 and asked == [("cuda:0", torch.float32, 8192, 2)]
+    asked.clear()
+    Y.gemm_peak("fp32", sizes=(16, 32))
+    assert [a[2] for a in asked] == [16, 32]
+
+
+def test_gemm_peaks_measure_fp32_then_bf16_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple] = []
+    monkeypatch.setattr(Y, "gemm_peak", lambda dtype, device: asked.append((dtype, device)) or 50.0)
+    assert Y.gemm_peaks("cuda") == {"fp32": 50.0, "bf16": 50.0, "bf16_gemm": 50.0}
+    assert asked == [("fp32", "cuda"), ("bf16", "cuda")]
+
+
 # ---------------------------------------------------------------------------------------------- bytes
 def test_touched_bytes_counts_what_operations_read_of_existing_tensors() -> None:
     weight, table, x = torch.randn(5, 3), torch.randn(10, 3), torch.randn(2, 3)
@@ -108,7 +218,8 @@ def test_a_plain_step_reads_no_w_kr_and_every_other_layer_weight() -> None:
     for name, p in model.layers.named_parameters():
         assert (p.untyped_storage().data_ptr() in read) == ("r_net" not in name), name
     total = Y.plain_step_bytes(model, first.tokens, first.mems, mem_len=6)
-    assert total == Y._union_bytes(reads.spans) + sum(reads.gathered.values())
+    # the tied embedding is read whole as the softmax weights: its gathered rows are not counted again
+    assert total == Y._union_bytes(reads.spans) + sum(n for ptr, n in reads.gathered.items() if ptr not in read)
 
 
 # ---------------------------------------------------------------------------------------------- FLOPs
@@ -155,3 +266,41 @@ def test_int8_weights_count_as_their_values_scales_and_bias() -> None:
     expected = layer.weight.nbytes + layer.scale.nbytes + bias.nbytes + x.nbytes
     assert expected == 6 * 16 + 6 * 2 + 6 * 4 + 3 * 4 * 4
     assert Y.touched_bytes(lambda: layer(x)) == expected
+
+
+def test_spans_are_the_contiguous_runs_of_a_view() -> None:
+    base = torch.zeros(50, 6)
+    ptr = base.untyped_storage().data_ptr()
+    rows = base[2:42, 1:4]  # 40 runs of 3 floats, 6 apart, from element 13
+    assert Y._spans(rows) == [(ptr, (13 + 6 * i) * 4, (16 + 6 * i) * 4) for i in range(40)]
+    assert Y._spans(base[:, :1].t()) == [(ptr, 0 + 24 * i, 4 + 24 * i) for i in range(50)]  # one float per run
+    dense = torch.zeros(3, 5)
+    assert Y._spans(dense.t()) == [(dense.untyped_storage().data_ptr(), 0, 60)]  # transposed, still dense: one
+    one = torch.zeros(4, 1, 3)[:, :, :2]  # a size-1 dimension does not split the runs
+    assert Y._spans(one) == [(one.untyped_storage().data_ptr(), 12 * i, 12 * i + 8) for i in range(4)]
+    assert Y._spans(torch.zeros(0, 3)) == []
+    for n, many in ((2**16, True), (2**16 + 1, False)):  # past 2**16 runs: one range over the extent
+        col = torch.zeros(n, 2)[:, :1]
+        spans = Y._spans(col)
+        assert (len(spans) == n) == many
+        assert spans[-1][2] == (2 * (n - 1) + 1) * 4 and spans[0][1] == 0
+
+
+def test_touched_bytes_leaves_out_scalars_and_counts_gathered_rows_each_time() -> None:
+    """``F.embedding(indices, weight)`` dispatches ``embedding(weight, indices)``: the table is its first input, as
+    for ``index`` and ``index_select`` (the whole table was counted, and the indices as gathered rows)."""
+    table, idx, x = torch.randn(10, 4), torch.tensor([1, 7, 7]), torch.randn(6)
+    two = torch.tensor(2.0)
+    assert Y.touched_bytes(lambda: x * two) == x.nbytes  # a 0-dim tensor: not counted
+    assert Y.touched_bytes(lambda: (torch.nn.functional.embedding(idx, table),
+                                    torch.nn.functional.embedding(idx[:2], table))) == (3 + 2) * 16 + idx.nbytes
+
+
+def test_counts_are_integers_and_same_length_counts_its_own_mask() -> None:
+    assert isinstance(Y.visible_pairs(qlen=3, mlen=2), int)
+    cfg = TXLConfig(n_token=10, n_layer=1, n_head=2, d_model=4, d_head=2, d_inner=8)
+    same = TXLConfig(n_token=10, n_layer=1, n_head=2, d_model=4, d_head=2, d_inner=8, same_length=True)
+    plain, short = (Y.forward_flops(c, batch=1, qlen=3, mlen=2)["attention"] for c in (cfg, same))
+    assert (plain, short) == (3 * 2 * 12 * 4, 3 * 2 * 6 * 4)  # 3 x 2 + 3 x 4 / 2 pairs; 6 with same_length
+    with pytest.raises(Y.YardstickError, match=r"^share: 300 % of its limit"):
+        Y.share(3.0, 1.0)

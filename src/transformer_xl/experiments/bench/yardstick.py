@@ -255,7 +255,7 @@ class _Reads(TorchDispatchMode):
             self.seen.add(ptr)
             if id(t) in written:  # a destination: written, not read
                 continue
-            if func in _INDEXING and i == (1 if func is torch.ops.aten.embedding.default else 0):
+            if func in _INDEXING and i == 0:  # the table: every indexing op takes it first (embedding: weight)
                 self.gathered[ptr] = self.gathered.get(ptr, 0) + out.nbytes  # only the rows gathered
             else:
                 self.spans += _spans(t)
