@@ -294,3 +294,31 @@ def test_the_request_log_leaves_other_scopes_alone_and_logs_a_request_without_a_
     assert seen == ["lifespan", {"type": "lifespan.startup"}, {"type": "lifespan.startup.complete"}, "http"]
     lines = [r.getMessage() for r in caplog.records if r.name == "txl.serve" and r.thread == threading.get_ident()]
     assert len(lines) == 1 and re.fullmatch(r"GET /unanswered 499 \d+ms", lines[0]), lines
+
+
+def test_the_request_log_gives_the_milliseconds_from_the_request_to_its_last_byte(monkeypatch, caplog) -> None:
+    """The time logged is the time between the request's arrival and its response's sending, in milliseconds (a
+    clock that reads 2.5 s between the two: 2500ms)."""
+    import asyncio
+    import logging
+    import time as time_module
+
+    from transformer_xl.serve.app import RequestLog
+
+    readings = iter([100.0, 102.5])
+    monkeypatch.setattr(time_module, "perf_counter", lambda: next(readings))
+
+    async def inner(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        pass
+
+    with caplog.at_level(logging.INFO, logger="txl.serve"):
+        asyncio.run(RequestLog(inner)({"type": "http", "method": "GET", "path": "/timed"}, receive, send))
+    lines = [r.getMessage() for r in caplog.records if r.name == "txl.serve" and r.thread == threading.get_ident()]
+    assert lines == ["GET /timed 204 2500ms"]

@@ -110,6 +110,7 @@ def test_serve_answers_until_interrupted_and_logs_each_request(tmp_path, caplog)
     try:
         notes = _serve_and_ask(str(model_dir) + "/",
                                ServeOptions(port=0, max_batch=3, max_sessions=5, mem_len=16), ask)
+        assert logging.getLogger().level == logging.WARNING  # the host's root logger: only txl.serve's level set
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
@@ -273,3 +274,53 @@ def test_serve_loads_what_it_is_asked_for_and_a_port_in_use_starts_nothing(tmp_p
                 serve(run, ServeOptions(port=busy.getsockname()[1], device="cuda"), note=print)
     finally:
         busy.close()
+
+
+def test_serve_hides_the_server_librarys_deprecation_warnings_and_no_other_warning(tmp_path, monkeypatch,
+                                                                                   recwarn) -> None:
+    """A DeprecationWarning given while uvicorn starts (as websockets' legacy modules give under uvicorn[standard])
+    is not shown to the user of ``txl serve``; any other warning is."""
+    import warnings
+
+    uvicorn = pytest.importorskip("uvicorn")
+    from tests.serve.conftest import save_served_model
+
+    load = uvicorn.Config.load
+
+    def load_with_warnings(self) -> None:
+        warnings.warn("a library module is deprecated", DeprecationWarning, stacklevel=1)
+        warnings.warn("something else to see", UserWarning, stacklevel=1)
+        load(self)
+
+    monkeypatch.setattr(uvicorn.Config, "load", load_with_warnings)
+    seen: dict = {}
+    _serve_and_ask(save_served_model(tmp_path), ServeOptions(port=0), lambda url, deadline: seen.setdefault(
+        "health", _health(url, deadline)))
+    assert seen["health"]["status"] == "ok"
+    shown = [(w.category, str(w.message)) for w in recwarn]
+    assert (UserWarning, "something else to see") in shown
+    assert not [w for w in shown if w[0] is DeprecationWarning], shown
+
+
+def test_build_app_names_the_model_txl_unless_told(tmp_path) -> None:
+    """``build_app`` without a model name (nor ``ServeOptions.model_name``) serves the model as ``txl``."""
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from tests.serve.conftest import save_served_model
+    from transformer_xl.inference.loading import load_codec, load_model
+    from transformer_xl.serve.server import build_app
+
+    model, directory = load_model(save_served_model(tmp_path))
+    _, codec = load_codec(directory)
+    for opts, name in ((ServeOptions(), "txl"), (ServeOptions(model_name="given"), "given")):
+        app, engine = build_app(model, codec, opts)
+
+        async def asgi(scope, receive, send, app=app) -> None:  # a coroutine function, as conftest.start_server's
+            await app(scope, receive, send)
+
+        try:
+            models = TestClient(asgi).get("/v1/models").json()
+        finally:
+            engine.stop()
+        assert [m["id"] for m in models["data"]] == [name]
