@@ -304,3 +304,42 @@ def test_counts_are_integers_and_same_length_counts_its_own_mask() -> None:
     assert (plain, short) == (3 * 2 * 12 * 4, 3 * 2 * 6 * 4)  # 3 x 2 + 3 x 4 / 2 pairs; 6 with same_length
     with pytest.raises(Y.YardstickError, match=r"^share: 300 % of its limit"):
         Y.share(3.0, 1.0)
+
+
+def test_the_read_buffer_on_a_gpu_is_max_of_8_l2_and_1_gib(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Props:
+        L2_cache_size = 200 * 2**20
+
+    asked, made = [], []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: asked.append(d) or Props())
+    monkeypatch.setattr(torch, "ones", lambda n, dtype=None, device=None: made.append((n, dtype, device)))
+    Y.read_buffer("cuda:1")
+    Props.L2_cache_size = 2**20
+    Y.read_buffer("cuda")
+    assert asked == [torch.device("cuda:1"), torch.device("cuda")]
+    assert made == [(8 * 200 * 2**20 // 4, torch.float32, "cuda:1"), (2**30 // 4, torch.float32, "cuda")]
+    del Props.L2_cache_size  # a device that does not say: 1 GiB
+    Y.read_buffer("cuda")
+    assert made[-1][0] == 2**30 // 4
+
+
+def test_the_chains_multiply_every_weight_by_inputs_of_its_type_and_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple] = []
+    monkeypatch.setattr(Y, "best_seconds", lambda fn, passes, device: seen.append((passes, device)) or fn() or 1.0)
+    weights = [torch.randn(8, 4, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64),
+               torch.randn(6, 5, dtype=torch.float64)]
+    real_mv, mvs = torch.mv, []
+    monkeypatch.setattr(torch, "mv", lambda w, x: mvs.append((w, x.clone())) or real_mv(w, x))
+    Y.mv_skeleton_rate(weights)
+    assert seen[-1] == (5, "cpu") and [w.shape for w, _ in mvs] == [w.shape for w in weights]
+    ones = torch.ones(4, dtype=torch.float64)
+    assert torch.equal(mvs[0][1], ones) and torch.equal(mvs[1][1], weights[0] @ ones)  # chained where shapes chain
+    assert torch.equal(mvs[2][1], torch.ones(5, dtype=torch.float64))  # a fresh input where they do not
+    lins: list[tuple] = []
+    monkeypatch.setattr(Y.F, "linear", lambda x, w: lins.append((x.shape, x.dtype, x.device, w.shape)))
+    Y.linear_chain_rate(weights, batch=3, passes=2)
+    assert seen[-1] == (2, "cpu")
+    assert lins == [((3, w.size(1)), torch.float64, torch.device("cpu"), w.shape) for w in weights]
+    lins.clear()
+    Y.linear_chain_rate(weights[:1])
+    assert lins[0][0] == (1, 4)  # one row by default
