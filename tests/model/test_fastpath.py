@@ -298,3 +298,30 @@ def test_adaptive_model_compiles_whole_and_matches_eager() -> None:
         assert (eager2.nll - comp2.nll).abs().max().item() < 1e-5
         only_head = torch.zeros_like(y)  # no tail word: empty gathers, the same graph
         assert (fn(x, only_head, eager.mems).nll - model(x, only_head, eager.mems).nll).abs().max().item() < 1e-5
+
+
+def test_compiling_lets_dynamo_keep_a_graph_per_model_of_the_process() -> None:
+    """Every model compiles the same ``forward``: with dynamo's default of 8 graphs per function, a process that
+    compiles more models or shapes (``txl bench --variants`` over three cases) failed its next fullgraph compile."""
+    from transformer_xl.model import fastpath
+
+    model = TransformerXLLM(TXLConfig(n_token=10, n_layer=1, n_head=1, d_model=4, d_head=4, d_inner=4, tgt_len=2,
+                                      mem_len=2))
+    with torch._dynamo.config.patch(recompile_limit=8):
+        fastpath.compiled(model)  # compiles lazily: nothing runs here
+        assert torch._dynamo.config.recompile_limit == fastpath.GRAPHS_PER_FUNCTION
+    with torch._dynamo.config.patch(recompile_limit=200):
+        fastpath.allow_graphs()
+        assert torch._dynamo.config.recompile_limit == 200  # never lowered
+
+
+@pytest.mark.slow
+def test_nine_models_compile_in_one_process() -> None:
+    from transformer_xl.model.fastpath import compiled
+
+    x = torch.randint(0, 10, (2, 3))
+    for i in range(9):  # nine forward graphs of one function: one past dynamo's default limit
+        model = TransformerXLLM(TXLConfig(n_token=10, n_layer=1, n_head=2, d_model=8 + 4 * i, d_head=4, d_inner=8,
+                                          tgt_len=3, mem_len=3)).eval()
+        with torch.no_grad():
+            assert compiled(model)(x, x).loss.isfinite().all()

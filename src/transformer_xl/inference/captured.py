@@ -53,7 +53,7 @@ from transformer_xl.inference.decode import (
     step,
 )
 from transformer_xl.model import Lengths, TransformerXLLM
-from transformer_xl.model.fastpath import compile_unavailable
+from transformer_xl.model.fastpath import allow_graphs, compile_unavailable
 from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
@@ -148,9 +148,7 @@ def _compiled(device: torch.device, batch: int) -> object:  # pragma: no mutate 
     longer latency slows the one accumulator of the int8 products (6.0 -> 6.3 ms) and gains nothing in float32."""
     key = "cuda" if device.type == "cuda" else f"cpu-{'fma' if batch > 1 else 'plain'}"
     if key not in _COMPILED:
-        # One graph per step constants and shapes (model shape, batch, mem_len, int8, ring dtype): a process that
-        # decodes several (the benchmark's grid) needs more than dynamo's default of 8 per function.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        allow_graphs()  # one graph per model shape, batch, mem_len, int8 and ring dtype
         if device.type == "cuda":
             _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")
         else:

@@ -292,7 +292,19 @@ def compiled(model: nn.Module) -> Callable[..., Any]:
     draws the masks eager would (training compiled tracks eager to float rounding; a checkpoint's RNG state means the
     same in both), and on the CPU it was measured faster than inductor's own per-element generator."""
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    allow_graphs()
     return torch.compile(model, fullgraph=True, dynamic=False, options={"fallback_random": True})
+
+
+#: Graphs dynamo may keep for one function before a ``fullgraph`` compile fails (its default is 8).
+GRAPHS_PER_FUNCTION = 64
+
+
+def allow_graphs() -> None:
+    """Let dynamo keep :data:`GRAPHS_PER_FUNCTION` graphs per function: every model of a process compiles the same
+    ``forward`` (or decode ``step``), one graph per shape, precision and constants, so a process that compiles
+    several (the bench's cases, a decoder per shape) needs more than dynamo's default."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, GRAPHS_PER_FUNCTION)
 
 
 # ---------------------------------------------------------------------------------------------- adaptive clusters

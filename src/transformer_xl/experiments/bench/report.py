@@ -15,13 +15,7 @@ from transformer_xl.experiments.bench.cases import RECOMPUTE, BenchOptions, benc
 from transformer_xl.experiments.bench.measure import peak_memory_cpu, peak_memory_cuda, sync
 from transformer_xl.experiments.bench.runner import Runner, check_equal, setup
 from transformer_xl.experiments.bench.skeleton import gemm_skeleton
-from transformer_xl.experiments.bench.yardstick import (
-    forward_flops,
-    gemm_peaks,
-    machine,
-    share,
-    train_flops,
-)
+from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peaks, machine, share, train_flops
 from transformer_xl.interop.hf import build_hf, hf_available
 from transformer_xl.train.precision import device_description
 
@@ -102,10 +96,6 @@ def run_case(case_name: str, opts: BenchOptions, peaks: dict[str, float],
     """All measurements of one case (see the module docstring)."""
     case = bench_case(case_name)
     bsz = opts.batch_size or case.batch_size
-    if opts.compile or opts.variants:
-        # every model's forward is one code object to dynamo: the graphs of earlier cases (two segment shapes per
-        # precision) would fill its recompile limit and fail a later case's fullgraph compile
-        torch._dynamo.reset()
     cfg = case.config
     use_hf = opts.hf and hf_available() and cfg.attn_type == 0 and cfg.sample_softmax <= 0
     if use_hf and opts.dtype == "bf16":
