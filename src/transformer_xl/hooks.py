@@ -29,7 +29,8 @@ class Layers(Protocol):
 
     def pretrained_dir(self, name: str, revision: str | None) -> Path | None:
         """The local model directory of the Hub id ``name`` (:func:`transformer_xl.interop.hub.hub_model_dir`), or
-        None when ``name`` is not one (a local path of that name exists, or it is not shaped ``ORG/NAME``)."""
+        None when ``name`` is not one (a local path of that name exists, ``ORG`` is a local directory, or it is not
+        shaped ``ORG/NAME``: :func:`transformer_xl.interop.hub.parse_hub_id`)."""
 
 
 _bound: Layers | None = None

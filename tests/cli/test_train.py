@@ -266,3 +266,50 @@ def test_set_null_or_none_clears_a_value(capsys, value: str) -> None:
 
     assert main(["train", "--preset", "wt2-cpu", "--set", f"save_minutes={value}", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["save_minutes"] is None
+
+
+@pytest.mark.parametrize("level, metric", [("word", "ppl"), ("char", "bpc")])
+def test_each_score_says_what_it_covers_and_done_is_the_whole_commands_time(tmp_path, word_corpus, monkeypatch,
+                                                                            capsys, level, metric) -> None:
+    """Validation during training reads the first eval_max_tokens tokens, the final evaluation the whole splits:
+    each printed score says which. "done in" is the command's wall time, the final evaluation (slowed down here)
+    included, and says what it was spent on. results.json and the lines name the unit's metric: ppl for words, bpc
+    for characters (no bpc of a word-level model)."""
+    import math
+    import re
+    import time
+
+    from tests.helpers import tiny_train_config as tiny_cfg
+    from transformer_xl.cli import main
+    from transformer_xl.train import validation
+
+    real = validation.score_split
+
+    def slow(*args, **kwargs):  # the final evaluation's splits (validation during training is bound elsewhere)
+        time.sleep(0.8)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(validation, "score_split", slow)
+    run = tmp_path / "run"
+    cfg = tiny_cfg(run, dataset=str(word_corpus), level=level, max_step=4, eval_max_tokens=50, final_eval=True)
+    (tmp_path / "cfg.json").write_text(cfg.to_json())
+    began = time.monotonic()
+    assert main(["train", "--config", str(tmp_path / "cfg.json"), "--no-progress"]) == 0
+    wall = (time.monotonic() - began) / 60
+    out, err = capsys.readouterr()
+    assert re.search(rf"^step 4: valid \(first 50 tokens\) loss [\d.]+, {metric} [\d.]+ \(best\)$", out, re.M), out
+    done = re.search(rf"^txl train: done in ([\d.]+) min \(training ([\d.]+) min, final evaluation ([\d.]+) min\) at "
+                     rf"step 4; best model \({run}/best, step 4\): valid {metric} \(whole split, ([\d,]+) tokens\) "
+                     rf"[\d.]+, test {metric} \(whole split, ([\d,]+) tokens\) [\d.]+$", out, re.M)
+    assert done, out
+    total, training, evaluation = (float(done.group(i)) for i in (1, 2, 3))
+    assert evaluation >= 0.02 and training + evaluation <= total + 0.01 and total <= wall + 0.005
+    assert f"txl train: final evaluation of {run}/best on the whole splits (valid " in err
+    results = json.loads((run / "results.json").read_text())
+    assert results["metric"] == metric and results["final"]["minutes"] == evaluation
+    for split, shown in (("valid", done.group(4)), ("test", done.group(5))):
+        got = results["final"][split]
+        assert shown == f"{got['tokens']:,}"
+        assert ("bpc" in got) is (level == "char") and got["ppl"] == pytest.approx(math.exp(got["loss"]))
+        if level == "char":
+            assert got["bpc"] == pytest.approx(got["loss"] / math.log(2))

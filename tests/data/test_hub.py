@@ -289,6 +289,25 @@ def test_an_unreachable_hub_is_one_line_without_its_retry_warnings(
     assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]
 
 
+def test_the_first_download_of_a_process_keeps_its_retry_warnings_quiet(tmp_path: Path) -> None:
+    """huggingface_hub sets its logger's level when its logging module is first imported, lazily, inside the first
+    download: quieting must survive that import (in a fresh process, where it has not happened yet)."""
+    code = ("import logging\n"
+            "from transformer_xl.data.hub import quiet_hub_logs\n"
+            "with quiet_hub_logs():\n"
+            "    import huggingface_hub.file_download\n"
+            "    print(logging.getLogger('huggingface_hub.utils._http').getEffectiveLevel(),\n"
+            "          logging.getLogger('urllib3.connectionpool').getEffectiveLevel())\n"
+            "print(logging.getLogger('huggingface_hub').getEffectiveLevel())\n")
+    import transformer_xl
+
+    src = str(Path(transformer_xl.__file__).parents[1])  # the sources this test imports
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=subprocess_env(tmp_path, PYTHONPATH=src), timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["40", "40", "30"]  # ERROR inside, huggingface_hub's own WARNING after
+
+
 def test_a_missing_shard_or_a_failed_download_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stubbed hf_hub_download failures as huggingface_hub raises them: the file is not in the repository; an HTTP
     error with a several-line message (its first line is kept)."""

@@ -5,6 +5,7 @@ once and kept by commit, and a missing id or a missing huggingface_hub is one li
 from __future__ import annotations
 
 import pickle
+import socket
 import sys
 
 import pytest
@@ -15,6 +16,24 @@ from transformer_xl.interop import hub
 from transformer_xl.interop.hf import build_hf, hf_available
 
 needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers with TransfoXL not installed")
+CONNECT = socket.create_connection
+
+
+class _Opened:
+    """A connection that opened (and closes)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _hub_host_answers(monkeypatch) -> None:
+    """The tests that stand in for the Hub online (a stubbed hf_hub_download) open no connection: the probe of the
+    Hub's host (:func:`hub.hub_reachable`) finds it answering."""
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: _Opened())
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -30,10 +49,105 @@ def test_parse_hub_id(name: str, expected, tmp_path, monkeypatch) -> None:
     assert hub.parse_hub_id(name) == expected
 
 
-def test_a_local_directory_of_the_same_name_wins(tmp_path, monkeypatch) -> None:
+def test_a_local_directory_of_the_same_name_or_of_its_org_wins(tmp_path, monkeypatch) -> None:
+    """``runs/demo`` is the run when it exists, and ``runs/other`` a missing path beside it, not a Hub id."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "demo").mkdir(parents=True)
-    assert hub.parse_hub_id("runs/demo") is None and hub.parse_hub_id("runs/other") == ("runs/other", None)
+    (tmp_path / "afile").write_text("x")
+    assert hub.parse_hub_id("runs/demo") is None and hub.parse_hub_id("runs/other") is None
+    assert hub.parse_hub_id("runs/other@v1") is None
+    assert hub.parse_hub_id("afile/x") == ("afile/x", None) and hub.parse_hub_id("org/x") == ("org/x", None)
+    assert hub.missing_path_hint("runs/other") == (" (runs/ is a local directory, so this is a path, not a Hugging "
+                                                   "Face Hub id)")
+    assert hub.missing_path_hint("runs/demo") == hub.missing_path_hint("org/x") == hub.missing_path_hint("a/b/c") == ""
+
+
+def _no_network(monkeypatch) -> list:
+    """No name resolves (a machine offline), HF_HUB_OFFLINE unset; returns the list of hf_hub_download calls."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(socket, "create_connection", CONNECT)
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    calls: list = []
+    real = huggingface_hub.hf_hub_download
+
+    def download(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    return calls
+
+
+@pytest.mark.parametrize("command", [["eval", "runs/demoo", "--dataset", "wt2"], ["generate", "runs/x"],
+                                     ["score", "runs/x", "text.txt"]])
+def test_a_mistyped_run_directory_fails_at_once_without_the_hub(tmp_path, hub_cache, monkeypatch, capsys,
+                                                                command) -> None:
+    """``runs/demoo`` beside ``runs/`` is a missing directory: one line naming it, never sent to the Hub (which,
+    unreachable, cost ~25 s of retries and their warnings)."""
+    import time
+
+    from transformer_xl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    (tmp_path / "text.txt").write_text("some text\n")
+    calls = _no_network(monkeypatch)
+    start = time.monotonic()
+    assert main(command) == 2
+    assert time.monotonic() - start < 5 and calls == []
+    err = capsys.readouterr().err
+    assert err == (f"txl {command[0]}: error: no such model or run directory: {command[1]} (runs/ is a local "
+                   "directory, so this is a path, not a Hugging Face Hub id)\n")
+
+
+def test_an_unreachable_hub_fails_at_once_in_one_line(tmp_path, hub_cache, monkeypatch, capsys) -> None:
+    """A Hub id with no network and HF_HUB_OFFLINE unset: the cache alone, at once, instead of huggingface_hub's
+    retries with back-off (~25 s) and their multi-line warnings."""
+    import time
+
+    from transformer_xl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    calls = _no_network(monkeypatch)
+    start = time.monotonic()
+    assert main(["generate", "nobody/nothing"]) == 2
+    assert time.monotonic() - start < 5 and len(calls) == 1 and calls[0][1]["local_files_only"] is True
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MaxRetryError" not in err and "Traceback" not in err
+    assert err.startswith("txl generate: error: nobody/nothing: no local directory of that name, and the Hub cache")
+    assert err.endswith("(the Hub could not be reached: check the network, or set HF_HUB_OFFLINE=1 to use the cache "
+                        "only)\n")
+
+
+def test_the_hub_probe_reads_the_endpoint_and_trusts_a_proxy(monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    opened: list = []
+
+    def connect(address, timeout):
+        opened.append((address, timeout))
+        if address[0] == "down.example":
+            raise OSError("unreachable")
+        return _Opened()
+
+    for var in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(socket, "create_connection", connect)
+    for endpoint, port, up in (("https://hub.example", 443, True), ("http://hub.example:8080", 8080, True),
+                               ("http://hub.example", 80, True), ("https://down.example", 443, False)):
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        assert hub.hub_reachable() is up
+        assert opened.pop() == ((endpoint.split("//")[1].split(":")[0], port), hub.PROBE_TIMEOUT_S)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert hub.hub_reachable() is True and opened == []
 
 
 def test_revision_given_twice_must_agree() -> None:

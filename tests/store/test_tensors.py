@@ -157,3 +157,44 @@ def test_check_finite_names_the_first_non_finite_floating_tensor() -> None:
     bad = torch.tensor([1.0, float("nan"), float("inf"), float("-inf")])
     with pytest.raises(CheckpointError, match=r"f: tensor 'b' holds non-finite values \(1 NaN, 2 inf\)"):
         check_finite({"a": torch.zeros(2), "b": bad, "c": bad}, "f")
+
+
+def test_the_same_tensors_and_metadata_in_any_order_give_the_same_bytes(tmp_path: Path) -> None:
+    """safetensors writes the metadata from a Rust HashMap (its order changes from one call to the next): the header
+    is rewritten with sorted keys, so equal weights have equal SHA-256 and manifests. Tensors already come in a
+    fixed order (dtype, then name)."""
+    meta = {f"key{i}": f"value {i}" for i in range(10)} | {"odd": 'é ☃ \u2028 "q" \\ / \t\n\x01\x7f'}
+    state = _state()
+    paths = []
+    for n in range(6):
+        keys = sorted(meta, reverse=n % 2 == 1) if n < 2 else list(meta)[n:] + list(meta)[:n]
+        names = list(state) if n % 2 else list(reversed(state))
+        paths.append(save_tensors({k: state[k] for k in names}, tmp_path / f"{n}.safetensors",
+                                  metadata={k: meta[k] for k in keys}))
+    data = [p.read_bytes() for p in paths]
+    assert all(d == data[0] for d in data[1:])
+    size = int.from_bytes(data[0][:8], "little")
+    assert size % 8 == 0  # the header keeps safetensors' alignment (padded with spaces)
+    written = json.loads(data[0][8:8 + size])["__metadata__"]
+    assert list(written) == sorted(written) and {k: written[k] for k in meta} == meta
+    assert _metadata(paths[0]) == written  # safetensors reads it back
+    assert all(torch.equal(load_tensors(paths[0])[k], t) for k, t in state.items())
+
+
+def test_two_identical_training_runs_write_files_of_equal_sha256(tmp_path: Path) -> None:
+    """Two runs of the same config write the same weights files, bit for bit (the models', the checkpoints' model
+    and tensor state), so the manifests of best/ and final/ agree (a checkpoint's also holds its run's wall time)."""
+    import dataclasses
+
+    from tests.helpers import corpus_dir, tiny_train_config
+    from transformer_xl.store.files import sha256_file
+    from transformer_xl.train import Trainer
+
+    cfg = tiny_train_config(tmp_path / "x", dataset=str(corpus_dir(tmp_path)), max_step=4)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        Trainer(dataclasses.replace(cfg, out_dir=str(run))).fit()
+    files = sorted(p.relative_to(runs[0]) for p in runs[0].rglob("*.safetensors"))
+    assert len(files) >= 4 and files == sorted(p.relative_to(runs[1]) for p in runs[1].rglob("*.safetensors"))
+    for name in [*files, Path("best/MANIFEST.json"), Path("final/MANIFEST.json")]:
+        assert sha256_file(runs[0] / name) == sha256_file(runs[1] / name), name

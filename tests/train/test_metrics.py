@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import tiny_train_config
-from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model
+from transformer_xl.train.metrics import LossWindow, RunLog, postfix, progress, publish_model
 
 VAL = {"loss": 2.0, "ppl": math.exp(2.0), "bpc": 2.0 / math.log(2), "tokens": 120}
 
@@ -43,6 +43,37 @@ def test_records_are_json_lines_with_their_keys(tmp_path, capsys) -> None:
     assert final == {"kind": "final", "step": 4, "time": 2.5, "model": "best", "valid": {"loss": 2.0}}
     out = capsys.readouterr().out
     assert "step 2: valid loss 2.0000, ppl 7.389 (best)" in out and "step 4: valid loss 2.0000, bpc 2.885\n" in out
+
+
+def test_a_validation_line_says_what_it_covers(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = RunLog(run, True, tiny_train_config(run), resumed_at=None)
+    log.valid(2, 1.0, VAL, "ppl", True, "first 20,000 tokens")
+    log.valid(4, 2.0, VAL, "bpc", False, "whole split, 120 tokens")
+    log.close()
+    assert capsys.readouterr().out == ("step 2: valid (first 20,000 tokens) loss 2.0000, ppl 7.389 (best)\n"
+                                       "step 4: valid (whole split, 120 tokens) loss 2.0000, bpc 2.885\n")
+    assert "scope" not in _records(run)[0]  # metrics.jsonl keeps its keys (tokens says how many were scored)
+
+
+def test_the_loss_window_averages_the_steps_since_the_last_line_and_round_trips(tmp_path) -> None:
+    """The mean a log line reports, kept across a checkpoint: a window restored from its JSON state gives the same
+    mean, to the bit, as the window it was saved from."""
+    window, losses = LossWindow(), [3.1, 2.7000000000000006, 2.9, 1 / 3]
+    assert math.isnan(window.pop())
+    for loss in losses[:2]:
+        window.add(loss)
+    saved = json.loads(json.dumps(window.state_dict()))
+    restored = LossWindow()
+    restored.load_state_dict(saved)
+    for w in (window, restored):
+        for loss in losses[2:]:
+            w.add(loss)
+    assert window.pop() == restored.pop() == (((3.1 + 2.7000000000000006) + 2.9) + 1 / 3) / 4
+    assert window.state_dict() == {"sum": 0.0, "count": 0}  # popped: the next window starts empty
+    restored.load_state_dict(None)  # a checkpoint written before the window was kept
+    assert restored.state_dict() == {"sum": 0.0, "count": 0}
 
 
 def test_every_record_is_flushed_at_once(tmp_path) -> None:

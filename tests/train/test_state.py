@@ -59,11 +59,14 @@ def _records(run: Path, kind: str) -> list[dict]:
             if r["kind"] == kind]
 
 
-@pytest.mark.parametrize("when", ["after", "during"])
-def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path, when: str) -> None:
+@pytest.mark.parametrize("when, log_interval", [("after", 1), ("during", 1), ("after", 4)])
+def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path, when: str, log_interval: int) -> None:
+    """With ``log_interval`` 4 the checkpoint of step 6 falls between two log lines: the line of step 8 averages
+    steps 5-8 in the resumed run too (the losses since the last line are in the checkpoint)."""
     data = corpus_dir(tmp_path, n_train=150)  # 7 segments per epoch: the resumed part crosses an epoch
     # dropout (RNG), batch_chunk (per-chunk memories), warmup + cosine, an epoch boundary, evaluations
-    cfg = tiny_cfg(tmp_path / "x", dataset=str(data), dropout=0.1, batch_chunk=2, max_step=14, save_interval=2)
+    cfg = tiny_cfg(tmp_path / "x", dataset=str(data), dropout=0.1, batch_chunk=2, max_step=14, save_interval=2,
+                   log_interval=log_interval)
     env = _env(tmp_path)
     full, killed = tmp_path / "full", tmp_path / "killed"
     for run in (full, killed):
@@ -80,14 +83,44 @@ def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path, when: str) ->
     assert r.returncode == 0, r.stderr
     assert not list((killed / "checkpoints").glob(".*"))  # the dead writer's temporary directory is gone
     a, b = _records(full, "train"), _records(killed, "train")
-    assert [x["step"] for x in b] == list(range(1, 15))
-    assert a == b  # every step's loss, lr and gradient norm, bit for bit (JSON floats round-trip exactly)
+    assert [x["step"] for x in b] == list(range(log_interval, 15, log_interval))
+    assert a == b  # every logged loss, lr and gradient norm, bit for bit (JSON floats round-trip exactly)
     assert _records(full, "valid") == _records(killed, "valid")
     from safetensors.torch import load_file
 
     for name in ("model.safetensors", "train_state.safetensors"):  # weights, moments, memories, RNG: bit for bit
         w1, w2 = (load_file(str(run / "checkpoints" / "step_00000014" / name)) for run in (full, killed))
         assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1), name
+
+
+def test_a_run_stopped_between_two_log_lines_logs_the_same_losses_after_resume(tmp_path, word_corpus) -> None:
+    """Ctrl-C lands between two log lines (step 7 of log_interval 4): the checkpoint keeps the sum and count of the
+    losses since the last line, so the first line after ``--resume`` (step 8) averages steps 5-8, as the
+    uninterrupted run's, bit for bit, and not only the steps the resumed process trained."""
+    import dataclasses
+
+    from transformer_xl.store.checkpoint import load_checkpoint
+    from transformer_xl.train import Trainer
+
+    cfg = tiny_cfg(tmp_path / "x", dataset=str(word_corpus), dropout=0.1, max_step=12, log_interval=4,
+                   save_interval=100, eval_interval=100)
+    full, stopped = (dataclasses.replace(cfg, out_dir=str(tmp_path / name)) for name in ("full", "stopped"))
+    Trainer(full).fit()
+
+    class Interrupted(Trainer):
+        def train_step(self, *args, **kwargs):
+            out = super().train_step(*args, **kwargs)
+            if self.step == 6:
+                self._request_stop()  # what Ctrl-C does: the next step is the last
+            return out
+
+    assert Interrupted(stopped).fit()["stopped"] == "signal"
+    [ckpt] = (tmp_path / "stopped" / "checkpoints").iterdir()
+    state = load_checkpoint(ckpt)[2]
+    Trainer(stopped, resume=tmp_path / "stopped").fit()
+    a, b = _records(tmp_path / "full", "train"), _records(tmp_path / "stopped", "train")
+    assert [x["step"] for x in b] == [4, 8, 12] and a == b
+    assert ckpt.name == "step_00000007" and state["loss_window"]["count"] == 3  # steps 5, 6 and 7
 
 
 def _cfg_json(cfg, out_dir: Path) -> str:

@@ -95,7 +95,7 @@ def test_score_split_is_evaluate_on_the_split(corpus, lengths) -> None:
     want = evaluate(model, corpus.splits["valid"], batch_size=4, device="cpu", **lengths)
     assert got["loss"] == want.loss and got["tokens"] == want.tokens == (203 // 4 - 1) * 4
     assert got["ppl"] == pytest.approx(math.exp(want.loss), rel=1e-12)
-    assert got["bpc"] == pytest.approx(want.loss / math.log(2), rel=1e-12)
+    assert "bpc" not in got  # a word-level corpus: bits per character mean nothing
     assert got["batch_size"] == 4 and got["method"] == "memory"
     for key, value in lengths.items():
         assert got[key] == value
@@ -130,3 +130,53 @@ def test_score_split_of_a_char_level_corpus_and_sentence_streams(corpus) -> None
     sent = score_split(model, chars, "valid", 2, device="cpu")
     want = evaluate(model, chars.splits["valid"], batch_size=2, device="cpu", offsets=np.asarray(offsets))
     assert sent["method"] == "memory-sentences" and sent["loss"] == want.loss and sent["tokens"] == want.tokens
+
+
+# ------------------------------------------------------------------ final_evaluation
+@pytest.mark.parametrize("char_level", [False, True])
+def test_final_evaluation_names_the_metric_of_the_unit(tmp_path, corpus, char_level) -> None:
+    """What results.json's ``final`` holds: perplexity for a word-level corpus (no bpc), bits per character too for a
+    character-level one."""
+    data = Corpus.from_arrays("toy", dict(corpus.splits), n_token=50, char_level=char_level)
+    got = validation.final_evaluation(eval_model(), tmp_path / "no-best", data, _train(tmp_path), device="cpu")
+    assert got["model"] == "last"
+    for split in ("valid", "test"):
+        assert got[split]["ppl"] == pytest.approx(math.exp(got[split]["loss"]), rel=1e-12)
+        if char_level:
+            assert got[split]["bpc"] == pytest.approx(got[split]["loss"] / math.log(2), rel=1e-12)
+        else:
+            assert "bpc" not in got[split]
+
+
+def test_final_evaluation_says_what_it_scores_and_shows_its_progress(tmp_path, corpus, monkeypatch, capsys) -> None:
+    """A line as it starts, and each split's evaluation with progress: lines when stderr is not a terminal (as
+    training's progress: ``cfg.progress``), none with ``progress="off"``."""
+    asked = []
+    real = validation.evaluate
+
+    def spy(*args, **kwargs):
+        asked.append((kwargs["progress"], kwargs["desc"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(validation, "evaluate", spy)
+    validation.final_evaluation(eval_model(), tmp_path / "no-best", corpus, _train(tmp_path), device="cpu")
+    assert asked == [("lines", "final evaluation, valid: segment"), ("lines", "final evaluation, test: segment")]
+    assert capsys.readouterr().err == ("txl train: final evaluation of the last model on the whole splits (valid 203 "
+                                       "tokens, test 150 tokens)\n")
+    asked.clear()
+    got = validation.final_evaluation(eval_model(), tmp_path / "no-best", corpus, _train(tmp_path), device="cpu",
+                                      progress="off")
+    assert [mode for mode, _ in asked] == ["off", "off"] and capsys.readouterr().err == ""
+    assert isinstance(got["minutes"], float) and got["minutes"] >= 0
+
+
+@pytest.mark.parametrize("scored, max_tokens, split_tokens, want", [
+    (1_990, 2_000, 217_646, "first 2,000 tokens"),
+    (217_630, None, 217_646, "whole split, 217,630 tokens"),
+    (190, 2_000, 203, "whole split, 190 tokens"),  # a cut longer than the split reads all of it
+    (190, 202, 203, "whole split, 190 tokens"),
+    (190, 201, 203, "first 201 tokens"),
+    (245_550, None, None, "whole split, 245,550 tokens"),
+])
+def test_scope_says_what_a_score_covers(scored, max_tokens, split_tokens, want) -> None:
+    assert validation.scope(scored, max_tokens, split_tokens) == want

@@ -124,7 +124,7 @@ def seed_list(text: str) -> list[int]:
 
 #: What the help of every argument that takes a model adds: a Hub id works too (:mod:`transformer_xl.interop.hub`).
 HUB_ID_HELP = ("a Hugging Face Hub id ORG/NAME[@REVISION] works too, fetched through huggingface_hub (its cache, "
-               "HF_HUB_OFFLINE, HF_TOKEN; a local path of that name wins)")
+               "HF_HUB_OFFLINE, HF_TOKEN; a local path of that name, or under a local ORG/ folder, wins)")
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, text: str, **kwargs: Any) -> argparse.ArgumentParser:

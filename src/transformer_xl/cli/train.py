@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from transformer_xl.model.presets import model_preset
     from transformer_xl.train.trainer import Trainer
 
+    began = time.monotonic()  # the command's wall time: setup, training and the final evaluation
     cfg = resolve_config(args)
     model_preset(cfg.model, 10**7, **cfg.model_overrides)  # the model keys' values, before printing or training
     out_dir = Path(cfg.out_dir)
@@ -223,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
                   f"(max_step {cfg.max_step}); raise --max-step to continue", file=sys.stderr)
         return _end(0, trainer.dist.world_size)
     summary = trainer.fit()
-    return _end(_report(summary, cfg) if summary["rank"] == 0 else 0, summary["world_size"])
+    code = _report(summary, cfg, (time.monotonic() - began) / 60) if summary["rank"] == 0 else 0
+    return _end(code, summary["world_size"])
 
 
 def _end(code: int, world_size: int) -> int:
@@ -238,8 +241,11 @@ def _end(code: int, world_size: int) -> int:
     return code
 
 
-def _report(summary: dict[str, Any], cfg: Any) -> int:
-    """The last lines of ``txl train`` (rank 0): done, or stopped and how to continue; the exit status."""
+def _report(summary: dict[str, Any], cfg: Any, minutes: float) -> int:
+    """The last lines of ``txl train`` (rank 0): done, or stopped and how to continue; the exit status. ``minutes``:
+    the command's wall time, said with what it was spent on; each score says what it covers."""
+    from transformer_xl.train.validation import scope
+
     metric = summary["metric"]
     out = summary["out_dir"]
     if summary["stopped"] != "max_step":
@@ -248,10 +254,17 @@ def _report(summary: dict[str, Any], cfg: Any) -> int:
               f"continue with: txl train --resume {out}", file=sys.stderr)
         return 0
     final = summary.get("final")
+    spent = [f"training {summary['train_minutes']:.2f} min"]
+    if summary["train_minutes"] < summary["minutes"]:  # a resumed run: its earlier invocations trained too
+        spent[0] += f" ({summary['minutes']:.2f} min over the run)"
     if final:
-        parts = [f"{s} {metric} {final[s][metric]:.3f}" for s in ("valid", "test") if s in final]
-        print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; best model "
-              f"({final['model']}): {', '.join(parts)}")
+        spent.append(f"final evaluation {final['minutes']:.2f} min")
+    done = f"txl train: done in {minutes:.2f} min ({', '.join(spent)}) at step {summary['step']}"
+    if final:
+        parts = [f"{s} {metric} ({scope(final[s]['tokens'])}) {final[s][metric]:.3f}" for s in ("valid", "test")
+                 if s in final]
+        which = final["model"] if final["model"] == "last" else f"{final['model']}, step {summary['best_step']}"
+        print(f"{done}; best model ({which}): {', '.join(parts)}")
     else:
-        print(f"txl train: done in {summary['minutes']} min at step {summary['step']}; models in {out}")
+        print(f"{done}; models in {out}")
     return 0

@@ -56,15 +56,21 @@ def placement_hint(hub: HubSource, folder: Path) -> str:
 
 @contextlib.contextmanager
 def quiet_hub_logs() -> Iterator[None]:
-    """huggingface_hub logs every retry of an unreachable Hub as a warning: the one line of the outcome says it
-    (used by the dataset and the model downloads alike)."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """huggingface_hub logs every retry of an unreachable Hub as a warning (and urllib3 its own retries): the one line
+    of the outcome says it (used by the dataset and the model downloads alike). huggingface_hub sets its logger's
+    level when its logging module is first imported, lazily, inside the first download: it is imported first here,
+    or that first download would put the warnings back."""
+    with contextlib.suppress(ImportError):
+        import huggingface_hub.utils.logging  # noqa: F401  (sets the level, once per process)
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "urllib3")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _download(hub: HubSource, filename: str, folder: Path) -> Path:

@@ -11,7 +11,7 @@ import torch
 
 from transformer_xl.data import Vocab
 from transformer_xl.errors import CheckpointError, ConfigError, DataError
-from transformer_xl.interop.hub import hub_model_dir, parse_hub_id
+from transformer_xl.interop.hub import hub_model_dir, missing_path_hint, parse_hub_id
 from transformer_xl.model import TransformerXLLM
 from transformer_xl.model.int8 import check_scheme
 from transformer_xl.store.checkpoint import verify_checkpoint
@@ -33,8 +33,9 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
                note: Callable[[str], None] | None = None, quantize: str | None = None) -> tuple[TransformerXLLM, Path]:
     """The model behind ``path`` in eval mode, and its directory: every command that takes a model reads it here.
 
-    ``path`` is a Hugging Face Hub id ``ORG/NAME[@REV]`` when no local path of that name exists
-    (:func:`transformer_xl.interop.hub.hub_model_dir`; ``note`` hears of a first conversion), else
+    ``path`` is a Hugging Face Hub id ``ORG/NAME[@REV]`` when no local path of that name exists and ``ORG`` is no
+    local directory (:func:`transformer_xl.interop.hub.parse_hub_id`,
+    :func:`transformer_xl.interop.hub.hub_model_dir`; ``note`` hears of a first conversion), else
     a model directory, a checkpoint directory ``RUN/checkpoints/step_*`` or a run directory (its
     ``best/``, else ``final/``, else its newest checkpoint: :func:`transformer_xl.store.layout.resolve_model`); for a
     run
@@ -50,8 +51,10 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
     check_device(device)
     if quantize is not None:
         check_scheme(quantize, torch.device(device))
-    if parse_hub_id(path) is not None:  # ORG/NAME[@REV] and no local path of that name
+    if parse_hub_id(path) is not None:  # ORG/NAME[@REV], no local path of that name, ORG no local directory
         path = hub_model_dir(str(path), note=note)
+    elif not Path(path).exists():  # e.g. runs/demoo beside runs/: a mistyped path, never looked up on the Hub
+        raise CheckpointError(f"no such model or run directory: {path}{missing_path_hint(path)}")
     directory, why = resolve_model(path)
     checkpoint = is_checkpoint_dir(directory)
     if verify and checkpoint:

@@ -6,8 +6,13 @@ offline mode (``HF_HUB_OFFLINE=1``: the cache only), its token (``HF_TOKEN`` for
 and its revisions (a branch, tag or commit; the branch ``main`` by default). There is no downloader here. The
 files of one model are fetched at one commit: the one the revision named when ``config.json`` was fetched.
 
-A **local path wins**: ``ORG/NAME`` is a Hub id only when no file or directory of that name exists (relative to
-the working directory), so ``runs/demo`` stays the run it always was.
+**Which names go to the Hub** (:func:`parse_hub_id`; relative to the working directory): a name is a Hub id only
+when it is shaped ``ORG/NAME[@REVISION]`` (so ``./x``, ``../x``, ``/x``, ``~/x`` and ``a/b/c`` are paths), no file or
+directory of that name exists (a local path wins: ``runs/demo`` stays the run it always was), and ``ORG`` is not a
+local directory (``runs/demoo`` beside ``runs/`` is a mistyped run: refused at once as a missing directory, never
+looked up on the Hub). When the Hub is unreachable (its host does not resolve or accept a connection within
+:data:`PROBE_TIMEOUT_S` seconds, no proxy set) the cache alone is read, as with ``HF_HUB_OFFLINE=1``, instead of
+``huggingface_hub`` retrying every request for half a minute; its retry warnings are silenced either way.
 
 Two layouts are read:
 
@@ -25,6 +30,9 @@ Two layouts are read:
 from __future__ import annotations
 
 import re
+import socket
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,8 @@ HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(
 #: The files of a Hugging Face TransfoXL repository, in order of preference: weights, then a vocabulary.
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _HF_VOCABS = (("vocab.pkl",), ("vocab.bin",), ("vocab.txt", "tokenizer_config.json"))
+#: Seconds to wait for a connection to the Hub before reading the cache alone.
+PROBE_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -55,13 +65,39 @@ class HubSnapshot:
 
 
 def parse_hub_id(name: str | Path) -> tuple[str, str | None] | None:
-    """``(repo_id, revision)`` when ``name`` is shaped as a Hub id and no local path of that name exists, else None
-    (a local directory of the same name wins)."""
+    """``(repo_id, revision)`` when ``name`` is a Hub id, else None (a local path): shaped ``ORG/NAME[@REVISION]``,
+    no local path of that name exists, and ``ORG`` is not a local directory (the rule in the module docstring)."""
     text = str(name)
     m = HUB_ID.fullmatch(text)
-    if m is None or ".." in text or Path(text).exists():
+    if m is None or ".." in text or Path(text).exists() or Path(text.split("/", 1)[0]).is_dir():
         return None
     return m.group("repo"), m.group("revision")
+
+
+def missing_path_hint(name: str | Path) -> str:
+    """For a local path that does not exist: why a name shaped as a Hub id was not looked up on the Hub (its first
+    component is a local directory, e.g. ``runs/``), else ``""``."""
+    text = str(name)
+    if HUB_ID.fullmatch(text) is None or Path(text).exists() or parse_hub_id(text) is not None:
+        return ""
+    return f" ({text.split('/', 1)[0]}/ is a local directory, so this is a path, not a Hugging Face Hub id)"
+
+
+def hub_reachable() -> bool:
+    """Whether a connection to the Hub's host opens within :data:`PROBE_TIMEOUT_S` seconds (True when a proxy is
+    set: the proxy reaches it). Unreachable, ``huggingface_hub`` would retry each request with back-off for about
+    25 s before falling back to its cache."""
+    from huggingface_hub import constants
+
+    if any(k in urllib.request.getproxies() for k in ("https", "http", "all")):
+        return True
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=PROBE_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def split_revision(name: str, revision: str | None) -> tuple[str, str | None]:
@@ -83,10 +119,12 @@ def fetch(name: str, revision: str | None = None) -> HubSnapshot:
     except ImportError:
         raise ConfigError(f"{repo}: no local directory of that name, and Hub model ids need huggingface_hub "
                           f"({INSTALL_HINT})") from None
-    config_path = Path(_download(hub, repo, CONFIG, revision, required=True))
+    cache_only = hub_offline() or not hub_reachable()  # unreachable: the cache at once, not half a minute of retries
+    config_path = Path(_download(hub, repo, CONFIG, revision, required=True, cache_only=cache_only))
     folder, commit = config_path.parent, config_path.parent.name  # the cache's snapshots/<commit>/config.json
     layout = _layout(read_json(config_path, error=CheckpointError), repo)
-    get = lambda file, required=False: _download(hub, repo, file, commit, required=required)  # noqa: E731
+    get = lambda file, required=False: _download(hub, repo, file, commit, required=required,  # noqa: E731
+                                                 cache_only=cache_only)
     if layout == "txl":
         manifest = get(MANIFEST)  # when there is one, it names the files (each then required)
         if manifest is not None:
@@ -114,15 +152,16 @@ def _layout(config: dict[str, Any], repo: str) -> str:
                           f"{config.get('model_type')!r}, not transfo-xl, and no n_token)")
 
 
-def _download(hub: Any, repo: str, file: str, revision: str | None, *, required: bool) -> str | None:
-    """``hf_hub_download`` of one file; a file the repository (or, offline, the cache) lacks is None unless
-    ``required``; every failure is one line."""
+def _download(hub: Any, repo: str, file: str, revision: str | None, *, required: bool,
+              cache_only: bool = False) -> str | None:
+    """``hf_hub_download`` of one file (from the cache alone with ``cache_only``); a file the repository (or, offline,
+    the cache) lacks is None unless ``required``; every failure is one line."""
     from huggingface_hub import errors
 
     where = f"{repo}@{revision}" if revision else repo
     try:
         with quiet_hub_logs():
-            return hub.hf_hub_download(repo, file, revision=revision)
+            return hub.hf_hub_download(repo, file, revision=revision, local_files_only=cache_only)
     except errors.LocalEntryNotFoundError:
         if not required:
             return None

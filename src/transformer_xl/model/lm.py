@@ -312,7 +312,8 @@ class TransformerXLLM(nn.Module):
                         map_location: str | torch.device = "cpu", verify: bool = True) -> TransformerXLLM:
         """Load a model written by :meth:`save_pretrained`, **in eval mode** (dropout off, as Hugging Face's
         ``from_pretrained``; ``model.train()`` to train it), or a Hub id ``"ORG/NAME[@REVISION]"`` (or
-        ``revision=``) when no local path of that name exists (:mod:`transformer_xl.interop.hub`). Refused in one line
+        ``revision=``) when no local path of that name exists and ``ORG`` is no local directory
+        (:mod:`transformer_xl.interop.hub`). Refused in one line
         (:class:`CheckpointError`): with ``verify`` (default), a file that does not match the directory's
         ``MANIFEST.json`` (a directory without one, from an older txl or made by hand, loads unchecked); a config
         that does not describe the weights file, found from the file's header before the model is built

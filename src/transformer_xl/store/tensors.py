@@ -5,11 +5,17 @@ name per storage is written and the other names are recorded as aliases in the f
 
 :func:`read_header` gives the names, shapes and dtypes a file holds without reading a tensor (a reader
 compares them with what it expects before allocating anything); :func:`check_finite` refuses NaN/inf weights.
+
+The bytes written are a function of the tensors and metadata alone, so equal weights have equal SHA-256 (and
+manifests): safetensors orders the tensors by dtype, then name, but writes the metadata from a Rust ``HashMap``,
+whose order changes from one call to the next; :func:`save_tensors` rewrites the header with the metadata's keys
+sorted (the same JSON, so the same length: in place).
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +32,9 @@ FORMAT_VERSION = "1"
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
-    """Save a state dict to safetensors atomically, writing shared storages once (aliases in metadata)."""
+    """Save a state dict to safetensors atomically, writing shared storages once (aliases in metadata, the first
+    name of a storage in ``tensors``' order the one stored). The same state dict and metadata give the same bytes,
+    whatever the order of the metadata's keys (and of the tensors, but for which tied name is stored)."""
     canonical: dict[tuple, str] = {}
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
@@ -41,11 +49,27 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: d
         t = t.detach().contiguous().cpu()
         unique[name] = t.clone() if ptr in storages else t  # another view of a saved storage: its own copy
         storages.add(ptr)
-    meta = {"format": "pt", "txl_format_version": FORMAT_VERSION, _ALIASES_KEY: json.dumps(aliases)}
+    meta = {"format": "pt", "txl_format_version": FORMAT_VERSION, _ALIASES_KEY: json.dumps(aliases, sort_keys=True)}
     meta.update(metadata or {})
     with atomic_path(path) as tmp:
         save_file(unique, str(tmp), metadata=meta)
+        _sort_metadata(tmp)
     return Path(path)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite the header of the safetensors file ``path`` with its metadata's keys sorted, in place: the JSON
+    safetensors wrote (compact, UTF-8, padded with spaces to its length) with only the keys' order changed."""
+    with open(path, "r+b") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        meta = header.pop("__metadata__", None)
+        ordered = {"__metadata__": dict(sorted(meta.items())), **header} if meta is not None else header
+        text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > size:  # a bug: the same JSON, reordered, cannot grow
+            raise RuntimeError(f"{path}: the sorted safetensors header is longer than the written one")
+        f.seek(8)
+        f.write(text.ljust(size, b" "))
 
 
 @dataclass(frozen=True)

@@ -291,7 +291,7 @@ FIELD_HELP: dict[str, str] = {
     "model": "the model preset whose architecture the model flags below change",
     "model_overrides": "model fields over the model preset",
     "init_from": "fine-tune: start from this model directory's weights, architecture and vocabulary (or a Hugging "
-    "Face Hub id ORG/NAME[@REVISION]; a local path of that name wins)",
+    "Face Hub id ORG/NAME[@REVISION]; a local path of that name, or under a local ORG/ folder, wins)",
     "init_vocab": "the vocabulary (vocab.json/.txt) of --init-from when none is beside the model, or a dataset name "
     "(wt103: the vocabulary of its prepared cache, built by `txl data prepare wt103`)",
     "level": "your own text only: the unit of a token (word, char or byte; char and byte report bpc; default: word)",

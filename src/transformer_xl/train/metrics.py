@@ -85,11 +85,14 @@ class RunLog:
                      "tokens_per_s": round(tok_s, 1), "grad_norm": grad_norm, "tokens": tokens, "nonfinite": nonfinite})
         self.loggers.train(step, loss, lr, round(tok_s, 1), grad_norm)  # the values of metrics.jsonl
 
-    def valid(self, step: int, t: float, val: dict[str, float], metric: str, best: bool) -> None:
+    def valid(self, step: int, t: float, val: dict[str, float], metric: str, best: bool,
+              scope: str | None = None) -> None:
+        """A validation score; the printed line says what it covers (``scope``, e.g. ``"first 20,000 tokens"``)."""
         self._write({"kind": "valid", "step": step, "time": round(t, 3), "valid_loss": val["loss"],
                      f"valid_{metric}": val[metric], "tokens": val["tokens"], "best": best})
         self.loggers.valid(step, val, metric)
-        msg = f"step {step}: valid loss {val['loss']:.4f}, {metric} {val[metric]:.3f}" + (" (best)" if best else "")
+        what = "valid" if scope is None else f"valid ({scope})"
+        msg = f"step {step}: {what} loss {val['loss']:.4f}, {metric} {val[metric]:.3f}" + (" (best)" if best else "")
         if self.main:
             _print(msg)
 
@@ -103,6 +106,35 @@ class RunLog:
         if self.file is not None:
             self.file.close()
         self.loggers.close()
+
+
+class LossWindow:
+    """The training losses since the last logged step, whose mean a ``log_interval`` line reports: a running sum and
+    count, kept in the train state, so that the first line after ``--resume`` averages the same steps, to the bit,
+    as the line an uninterrupted run logs at that step."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, loss: float) -> None:
+        """One more applied step's loss."""
+        self.total += loss
+        self.count += 1
+
+    def pop(self) -> float:
+        """The mean loss of the window (NaN when empty), for a logged line; the next window starts empty."""
+        mean = self.total / self.count if self.count else math.nan
+        self.total, self.count = 0.0, 0
+        return mean
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"sum": ..., "count": ...}`` (JSON keeps the float exactly)."""
+        return {"sum": self.total, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore :meth:`state_dict`; ``None`` (a checkpoint from before the window was saved) starts empty."""
+        state = state or {}
+        self.total, self.count = float(state.get("sum", 0.0)), int(state.get("count", 0))
 
 
 def _print(msg: str) -> None:

@@ -1,7 +1,8 @@
 """The training state a checkpoint holds: :func:`capture_state` gathers a
 :class:`~transformer_xl.train.trainer.Trainer`'s
-model, optimizer, schedule, grad scaler, counters, data position, memories and the random number generators of
-every process; :func:`restore_state` puts them back (the memories' and generators' rows of this process)."""
+model, optimizer, schedule, grad scaler, counters, the window of losses the next log line averages, data position,
+memories and the random number generators of every process; :func:`restore_state` puts them back (the memories' and
+generators' rows of this process)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def capture_state(tr: Any) -> dict[str, Any]:
         "format": 1, "txl_version": __version__, "world_size": tr.dist.world_size,
         "step": tr.step, "tokens": tr.tokens, "elapsed": tr.elapsed,
         "nonfinite_total": tr.nonfinite_total, "nonfinite_run": tr.nonfinite_run,
+        "loss_window": tr.loss_window.state_dict(),  # the losses since the last logged step
         "best_valid": tr.best_valid if math.isfinite(tr.best_valid) else None, "best_step": tr.best_step,
         "model": tr.model.state_dict(),
         "optimizer": tr.optimizer.state_dict(), "schedule": tr.schedule.state_dict(),
@@ -70,6 +72,7 @@ def restore_state(tr: Any, state: dict[str, Any]) -> None:
     tr.train_iter.load_state_dict(state["data"])
     tr.step, tr.tokens, tr.elapsed = int(state["step"]), int(state["tokens"]), float(state["elapsed"])
     tr.nonfinite_total, tr.nonfinite_run = int(state["nonfinite_total"]), int(state["nonfinite_run"])
+    tr.loss_window.load_state_dict(state.get("loss_window"))  # absent from older checkpoints: an empty window
     tr.best_valid = math.inf if state.get("best_valid") is None else float(state["best_valid"])
     tr.best_step = int(state.get("best_step", 0))
     per = tr.cfg.batch_size // tr.dist.world_size

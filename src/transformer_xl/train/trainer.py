@@ -12,8 +12,8 @@ memories restart at each epoch, as in the official loop. One step:
    skipped and counted, and ``max_nonfinite`` in a row stop the run);
 4. the optimizer steps, then the schedule (:mod:`transformer_xl.train.schedule`).
 
-The trainer's :meth:`Trainer.state_dict` holds model, optimizer, schedule, grad scaler, counters, data
-position, RNG states and memories; :mod:`transformer_xl.store.checkpoint` writes it without pickle, and
+The trainer's :meth:`Trainer.state_dict` holds model, optimizer, schedule, grad scaler, counters, the logged loss's
+window, data position, RNG states and memories; :mod:`transformer_xl.store.checkpoint` writes it without pickle, and
 ``Trainer(cfg, resume=RUN_DIR)`` continues bit for bit on a CPU (same thread count).
 Validation and the final evaluation are :mod:`transformer_xl.train.validation`.
 """
@@ -53,13 +53,13 @@ from transformer_xl.train.distributed import Dist, resolve_device, wrap_ddp
 from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.loggers import check_loggers
-from transformer_xl.train.metrics import RunLog, postfix, progress, publish_model, write_run_files
+from transformer_xl.train.metrics import LossWindow, RunLog, postfix, progress, publish_model, write_run_files
 from transformer_xl.train.precision import resolve_precision
 from transformer_xl.train.resume import AUTO, ResumePlan, plan_run
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
 from transformer_xl.train.state import capture_state, restore_state
-from transformer_xl.train.validation import final_evaluation, score_split, validation_lengths
+from transformer_xl.train.validation import final_evaluation, scope, score_split, validation_lengths
 
 
 class TrainingDiverged(TXLError):
@@ -140,7 +140,7 @@ class Trainer:
         self.elapsed = 0.0  # training wall seconds over all invocations
         self.nonfinite_total, self.nonfinite_run, self.best_valid, self.best_step = 0, 0, math.inf, 0
         self.mems: list[Tensor] | None = None
-        self.mems_epoch, self.last_saved_step = 0, -1
+        self.mems_epoch, self.last_saved_step, self.loss_window = 0, -1, LossWindow()  # window: since the last log
         self.stop_request: str | None = None  # set by a signal or the time limit, agreed on at the next step
         self.stop_reason: str | None = None
         self.save_request, self.save_due, self.last_save_time = False, False, time.monotonic()  # --save-minutes
@@ -283,7 +283,8 @@ class Trainer:
             if improved:
                 self.best_valid, self.best_step = loss, self.step
                 publish_model(self.run.best, self.model, {"step": self.step, "valid_loss": loss})
-            log.valid(self.step, self.elapsed, val, self.metric, improved)
+            log.valid(self.step, self.elapsed, val, self.metric, improved,
+                      scope(val["tokens"], self.cfg.eval_max_tokens, len(self.corpus.splits["valid"])))
         loss = self.dist.broadcast_float(loss, self.device)
         self.schedule.on_eval(loss)
         return loss
@@ -315,8 +316,7 @@ class Trainer:
             log.event(self.step, self.elapsed, "resume" if self.resumed_from else "restart",
                       checkpoint=str(self.resumed_from) if self.resumed_from else None, changes=self.plan.changes)
         bar = progress(cfg, self.step, main)
-        start, t_last, tokens_last, losses = time.monotonic(), time.monotonic(), self.tokens, []
-        elapsed0 = self.elapsed
+        start, t_last, tokens_last, elapsed0 = time.monotonic(), time.monotonic(), self.tokens, self.elapsed
         save_every = cfg.save_interval or cfg.eval_interval
         last_eval = -1
         clock = CompileClock(cfg.compile, lambda **kw: log.event(self.step, self.elapsed, "compile", **kw), main)
@@ -338,15 +338,16 @@ class Trainer:
                         if self.nonfinite_run >= cfg.max_nonfinite:
                             raise TrainingDiverged(self._diverged_message())
                         continue
-                    losses.append(out["loss"])
+                    self.loss_window.add(out["loss"])
                     if self.step % cfg.log_interval == 0:
                         now = time.monotonic()
                         tok_s = (self.tokens - tokens_last) / max(now - t_last, 1e-9)
-                        log.train(self.step, self.elapsed, float(np.mean(losses)), lr, tok_s,
-                                  out["grad_norm"], self.tokens, self.nonfinite_total)
+                        loss = self.loss_window.pop()  # the mean since the last line; the next window starts
+                        log.train(self.step, self.elapsed, loss, lr, tok_s, out["grad_norm"], self.tokens,
+                                  self.nonfinite_total)
                         if bar is not None:
-                            postfix(bar, float(np.mean(losses)), self.metric, lr, tok_s)
-                        t_last, tokens_last, losses = now, self.tokens, []
+                            postfix(bar, loss, self.metric, lr, tok_s)
+                        t_last, tokens_last = now, self.tokens
                     if bar is not None:
                         bar.update(1)
                     done = self.step >= cfg.max_step or self.stop_reason == "time"
@@ -363,6 +364,7 @@ class Trainer:
         self.dist.close()  # the last collective: every process leaves the group together, rank 0 then goes on alone
         summary: dict[str, Any] = {"rank": self.dist.rank, "world_size": self.dist.world_size, "step": self.step,
                                    "minutes": round(self.elapsed / 60, 2), "metric": self.metric,
+                                   "train_minutes": round((self.elapsed - elapsed0) / 60, 2),
                                    "stopped": self.stop_reason or "max_step", "out_dir": str(self.out_dir),
                                    "best_valid_loss": self.best_valid, "best_step": self.best_step,
                                    "nonfinite_steps": self.nonfinite_total, "last_eval_step": last_eval}
@@ -384,8 +386,7 @@ class Trainer:
 
     def _request_stop(self) -> bool:
         """A stop signal: stop after this step (True), or at once if one was already received (False)."""
-        first = self.stop_request != "signal"
-        self.stop_request = "signal"
+        first, self.stop_request = self.stop_request != "signal", "signal"
         return first
 
     def _write_run_files(self) -> None:
