@@ -1,6 +1,7 @@
 # One command for each job; each sets itself up from a fresh clone (Python >= 3.10 needed).
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
 #   make test   lint + the documentation site + the test suite (CPU, a few minutes)
+#   make test-avx2   the test suite again with PyTorch's CPU kernels held to AVX2 (what an AVX2-only CPU runs)
 #   make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it
 #   make mutate MODULE=src/transformer_xl/train/resume.py   mutation testing of one module (minutes; not in `make test`)
 PYTHON ?= python3
@@ -15,7 +16,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-all lint docs docs-serve figures demo clean mutate
+.PHONY: install test test-avx2 test-all lint docs docs-serve figures demo clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,12 @@ figures: $(RUNTIME)
 
 test: lint docs
 	bash .ci/pytest.sh -m "not slow"
+
+# The suite with PyTorch's CPU kernels held to AVX2 (no AVX-512, no bf16 or AMX instructions: a bf16 product ~100x
+# slower than fp32), as on most laptops and AMD Zen 2/3 servers; CI runs it after `make test` on an AVX-512 machine.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+test-avx2: $(TESTDEPS)
+	$(AVX2_ENV) bash .ci/pytest.sh -m "not slow"
 
 test-all: lint docs
 	bash .ci/pytest.sh

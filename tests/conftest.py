@@ -121,8 +121,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exports: exports a model to ONNX itself (tens of seconds); runs last")
 
 
+#: The time budget of a test marked ``slow`` (the default run's is ``timeout`` in pyproject.toml): a whole small
+#: training run or several compiles; over it, the test fails with its name.
+SLOW_TIMEOUT_S = 900
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that export to ONNX (marked ``exports``, or using the session's ``onnx_export``) run last, in their
-    order: under ``pytest -x`` a quick test that fails stops the run before an export (tens of seconds) is made."""
+    order: under ``pytest -x`` a quick test that fails stops the run before an export (tens of seconds) is made. A
+    test marked ``slow`` and no ``timeout`` of its own gets :data:`SLOW_TIMEOUT_S`."""
     items.sort(key=lambda item: "onnx_export" in getattr(item, "fixturenames", ()) or
                item.get_closest_marker("exports") is not None)
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))

@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import mmap
+import os
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,44 @@ def test_compiled_step_equals_the_plain_step(batch, int8) -> None:
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
     assert dec.compile_s is not None and dec.compile_s > 0
+
+
+#: A captured step compiled and compared with the plain step in a child process (the test below).
+_CHILD = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from tests.inference.test_captured import _model, _prompt
+from transformer_xl.inference.captured import CapturedDecoder
+from transformer_xl.inference.generate import generate
+model, ids = _model(cutoffs=[10, 25], tie_weight=False), _prompt(b=1)
+dec = CapturedDecoder(model, batch=1, mem_len=4)
+plain = generate(model, ids, max_new_tokens=6, mem_len=4, captured=False)
+cap = generate(model, ids, max_new_tokens=6, mem_len=4, captured=dec)
+assert torch.equal(cap.new_tokens, plain.new_tokens), (cap.new_tokens, plain.new_tokens)
+assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
+"""
+
+
+@pytest.mark.slow
+def test_a_step_compiled_for_one_instruction_set_is_not_reused_by_a_process_with_another(tmp_path) -> None:
+    """Two processes sharing inductor's cache, the first restricted to AVX2 and the second to scalar code
+    (``ATEN_CPU_CAPABILITY=default``): before the cache was keyed by the vector width, the second took the first's
+    generated code and failed to compile it (and between AVX2 and AVX-512: NaN log-probabilities, or a corrupted
+    heap); now each compiles its own and both decode as the plain step."""
+    import subprocess
+    import sys
+
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    if not any("avx2" in str(isa) for isa in valid_vec_isa_list()):
+        pytest.skip("not an AVX2 CPU")
+    repo = str(Path(__file__).resolve().parents[2])
+    for capability in ("avx2", "default"):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "ATEN_CPU_CAPABILITY": capability,
+               "OMP_NUM_THREADS": "1"}
+        run = subprocess.run([sys.executable, "-c", _CHILD, repo], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, (capability, run.stderr[-2000:])
 
 
 def _dequantized(model: TransformerXLLM) -> TransformerXLLM:

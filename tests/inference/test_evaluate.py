@@ -101,7 +101,8 @@ def test_evaluate_sentence_streams_scores_every_predicted_token() -> None:
             out = model(batch.input_ids, batch.targets, mems)
             mems, total, count = out.mems, total + out.nll.double().sum().item(), count + out.nll.numel()
     assert res.tokens == count > 0 and res.settings["method"] == "memory-sentences"
-    assert math.isclose(res.loss, total / count, rel_tol=1e-12)
+    # float rounding only: the evaluation projects the memory once (inference cache), the loop again per segment
+    assert math.isclose(res.loss, total / count, rel_tol=1e-6)
     cut = evaluate(model, data, batch_size=3, tgt_len=5, offsets=offsets, max_tokens=int(offsets[20]) - 1)
     assert 0 < cut.tokens < res.tokens
     with pytest.raises(ConfigError, match="return_nll"):

@@ -251,10 +251,15 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
     (tmp_path / "docs.txt").write_text("\n\n".join(docs) + "\n")
     scored = _txl_score([str(model_dir), str(tmp_path / "docs.txt"), "--documents", "--mem-len", "24"], capsys)
     logged = [float(s["resps"][0][0]) for s in samples("txl_wikitext_rolling")]
-    assert logged == pytest.approx([r["total_log_prob"] for r in scored], rel=0, abs=1e-6)
+    # to float32 rounding of each token's log-probability (batches of 4 against 16: on AVX2 and AMX kernels a row's
+    # product depends on its batch, by a unit or two in the last place); a token scored wrongly is off by far more
+    assert len(logged) == len(scored)
+    for got, want in zip(logged, scored):
+        assert got == pytest.approx(want["total_log_prob"], rel=0, abs=1e-6 * want["n_tokens"])
     words = sum(len(re.split(r"\s+", d)) for d in docs)
     ppl = math.exp(-sum(r["total_log_prob"] for r in scored) / words)
-    assert math.isclose(results["txl_wikitext_rolling"]["word_perplexity,none"], ppl, rel_tol=1e-9)
+    # from the totals above, to their float rounding
+    assert math.isclose(results["txl_wikitext_rolling"]["word_perplexity,none"], ppl, rel_tol=1e-6)
     # two choices: a choice's log-likelihood is the sum of txl score's log-probabilities of its words
     chosen = []
     for s in samples("txl_continuation_choice"):

@@ -35,9 +35,11 @@ def test_memory_kv_cache_equals_projecting_memory(kw: dict) -> None:
             before = len(projected)
             out = model(x, x, mems_b, cache=cache)
             assert len(projected) == before  # served from the cache: the memory is not projected again
-            torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-6)
+            # float rounding: cached and projected anew, the products block differently (a few units in the last
+            # place of values about 1 on AVX2 and AMX kernels, carried over five segments)
+            torch.testing.assert_close(out.nll, ref.nll, rtol=1e-5, atol=1e-5)
             for a, b in zip(out.mems, ref.mems):
-                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
             mems_a, mems_b = ref.mems, out.mems
         # Memories that are not the ones the cache produced are projected anew (the same values as without it)
         other = [m[:, 1:].clone() for m in mems_b]

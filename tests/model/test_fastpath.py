@@ -315,6 +315,32 @@ def test_compiling_lets_dynamo_keep_a_graph_per_model_of_the_process() -> None:
         assert torch._dynamo.config.recompile_limit == 200  # never lowered
 
 
+@pytest.mark.parametrize("capability", [None, "avx2", "default"])
+def test_compiling_keys_inductors_cache_by_the_instruction_set_this_process_picks(monkeypatch, capability) -> None:
+    """inductor's vector width set from the ISA the process picks (ATEN_CPU_CAPABILITY included), so that it keys
+    the on-disk graph cache: a graph generated for one width and run at another gave NaN or a corrupted heap
+    (the subprocess test in tests/inference/test_captured.py)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
+
+    from transformer_xl.model import fastpath
+
+    if capability == "avx2" and not any("avx2" in str(isa) for isa in valid_vec_isa_list()):
+        pytest.skip("not an AVX2 CPU")
+    if capability is None:
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    else:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    with inductor_config.patch({"cpp.simdlen": None}):
+        picked = pick_vec_isa()
+        fastpath.allow_graphs()
+        assert inductor_config.cpp.simdlen == picked.bit_width() and str(pick_vec_isa()) == str(picked)
+        assert inductor_config.cpp.simdlen == {None: picked.bit_width(), "avx2": 256, "default": 0}[capability]
+    with inductor_config.patch({"cpp.simdlen": 128}):
+        fastpath.allow_graphs()
+        assert inductor_config.cpp.simdlen == 128  # the user's own setting kept
+
+
 @pytest.mark.slow
 def test_nine_models_compile_in_one_process() -> None:
     from transformer_xl.model.fastpath import compiled

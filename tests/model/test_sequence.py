@@ -65,7 +65,8 @@ def test_residual_without_reorder_is_the_language_models_layers(grad: bool, unti
 
 def test_in_training_the_dropout_draws_are_the_language_models() -> None:
     """In training, from the same seed, the same dropout masks in the same order (R's, the input's, the layers'):
-    the language model's layer inputs and last layer output exactly, segment after segment."""
+    the language model's layer inputs and last layer output to float rounding, segment after segment (another
+    mask would change them by far more)."""
     seq, lm = _with_the_lms_layers(dropout=0.3, dropatt=0.2)
     ids = torch.randint(0, 11, (2, 15), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():  # a first segment read in eval mode: both memories full (the same R table length)
@@ -79,9 +80,11 @@ def test_in_training_the_dropout_draws_are_the_language_models() -> None:
         torch.manual_seed(10 + i)
         got = seq(emb, state)
         mems, state = out.mems, got.state
-        assert torch.equal(state.mems, torch.stack(mems[:-1], dim=1))  # every layer's input, after dropout
-        assert torch.equal(got.output[:, -4:].detach(), mems[-1])  # the last layer's output (before the LM's own
-        # output dropout, which the sequence module leaves to its user)
+        # every layer's input, after dropout: to float rounding too (a unit in the last place on AVX2 kernels)
+        torch.testing.assert_close(state.mems, torch.stack(mems[:-1], dim=1), rtol=1e-6, atol=1e-7)
+        # the last layer's output (before the LM's own output dropout, which the sequence module leaves to its user):
+        # to float rounding (a unit in the last place on AMX and AVX2 kernels); another mask changes it by far more
+        torch.testing.assert_close(got.output[:, -4:].detach(), mems[-1], rtol=1e-6, atol=1e-7)
     torch.manual_seed(12)
     assert not torch.equal(seq(emb, state).output, seq.eval()(emb, state).output)  # dropout did run
 

@@ -189,9 +189,46 @@ def test_auto_announces_its_measurement_in_one_line(monkeypatch, capsys) -> None
     monkeypatch.setattr(precision, "matmul_rate",
                         lambda device, dtype, **kw: asked.append((device, kw)) or rates[dtype])
     chosen = precision.resolve_precision("auto", "cpu", announce=True)
-    assert chosen == cpu_choice(2.5) and asked == [("cpu", {"reps": 2})] * 2  # two short measurements
+    assert chosen == cpu_choice(2.5)  # the probe, then the measurement: four short products of each size
+    assert asked == [("cpu", {"n": n, "reps": 2}) for n in (precision.PROBE_N,) * 2 + (precision.MEASURE_N,) * 2]
     assert capsys.readouterr().err == f"txl train: precision bf16 ({chosen.reason})\n"
     precision.resolve_precision("auto", "cpu")
     assert capsys.readouterr().err == ""  # announce=False: silent
     # a rank that does not measure and has no share (no process group): nothing measured, fp32
     assert precision.resolve_precision("auto", "cpu", main=False) == cpu_choice(0.0)
+
+
+#: bf16 ÷ fp32 matmul rates by CPU class, as measured (256^3 and 1024^3 products, 2 threads): AVX2 without bf16
+#: (here: an AMX Xeon restricted to AVX2 kernels, 2.4 vs 164 and 0.9 vs 198 GFLOP/s; an AMD EPYC Zen 3 measured 1.3
+#: vs 55-70), AVX-512 without the BF16 extension (emulated bf16, slower than fp32), AVX512-BF16 (AMD EPYC Zen 4,
+#: 2.2-2.7x at 1024), AMX (Sapphire Rapids: 3.5x at 256, 3.6x at 1024).
+CLASSES = {"avx2": (0.015, 0.005), "avx512": (0.4, 0.5), "avx512_bf16": (1.6, 2.4), "amx": (3.5, 3.6)}
+
+
+@pytest.mark.parametrize("cpu_class, pick", [("avx2", "fp32"), ("avx512", "fp32"), ("avx512_bf16", "bf16"),
+                                             ("amx", "bf16")])
+def test_auto_on_each_cpu_class_probes_small_and_measures_large_only_where_bf16_is_native(monkeypatch, cpu_class,
+                                                                                          pick) -> None:
+    """A fake of each class's rates: ``auto`` picks what the class computes faster, and a CPU without native bf16
+    products runs no 1024^3 bf16 product (seconds each there): the 256^3 probe decides."""
+    small, large = CLASSES[cpu_class]
+    asked: list[tuple] = []
+
+    def rate(device, dtype, n, reps):
+        asked.append((dtype, n))
+        return 100.0 * ({PROBE: small, MEASURE: large}[n] if dtype is torch.bfloat16 else 1.0)
+
+    PROBE, MEASURE = precision.PROBE_N, precision.MEASURE_N
+    monkeypatch.setattr(precision, "matmul_rate", rate)
+    assert precision.resolve_precision("auto", "cpu").name == pick
+    native = small >= 1
+    assert ((torch.bfloat16, MEASURE) in asked) == native
+    assert asked[:2] == [(torch.bfloat16, PROBE), (torch.float32, PROBE)] and len(asked) == (4 if native else 2)
+    assert precision.bf16_speedup("cpu") == (large if native else small)
+
+
+def test_the_probe_stops_at_a_ratio_below_one_and_the_rule_needs_two() -> None:
+    """The probe's shortcut never changes the answer: it is taken only where the ratio is below 1, and the rule picks
+    bf16 from CPU_BF16_MIN_SPEEDUP >= 1 on."""
+    assert CPU_BF16_MIN_SPEEDUP >= 1 and cpu_choice(0.99).name == "fp32"
+    assert precision.PROBE_N < precision.MEASURE_N == 1024  # the size the rule's threshold was measured at

@@ -263,7 +263,7 @@ def test_auto_precision_is_kept_on_resume_whatever_a_new_measurement_says(tmp_pa
     from transformer_xl.train import precision
 
     def rates(ratio):
-        return lambda device, dtype, reps=2: ratio if dtype == torch.bfloat16 else 1.0
+        return lambda device, dtype, **kw: ratio if dtype == torch.bfloat16 else 1.0
 
     monkeypatch.setattr(precision, "matmul_rate", rates(first))
     run = _trained(tiny_run, corpus, precision="auto", log_interval=1)

@@ -301,10 +301,27 @@ GRAPHS_PER_FUNCTION = 64
 
 
 def allow_graphs() -> None:
-    """Let dynamo keep :data:`GRAPHS_PER_FUNCTION` graphs per function: every model of a process compiles the same
-    ``forward`` (or decode ``step``), one graph per shape, precision and constants, so a process that compiles
-    several (the bench's cases, a decoder per shape) needs more than dynamo's default."""
+    """The settings every compile of this package runs under, for the process: dynamo keeps
+    :data:`GRAPHS_PER_FUNCTION` graphs per function (every model of a process compiles the same ``forward``, or
+    decode ``step``, one graph per shape, precision and constants, so a process that compiles several, the bench's
+    cases or a decoder per shape, needs more than dynamo's default), and :func:`key_kernels_by_isa`."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, GRAPHS_PER_FUNCTION)
+    key_kernels_by_isa()
+
+
+def key_kernels_by_isa() -> None:
+    """Set inductor's CPU vector width (``cpp.simdlen``) to that of the instruction set this process picks (the
+    CPU's best, or the one ``ATEN_CPU_CAPABILITY`` names), unless the user set it: the width is then part of the key
+    of inductor's on-disk graph cache. torch 2.13 keys a cached graph by the compile settings but not by the
+    instruction set picked from the environment, so a graph generated for AVX-512 (16 float lanes) was taken from
+    the cache by a process restricted to AVX2 (8 lanes), or the reverse, and run: NaN log-probabilities, or glibc
+    aborting on a corrupted heap (an AMX Xeon switching between ``ATEN_CPU_CAPABILITY=avx2`` and its default); and
+    a graph generated for AVX2 failed to compile without vector instructions (``ATEN_CPU_CAPABILITY=default``)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    if inductor_config.cpp.simdlen is None:
+        inductor_config.cpp.simdlen = pick_vec_isa().bit_width()  # 0: no vector instructions (scalar C++)
 
 
 # ---------------------------------------------------------------------------------------------- adaptive clusters

@@ -5,10 +5,13 @@ rests on (the matmul rate of each precision measured in this process, the CPU's 
 
 * CUDA: compute capability 8.0 or newer (A100, H100, ...: bf16 tensor cores);
 * CPU: a ``1024^3`` bf16 matmul measured at least :data:`CPU_BF16_MIN_SPEEDUP` times as fast as fp32 in this
-  process. AMX (Sapphire Rapids and later) measures 5-6x; AVX512-BF16 without AMX (AMD EPYC Zen 4) 2.4-2.7x, and
-  end to end a bf16 training step there runs 1.5-1.8x the fp32 one (``txl bench --variants``,
-  ``benchmarks/results/train_cpu_2t.json``; a test ties this rule to that file); a CPU without native bf16 products
-  (AVX2 or AVX-512 without the BF16 extension) computes bf16 more slowly than fp32 (a ratio below 1) and stays fp32.
+  process (:func:`bf16_speedup`). A ``256^3`` probe comes first: where bf16 is slower than fp32 there, the CPU has no
+  native bf16 products, the answer is fp32 and the larger products are not run (a ``1024^3`` bf16 product alone
+  takes about 2 s on such a CPU; the probe a tenth of a second). AMX (Sapphire Rapids and later) measures 3.5-6x;
+  AVX512-BF16 without AMX (AMD EPYC Zen 4) 2.4-2.7x, and end to end a bf16 training step there runs 1.5-1.8x the
+  fp32 one (``txl bench --variants``, ``benchmarks/results/train_cpu_2t.json``; a test ties this rule to that file);
+  a CPU without native bf16 products (AVX2 or AVX-512 without the BF16 extension) computes bf16 far more slowly
+  than fp32 (0.01x on AVX2) and stays fp32.
 
 The default of ``txl train`` stays fp32: its numbers equal the official code's.
 """
@@ -27,6 +30,8 @@ import torch
 
 #: bf16 ÷ fp32 matmul rate above which ``auto`` picks bf16 on a CPU (see the module docstring).
 CPU_BF16_MIN_SPEEDUP = 2.0
+#: Sizes of :func:`bf16_speedup`'s products: the probe, then the measurement the rule was set on.
+PROBE_N, MEASURE_N = 256, 1024
 #: /proc/cpuinfo flags that decide bf16 and fp32 matmul speed on x86.
 RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -97,7 +102,7 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -
 def resolve_precision(requested: str, device: str, *, announce: bool = False, main: bool = True,
                       share: Callable[[float], float] | None = None, kept: str | None = None) -> Precision:
     """``requested`` as is, or for ``auto`` bf16 where the device's bf16 matmuls pay and fp32 elsewhere (the rule
-    of the module docstring; on a CPU two short matmul measurements, about a second), said in one line on stderr
+    of the module docstring; on a CPU :func:`bf16_speedup`, well under a second), said in one line on stderr
     with ``announce``. In a distributed run (``share``: rank 0's value to every process, a broadcast) only rank 0
     (``main``) measures and every process takes its ratio, so that a ratio near the threshold cannot give the
     processes of one job different precisions. ``kept``: the precision a resumed run's checkpoint was trained in,
@@ -120,8 +125,19 @@ def _resolve(requested: str, device: str, main: bool, share: Callable[[float], f
         native = major >= 8
         return Precision("bf16" if native else "fp32",
                          f"auto: CUDA sm{major}{minor} {'has' if native else 'lacks'} bf16 tensor cores")
-    speedup = matmul_rate(device, torch.bfloat16, reps=2) / matmul_rate(device, torch.float32, reps=2) if main else 0.0
+    speedup = bf16_speedup(device) if main else 0.0
     return cpu_choice(speedup if share is None else share(speedup))
+
+
+def bf16_speedup(device: str = "cpu") -> float:
+    """bf16 ÷ fp32 matmul rate on ``device``: at :data:`MEASURE_N` (two rounds each), unless the
+    :data:`PROBE_N` probe already finds bf16 slower than fp32 (no native bf16 products: its ratio is returned, far
+    below the rule's threshold, after about a tenth of a second instead of seconds)."""
+    def ratio(n: int) -> float:
+        return matmul_rate(device, torch.bfloat16, n=n, reps=2) / matmul_rate(device, torch.float32, n=n, reps=2)
+
+    probe = ratio(PROBE_N)
+    return probe if probe < 1 else ratio(MEASURE_N)
 
 
 def cpu_choice(speedup: float) -> Precision:

@@ -3,8 +3,23 @@ rows."""
 
 from __future__ import annotations
 
+import pytest
+
 from transformer_xl import TXLConfig
+from transformer_xl.experiments.bench import report as report_module
 from transformer_xl.experiments.bench import to_markdown
+
+#: The GEMM peaks a whole run is measured against, faked: these tests need a number far above what a tiny model
+#: reaches, not the machine's peaks (their own tests: test_yardstick.py), which take seconds per precision to measure
+#: (bf16 without native products: the budget's worth).
+PEAKS = {"fp32": 1e13, "bf16": 1e13, "bf16_gemm": 1e13}
+
+
+@pytest.fixture(autouse=True)
+def _fake_peaks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    asked: list[str] = []
+    monkeypatch.setattr(report_module, "gemm_peaks", lambda device: asked.append(device) or dict(PEAKS))
+    return asked
 
 
 def test_markdown_rows_carry_the_command() -> None:
@@ -19,7 +34,7 @@ def test_markdown_rows_carry_the_command() -> None:
     assert "**2.00**" in rows[0] and "**0.70**" in rows[2]
 
 
-def test_smoke_run_with_recompute_runner(monkeypatch) -> None:
+def test_smoke_run_with_recompute_runner(monkeypatch, _fake_peaks) -> None:
     """A whole (tiny) benchmark run: txl, txl with recompute and, if installed, HF, one table."""
     from transformer_xl.experiments import bench
 
@@ -28,6 +43,8 @@ def test_smoke_run_with_recompute_runner(monkeypatch) -> None:
     opts = bench.BenchOptions(cases=["tiny"], eval_mem_lens=[12], steps=1, repeats=2, warmup=0, memory=False,
                               recompute=True, threads=1)
     report = bench.run_benchmark(opts, log=lambda line: None)
+    assert _fake_peaks == ["cpu", "cpu"]  # at the start and at the end of the run (the load moves)
+    assert report["env"]["matmul_peaks_gflops"] == {k: v / 1e9 for k, v in PEAKS.items()}
     train = report["results"][0]["train"]
     assert train["txl"]["tok_per_s"] > 0 and train[bench.RECOMPUTE]["tok_per_s"] > 0
     assert bench.RECOMPUTE not in report["results"][0]["eval"]["12"]  # nothing to recompute without a gradient

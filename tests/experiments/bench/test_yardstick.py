@@ -151,14 +151,31 @@ def test_chain_rates_are_the_weights_bytes_over_the_best_pass(monkeypatch: pytes
 
 def test_gemm_peak_is_the_best_size_of_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple] = []
-    monkeypatch.setattr(Y, "matmul_rate", lambda device, dt, n, reps: asked.append((device, dt, n, reps)) or 1e6 / n)
-    assert Y.gemm_peak("bf16") == 1e6 / 1024
-    assert asked == [("cpu", torch.bfloat16, 1024, 3), ("cpu", torch.bfloat16, 2048, 3)]
+    monkeypatch.setattr(Y, "matmul_rate", lambda device, dt, n, reps: asked.append((device, dt, n, reps)) or 1e15 / n)
+    assert Y.gemm_peak("bf16") == 1e15 / 256
+    assert asked == [("cpu", torch.bfloat16, n, 3) for n in (256, 1024, 2048)]
     asked.clear()
-    assert Y.gemm_peak("fp32", "cuda:0", reps=2) == 1e6 / 8192 and asked == [("cuda:0", torch.float32, 8192, 2)]
+    assert Y.gemm_peak("fp32", "cuda:0", reps=2) == 1e15 / 8192 and asked == [("cuda:0", torch.float32, 8192, 2)]
     asked.clear()
-    Y.gemm_peak("fp32", sizes=(16, 32))
-    assert [a[2] for a in asked] == [16, 32]
+    Y.gemm_peak("fp32", sizes=(32, 16))
+    assert [a[2] for a in asked] == [16, 32]  # smallest first
+
+
+@pytest.mark.parametrize("cpu_class, sizes", [("avx2", [256]), ("amx", [256, 1024, 2048])])
+def test_gemm_peak_skips_the_sizes_a_slow_precision_cannot_run_within_its_budget(monkeypatch: pytest.MonkeyPatch,
+                                                                                 cpu_class: str, sizes) -> None:
+    """bf16 on a CPU without native bf16 products (1-2 GFLOP/s: a 2048^3 product alone takes 10 s) stops after the
+    256^3 probe; where bf16 is native (AMX: 700-1,500 GFLOP/s) every size runs; fp32 runs every size on both."""
+    bf16_rate = {"avx2": 2.4e9, "amx": 1.3e12}[cpu_class]
+    asked: list[tuple] = []
+    monkeypatch.setattr(Y, "matmul_rate", lambda device, dt, n, reps: asked.append((dt, n)) or (
+        bf16_rate if dt is torch.bfloat16 else 55e9))
+    assert Y.gemm_peak("bf16") == bf16_rate and [n for _, n in asked] == sizes
+    asked.clear()
+    assert Y.gemm_peak("fp32") == 55e9 and [n for _, n in asked] == [256, 1024, 2048]
+    asked.clear()
+    Y.gemm_peak("bf16", budget_s=1e9)  # no budget: every size
+    assert [n for _, n in asked] == [256, 1024, 2048]
 
 
 def test_gemm_peaks_measure_fp32_then_bf16_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:

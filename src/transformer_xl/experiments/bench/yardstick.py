@@ -7,7 +7,8 @@
   :func:`linear_chain_rate`, the rate of ``F.linear`` passes over a model's weights (the limit the generation bench
   used before, a BLAS kernel's speed, not the machine's) and :func:`mv_skeleton_rate`, the bare chain of one
   ``torch.mv`` per weight matrix of a step in step order (the practical ceiling of a step made of BLAS calls).
-* **Compute peak** (:func:`gemm_peak`): the best large square GEMM of a precision. A bf16 run is measured against
+* **Compute peak** (:func:`gemm_peak`): the best large square GEMM of a precision (sizes a precision cannot run
+  within :data:`PEAK_BUDGET_S` skipped). A bf16 run is measured against
   the larger of the bf16 and fp32 peaks (:func:`gemm_peaks`): where bf16 is not native it is slower than fp32, and
   a run could always have chosen fp32.
 * **Decode bytes** (:func:`step_bytes`): what one captured step reads, from the objects it uses: the packed
@@ -58,6 +59,11 @@ from transformer_xl.train.precision import cpu_flags, cpu_model, matmul_rate
 SHARE_TOLERANCE = 0.02
 #: CPU flags that decide which kernels run, recorded with every figure.
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+#: Seconds :func:`gemm_peak` may spend on the products of one size. A precision the CPU has no native products for
+#: (bf16 on AVX2: 1-2 GFLOP/s, a 2048^3 product 10 s or more) stops after its small sizes; its peak is then a lower
+#: bound, and it does not matter: a bf16 run is measured against the fp32 peak where that is larger. fp32 never
+#: reaches it (2048^3 at 55 GFLOP/s, a slow 2-core AVX2 CPU: 12 products in 3.8 s).
+PEAK_BUDGET_S = 5.0
 #: The read-rate buffer: at least this many bytes and this many times the last-level cache.
 MIN_BUFFER_BYTES, LLC_MULTIPLE = 256 * 2**20, 8
 _INDEXING = {torch.ops.aten.index.Tensor, torch.ops.aten.embedding.default, torch.ops.aten.index_select.default}
@@ -179,12 +185,18 @@ def mv_skeleton_rate(weights: Sequence[torch.Tensor], *, passes: int = 5) -> flo
     return sum(w.nbytes for w in weights) / best_seconds(chain, passes, device.type)
 
 
-def gemm_peak(dtype: str, device: str = "cpu", sizes: Iterable[int] | None = None, reps: int = 3) -> float:
-    """Best FLOP/s of a square GEMM of ``dtype`` (``fp32`` or ``bf16``) over ``sizes`` (CPU: 1024 and 2048;
-    CUDA: 8192)."""
+def gemm_peak(dtype: str, device: str = "cpu", sizes: Iterable[int] | None = None, reps: int = 3,
+              budget_s: float = PEAK_BUDGET_S) -> float:
+    """Best FLOP/s of a square GEMM of ``dtype`` (``fp32`` or ``bf16``) over ``sizes`` (CPU: 256, 1024 and 2048;
+    CUDA: 8192), smallest first; a size whose ``(reps + 1) x 3`` products would take more than ``budget_s`` at the
+    best rate so far is not run, nor any larger one (:data:`PEAK_BUDGET_S`)."""
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
-    sizes = sizes or ((8192,) if device.startswith("cuda") else (1024, 2048))
-    return max(matmul_rate(device, dt, n=n, reps=reps) for n in sizes)
+    best = 0.0
+    for n in sorted(sizes or ((8192,) if device.startswith("cuda") else (256, 1024, 2048))):
+        if best and (reps + 1) * 3 * 2 * n**3 / best > budget_s:
+            break
+        best = max(best, matmul_rate(device, dt, n=n, reps=reps))
+    return best
 
 
 def gemm_peaks(device: str = "cpu") -> dict[str, float]:
