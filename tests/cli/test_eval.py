@@ -203,3 +203,24 @@ def test_cli_eval_warns_in_one_line_when_the_memory_is_shorter_than_in_training(
         assert main(["eval", str(model_dir), "--dataset", str(path), "--max-tokens", "60", *argv]) == 0
         assert "warning" not in capsys.readouterr().err
     assert shorter_memory_warning(96, [32]).count("\n") == 0 and shorter_memory_warning(0, [0]) is None
+
+
+@pytest.mark.parametrize("speedup, said", [(0.48, True), (1.3, False)])  # eval rows on AVX2 and AMX: 0.4-0.5x
+def test_cli_eval_says_in_one_line_when_int8_does_not_pay_for_its_rows(text_corpus, tmp_path, capsys, monkeypatch,
+                                                                         speedup, said) -> None:
+    """The probe measured for the command's rows (batch x segment); a ratio below 1 is said in one line, and the
+    evaluation runs as asked."""
+    from transformer_xl.model import int8
+
+    path, model_dir, _ = text_corpus
+    asked: list[tuple] = []
+    monkeypatch.setattr(int8, "int8_speedup", lambda n_out, n_in, rows: asked.append((n_out, n_in, rows)) or speedup)
+    out = tmp_path / "q.json"
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--split", "valid", "--quantize", "int8",
+                 "--batch-size", "3", "--tgt-len", "7", "--json", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert [rows for *_, rows in asked] == [21] and json.loads(out.read_text())["loss"] > 0
+    line = f"txl eval: int8 weights measured {speedup:.2f}x the speed of float32 on this CPU for products of 21 rows: "
+    assert (line + "--quantize int8 saves memory here, not time\n" in err) == said
+    assert main(["eval", str(model_dir), "--dataset", str(path), "--split", "valid", "--json", str(out),
+                 "--no-progress"]) == 0 and len(asked) == 1  # no probe without --quantize

@@ -139,17 +139,22 @@ def _dequantized(model: TransformerXLLM) -> TransformerXLLM:
     return ref
 
 
+@pytest.mark.parametrize("words", [False, True])  # int8 lanes widened as read, or 32-bit words split by shifts
 @pytest.mark.parametrize("batch", [1, 3, 17])  # one row, rows fused into one pass, more than SUM_ROWS rows
-def test_int8_weights_multiply_by_their_dequantized_values(batch) -> None:
-    """The int8 step (row blocks, widened as read, scaled per row) is the float step over ``q * scale``: the same
-    tokens and log-probabilities (1e-5), whatever the batch (weights that are their own int8 values quantize to
+def test_int8_weights_multiply_by_their_dequantized_values(monkeypatch, batch, words) -> None:
+    """The int8 step (row blocks, in lanes or in words, scaled per row) is the float step over ``q * scale``: the
+    same tokens and log-probabilities (1e-5), whatever the batch (weights that are their own int8 values quantize to
     the same numbers: the prompt's forward is the same too)."""
+    from transformer_xl.inference import decode
+
+    monkeypatch.setattr(decode, "int8_words", lambda: words)
     model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
     ids = _prompt(b=batch)
     dec = _eager(model, batch=batch, mem_len=4, int8=True)
     cap = generate(model, ids, max_new_tokens=8, mem_len=4, captured=dec)
     plain = generate(model, ids, max_new_tokens=8, mem_len=4, captured=False)
     assert dec.weights["layers"][0]["qkv"].weight.dtype == torch.int8
+    assert dec.weights["layers"][0]["qkv"].weight.dim() == (4 if words else 3)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
 

@@ -232,3 +232,32 @@ def test_the_probe_stops_at_a_ratio_below_one_and_the_rule_needs_two() -> None:
     bf16 from CPU_BF16_MIN_SPEEDUP >= 1 on."""
     assert CPU_BF16_MIN_SPEEDUP >= 1 and cpu_choice(0.99).name == "fp32"
     assert precision.PROBE_N < precision.MEASURE_N == 1024  # the size the rule's threshold was measured at
+
+
+@pytest.mark.parametrize("flags, capability, onednn, expected", [
+    (["avx2"], "AVX2", None, "avx2"),  # AMD EPYC Zen 3, a laptop
+    (["avx2", "avx512f"], "AVX512", None, "avx512"),  # Skylake/Cascade Lake servers: no bf16 products
+    (["avx2", "avx512f", "avx512_bf16"], "AVX512", None, "avx512-bf16"),  # AMD EPYC Zen 4
+    (["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"], "AVX512", None, "amx"),  # Sapphire Rapids
+    (["avx2", "avx512f", "avx512_bf16", "amx_bf16"], "AVX2", "AVX2", "avx2"),  # held to AVX2 (make test-avx2)
+    (["avx2", "avx512f", "avx512_bf16", "amx_bf16"], "AVX512", "AVX2", "avx2"),  # oneDNN alone held to AVX2
+    (["avx2", "avx512f", "avx512_bf16", "amx_bf16"], "AVX512", "AVX512_CORE_BF16", "avx512-bf16"),
+    (["avx2", "avx512f", "avx512_bf16", "amx_bf16"], "avx512", "avx512_core", "avx512"),
+    (["avx2", "avx512f"], "AVX512", "ALL", "avx512"),
+    ([], "DEFAULT", None, "other"), ([], "SVE256", None, "other"),  # no AVX2, or not x86
+])
+def test_the_cpu_class_is_what_pytorch_may_use_of_the_flags(monkeypatch, flags, capability, onednn, expected) -> None:
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert precision.cpu_class(flags, capability, onednn) == expected
+    if onednn is not None:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn)
+        assert precision.cpu_class(flags, capability) == expected  # the environment's limit by default
+    assert expected == "other" or expected in precision.CPU_CLASSES
+
+
+def test_the_cpu_class_of_this_process_follows_its_kernels(monkeypatch) -> None:
+    """This CPU as it is, and held to AVX2: the class follows torch's kernel capability and oneDNN's limit."""
+    cls = precision.cpu_class()
+    assert cls in (*precision.CPU_CLASSES, "other")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert precision.cpu_class() in ("avx2", "other")

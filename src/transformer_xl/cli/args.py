@@ -175,6 +175,17 @@ def add_no_verify(parser: argparse.ArgumentParser) -> None:
                         "purpose); NaN/inf weights and a config that does not fit them are still refused")
 
 
+def int8_check(model: Any, rows: int, note: Callable[[str], None]) -> None:
+    """Say in one line (``note``) when ``model``'s int8 weights measure no faster than float32 for products of
+    ``rows`` rows on this CPU (:func:`transformer_xl.model.int8.int8_speedup`: a probe of milliseconds)."""
+    from transformer_xl.model.int8 import int8_note, int8_speedup
+
+    cfg = model.config
+    line = int8_note(int8_speedup(cfg.d_inner, cfg.d_model, rows), rows)
+    if line is not None:
+        note(line)
+
+
 def add_quantize(parser: argparse.ArgumentParser) -> None:
     """``--quantize int8`` (``args.quantize``): int8 weights for CPU inference (``TransformerXLLM.quantize``)."""
     parser.add_argument("--quantize", choices=["int8"], default=None,

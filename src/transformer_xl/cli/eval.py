@@ -18,6 +18,7 @@ from transformer_xl.cli.args import (
     add_quantize,
     add_segment_lengths,
     add_split_flags,
+    int8_check,
     nonneg_int,
     positive_int,
     stderr_note,
@@ -87,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     say = stderr_note("txl eval")
     model, directory = load_model(args.model, device=args.device, verify=not args.no_verify, quantize=args.quantize,
                                   note=say)
+    if args.quantize == "int8":  # evaluation multiplies batch x segment rows at once: int8 rarely pays there
+        int8_check(model, args.batch_size * (args.tgt_len or model.config.tgt_len), say)
     note = shorter_memory_warning(model.config.mem_len, mem_lens)
     if note:
         say(note)

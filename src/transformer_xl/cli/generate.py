@@ -18,6 +18,7 @@ from transformer_xl.cli.args import (
     add_quantize,
     clamp_int,
     finite_float,
+    int8_check,
     nonneg_float,
     nonneg_int,
     positive_float,
@@ -133,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         model, directory = load_model(args.model_dir, device=args.device, verify=not args.no_verify,
                                       quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
+        if args.quantize == "int8" and not int8:  # the plain step's int8 kernel, num_samples rows a product
+            int8_check(model, args.num_samples, stderr_note("txl generate"))
         vocab, codec = load_codec(directory, args.vocab, level=args.level, tokenizer=args.tokenizer)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")

@@ -38,6 +38,7 @@ Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,15 +55,17 @@ from transformer_xl.model.int8 import quantize_rows
 ROW_BLOCK = 16
 #: Rows of ``x`` up to which :func:`blocked_linear` is one multiply-and-sum per row (beyond: one matrix product).
 SUM_ROWS = 16
-#: An int8 product takes this many inputs per loop step (an inner sum the compiler unrolls: 64 bytes of weights
-#: per step instead of 16; the int8 matrices' input width is padded to a multiple of it).
+#: An int8 product takes this many inputs per loop step (the int8 matrices' input width is padded to a multiple of
+#: it): in lanes (:func:`block_rows`), an inner sum the compiler unrolls, 64 bytes of weights per step instead of 16;
+#: in words (:func:`block_words`), the weights of this many inputs of a row in one 32-bit word.
 INT8_UNROLL = 4
 
 
 class Linear(NamedTuple):
     """A linear map ``x -> x W^T + b`` as a step reads it (:func:`pack_linear`)."""
 
-    weight: Tensor  # row blocks [ceil(out / 16), in, 16], float or int8; or float [out, in] (BLAS, off the CPU)
+    weight: Tensor  # row blocks [ceil(out / 16), in, 16] (float, or int8 in lanes), int8 in words
+    # [ceil(out / 16), in / 4, 16, 4]; or float [out, in] (BLAS, off the CPU)
     scale: Tensor | None  # int8: one bf16 scale per output row, [ceil(out / 16), 16]; float: None
     bias: Tensor | None  # [out]
     shape: tuple[int, int]  # (out, in) of the map; ``weight`` may hold zero rows or columns beyond them
@@ -105,17 +108,30 @@ def supported(model: TransformerXLLM) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- packing
-def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool) -> Linear:
+def int8_words() -> bool:
+    """Whether this process's int8 products read their weights in 32-bit words (:func:`block_words`) rather than in
+    int8 lanes (:func:`block_rows`): where the compiler's vectors are narrower than 512 bits (AVX2). There its code
+    loads 8 int8 lanes through a copy (a partial vector), 2.4 GB/s against 13 GB/s in words on a core of an AMX Xeon
+    held to AVX2; with AVX-512, masked loads read the lanes directly, 18-35 GB/s against 12-28 GB/s in words (the
+    shifts that take a weight out of its word cost more than the loads they save). ``benchmarks/int8_forms.py``."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return pick_vec_isa().bit_width() < 512
+
+
+def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool, *, words: bool | None = None) -> Linear:
     """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`): in row blocks (:func:`block_rows`),
-    int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`, the plain model's scheme) or
-    float; a float matrix off the CPU as it is (BLAS)."""
+    int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`, the plain model's scheme; in
+    32-bit words, :func:`block_words`, with ``words``, by default where :func:`int8_words`) or float; a float matrix
+    off the CPU as it is (BLAS)."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
     if int8:
         q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in)
         q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
         scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
-        return Linear(block_rows(q), scale, bias, (weight.size(0), weight.size(1)))
+        blocks = block_words(q) if (int8_words() if words is None else words) else block_rows(q)
+        return Linear(blocks, scale, bias, (weight.size(0), weight.size(1)))
     if weight.device.type == "cpu":
         return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
     return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
@@ -130,8 +146,19 @@ def block_rows(weight: Tensor) -> Tensor:
     return padded.view(-1, ROW_BLOCK, n_in).transpose(1, 2).contiguous()
 
 
+def block_words(q: Tensor) -> Tensor:
+    """int8 ``q [out, in]`` (``in`` a multiple of :data:`INT8_UNROLL`) as ``[ceil(out / 16), in / 4, 16, 4]``: row
+    blocks as :func:`block_rows`, and in a block the weights of 4 consecutive inputs of a row side by side, one 32-bit
+    word that a product reads whole and splits into its 4 numbers (:func:`blocked_linear`)."""
+    out, n_in = q.shape
+    padded = F.pad(q, (0, 0, 0, -out % ROW_BLOCK))
+    return padded.view(-1, ROW_BLOCK, n_in // INT8_UNROLL, INT8_UNROLL).transpose(1, 2).contiguous()
+
+
 def unblock_rows(blocks: Tensor, out: int) -> Tensor:
-    """The ``[out, in]`` matrix of :func:`block_rows`' ``blocks`` (a copy)."""
+    """The ``[out, in]`` matrix of :func:`block_rows`' (or :func:`block_words`') ``blocks`` (a copy)."""
+    if blocks.dim() == 4:  # int8 words: [K, in / 4, 16, 4]
+        return blocks.transpose(1, 2).reshape(blocks.size(0) * ROW_BLOCK, -1)[:out]
     return blocks.transpose(1, 2).reshape(-1, blocks.size(1))[:out]
 
 
@@ -139,31 +166,38 @@ def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
     return ln.weight.detach(), ln.bias.detach()
 
 
-def pack(model: TransformerXLLM, *, int8: bool = False) -> dict:
-    """The weights a step reads, laid out for it (module docstring); tensors only, in nested dicts/tuples."""
+def pack(model: TransformerXLLM, *, int8: bool = False, words: bool | None = None) -> dict:
+    """The weights a step reads, laid out for it (module docstring; ``words``: :func:`pack_linear`); tensors only, in
+    nested dicts/tuples."""
+    if int8 and words is None:
+        words = int8_words()
+
+    def lin(weight: Tensor, bias: Tensor | None = None) -> Linear:
+        return pack_linear(weight, bias, int8, words=words)
+
     cfg = model.config
     crit, emb, pos = model.crit, model.word_emb, model.pos_enc
     layers = []
     for i, layer in enumerate(model.layers):
         att, ff = layer.dec_attn, layer.pos_ff
         layers.append({
-            "qkv": pack_linear(att.qkv_net.weight, None, int8),
+            "qkv": lin(att.qkv_net.weight),
             "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
             "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
-            "o": pack_linear(att.o_net.weight, None, int8),
+            "o": lin(att.o_net.weight),
             "ln1": _layer_norm(att.layer_norm),
-            "ff1": pack_linear(ff.CoreNet[0].weight, ff.CoreNet[0].bias, int8),
-            "ff2": pack_linear(ff.CoreNet[3].weight, ff.CoreNet[3].bias, int8),
+            "ff1": lin(ff.CoreNet[0].weight, ff.CoreNet[0].bias),
+            "ff2": lin(ff.CoreNet[3].weight, ff.CoreNet[3].bias),
             "ln2": _layer_norm(ff.layer_norm),
         })
-    embs = tuple((layer.weight.detach(), pack_linear(emb.emb_projs[j], None, int8) if len(emb.emb_projs) else None)
+    embs = tuple((layer.weight.detach(), lin(emb.emb_projs[j]) if len(emb.emb_projs) else None)
                  for j, layer in enumerate(emb.emb_layers))
-    return {"layers": tuple(layers), "emb": embs, "head": _pack_head(crit, int8)}
+    return {"layers": tuple(layers), "emb": embs, "head": _pack_head(crit, lin)}
 
 
-def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
+def _pack_head(crit: torch.nn.Module, lin: Callable[..., Linear]) -> tuple[Linear, ...]:
     """One pair ``(projection, linear)`` per cluster (the projection ``[D, d_i]`` packed as the map ``D -> d_i``),
-    or one fused matrix when no cluster is projected."""
+    or one fused matrix when no cluster is projected; ``lin(weight, bias)`` packs a matrix."""
     pieces = []
     for i in range(len(crit.bounds)):
         weight, bias, proj = crit.cluster_params(i)
@@ -174,9 +208,8 @@ def _pack_head(crit: torch.nn.Module, int8: bool) -> tuple[Linear, ...]:
     if all(p is None for _, _, p in pieces):  # one matrix read once: [head words; cluster rows; tail words]
         weight = torch.cat([w for w, _, _ in pieces], 0)
         bias = torch.cat([b for _, b, _ in pieces], 0)
-        return ((None, pack_linear(weight, bias, int8)),)
-    return tuple((None if p is None else pack_linear(p.t(), None, int8), pack_linear(w, b, int8))
-                 for w, b, p in pieces)
+        return ((None, lin(weight, bias)),)
+    return tuple((None if p is None else lin(p.t()), lin(w, b)) for w, b, p in pieces)
 
 
 def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
@@ -218,15 +251,19 @@ def linear(x: Tensor, lin: Linear) -> Tensor:
 
 
 def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` over row blocks (:func:`block_rows`), float32 or int8 with row scales (the int8 numbers widened
-    to ``x``'s type as they are read, :data:`INT8_UNROLL` inputs per loop step, each output row then multiplied by
-    its scale): one multiply and sum per row of ``x``, which the compiler turns into one pass over the blocks with
-    16 output rows in the lanes of a vector, at about the machine's read rate (BLAS's matrix-vector kernel reads
-    these small matrices at about half of it, the int8 kernel ``aten._weight_int8pack_mm`` slower than this:
-    ``docs/generation-speed.md``). The sums of several
-    rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a compiled step with more
-    than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly with more rows (a memory's
-    projection): the matrix unblocked, one matrix product."""
+    """``x W^T + b`` over row blocks (:func:`block_rows`), float32 or int8 with row scales: one multiply and sum per
+    row of ``x``, which the compiler turns into one pass over the blocks with 16 output rows in the lanes of a vector,
+    at about the machine's read rate (BLAS's matrix-vector kernel reads these small matrices at about half of it, the
+    int8 kernel ``aten._weight_int8pack_mm`` slower than this: ``docs/generation-speed.md``).
+
+    int8, each output row then multiplied by its scale: in lanes (:func:`block_rows`), the int8 numbers widened to
+    ``x``'s type as they are read, :data:`INT8_UNROLL` inputs per loop step; in words (:func:`block_words`, on AVX2:
+    :func:`int8_words`), the words of 16 rows read as 32-bit integers (whole vectors on every instruction set), each
+    weight taken out of its word by two shifts that keep its sign (``(w << 24 - 8 j) >> 24``) and widened.
+
+    The sums of several rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a
+    compiled step with more than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly
+    with more rows (a memory's projection): the matrix unblocked, one matrix product."""
     n, out = x.size(0), lin.shape[0]
     if n > SUM_ROWS and not torch.compiler.is_compiling():
         weight = unblock_rows(lin.weight, out)[:, :lin.shape[1]].to(x.dtype)
@@ -237,12 +274,23 @@ def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
         weight = lin.weight.to(x.dtype)
         y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])
                        for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
-    else:  # INT8_UNROLL inputs per loop step: 64 bytes of int8 weights, one accumulation
+    elif lin.weight.dim() == 3:  # int8 in lanes, INT8_UNROLL inputs per loop step: 64 bytes, one accumulation
         k, width = lin.weight.shape[:2]
         weight = lin.weight.view(k, width // INT8_UNROLL, INT8_UNROLL, ROW_BLOCK).to(x.dtype)
         x = stored(F.pad(x, (0, width - x.size(1)))).view(n, -1, INT8_UNROLL)
         y = torch.cat([torch.stack([(weight * row[None, :, :, None]).sum(2).sum(1) for row in x[i:i + SUM_ROWS]])
                        for i in range(0, n, SUM_ROWS)])  # [N, K, 16]
+    else:  # int8 in words: one 32-bit word per row and 4 inputs, its weights taken out by shifts, widened, summed
+        words = lin.weight.view(torch.int32).squeeze(-1)  # [K, in / 4, 16]
+        parts = [((words << (24 - 8 * j)) >> 24).to(x.dtype) for j in range(INT8_UNROLL - 1)]
+        parts.append((words >> 24).to(x.dtype))  # the weights of inputs 4 g + j, j = 0 .. 3
+        x = stored(F.pad(x, (0, INT8_UNROLL * words.size(1) - x.size(1)))).view(n, -1, INT8_UNROLL)  # [N, in / 4, 4]
+
+        def dot(row: Tensor) -> Tensor:  # [K, 16]
+            terms = [part * row[None, :, j, None] for j, part in enumerate(parts)]
+            return (terms[0] + terms[1] + terms[2] + terms[3]).sum(1)
+
+        y = torch.cat([torch.stack([dot(row) for row in x[i:i + SUM_ROWS]]) for i in range(0, n, SUM_ROWS)])
     if lin.scale is not None:
         y = y * lin.scale.to(x.dtype)
     y = y.reshape(n, -1)[:, :out]

@@ -21,11 +21,19 @@ float32 input: :func:`transformer_xl.inference.decode.blocked_linear`, faster th
 paths differ by this kernel's bf16 rounding of the input. At batch 1 a generation step is bound by reading the
 weights (:mod:`transformer_xl.inference.generate`), so a quarter of the bytes is most of the speed-up.
 
+**When it pays**: the kernel reads a quarter of float32's bytes but computes no faster, so it pays where a product
+is bound by reading its weights, a few rows by a large matrix (generation), and not where it is bound by
+arithmetic: at 64 rows and more (evaluation, scoring) it ran at 0.4-0.5x float32's BLAS on both an AMX Xeon and the
+same Xeon held to AVX2; at one row by the 33,278-word softmax, 2.0x and 1.7x. :func:`int8_speedup` measures it for a
+command's row count (a probe of milliseconds), and the commands say in one line when it does not pay.
+
 Why this kernel and not torchao's ``quantize_(model, Int8WeightOnlyConfig())`` or PyTorch's deprecated dynamic
 quantization: ``benchmarks/bench_int8_choice.py`` (figures and the choice in ``docs/generation-speed.md``).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -117,3 +125,39 @@ def int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
 def is_quantized(module: nn.Module) -> bool:
     """Whether ``module`` is one of the int8 layers made here."""
     return isinstance(module, Int8Linear)
+
+
+#: Rows and output width :func:`int8_speedup` probes with at most: the ratio is flat beyond them, and the probe stays
+#: at milliseconds.
+PROBE_ROWS, PROBE_OUT = 64, 4096
+
+
+def int8_speedup(n_out: int, n_in: int, rows: int, *, reps: int = 3) -> float:
+    """float32 seconds ÷ int8 seconds of a product of ``rows`` rows (at most :data:`PROBE_ROWS`) by a ``[n_out, n_in]``
+    matrix (at most :data:`PROBE_OUT` outputs) on this CPU: :func:`int8_matmul` against ``F.linear``, each the best
+    of ``reps`` after a warm-up (above 1: int8 is faster)."""
+    rows, n_out = max(1, min(rows, PROBE_ROWS)), max(1, min(n_out, PROBE_OUT))
+    weight = torch.randn(n_out, n_in)
+    q, scale = quantize_rows(weight)
+    x = torch.randn(rows, n_in)
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    with torch.no_grad():
+        return best(lambda: F.linear(x, weight)) / best(lambda: int8_matmul(x, q, scale))
+
+
+def int8_note(speedup: float, rows: int) -> str | None:
+    """One line for a user who asked for int8 weights where :func:`int8_speedup` measured them no faster (None where
+    they pay)."""
+    if speedup >= 1:
+        return None
+    return (f"int8 weights measured {speedup:.2f}x the speed of float32 on this CPU for products of {rows} rows: "
+            "--quantize int8 saves memory here, not time")

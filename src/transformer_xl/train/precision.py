@@ -19,6 +19,7 @@ The default of ``txl train`` stays fp32: its numbers equal the official code's.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -73,6 +74,39 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
         return "unknown CPU"
     return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
                 "unknown CPU")
+
+
+#: The classes of CPU a speed figure is given for (:func:`cpu_class`), by the kernels PyTorch runs there.
+CPU_CLASSES = {"avx2": "AVX2 (no AVX-512, no native bf16)", "avx512": "AVX-512 without bf16 products",
+               "avx512-bf16": "AVX-512 with bf16 products (AVX512-BF16)", "amx": "AVX-512 with AMX tiles"}
+
+
+def cpu_class(flags: list[str] | None = None, capability: str | None = None,
+              onednn_isa: str | None = None) -> str:
+    """Which class of :data:`CPU_CLASSES` this process computes as: the CPU's ``flags`` (default :func:`cpu_flags`)
+    as far as PyTorch may use them, by its kernels' ``capability`` (default
+    ``torch.backends.cpu.get_cpu_capability()``, which ``ATEN_CPU_CAPABILITY=avx2`` lowers) and oneDNN's limit
+    ``onednn_isa`` (default ``$ONEDNN_MAX_CPU_ISA``; ``AVX2`` keeps bf16 products off AVX512-BF16 and AMX);
+    ``"other"`` for a CPU without AVX2 (not x86, or an older one)."""
+    flags = cpu_flags() if flags is None else flags
+    capability = (capability or torch.backends.cpu.get_cpu_capability()).upper()
+    limit = (os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL") if onednn_isa is None else onednn_isa).upper()
+    rank = _ONEDNN_ISAS.index(limit) if limit in _ONEDNN_ISAS else len(_ONEDNN_ISAS)  # unknown: no limit
+    if capability not in ("AVX2", "AVX512"):
+        return "other"
+    if capability == "AVX2" or "avx512f" not in flags or rank < _ONEDNN_ISAS.index("AVX512_CORE"):
+        return "avx2"
+    if "amx_bf16" in flags and rank >= _ONEDNN_ISAS.index("AVX512_CORE_AMX"):
+        return "amx"
+    if "avx512_bf16" in flags and rank >= _ONEDNN_ISAS.index("AVX512_CORE_BF16"):
+        return "avx512-bf16"
+    return "avx512"
+
+
+#: oneDNN's instruction-set limits (``ONEDNN_MAX_CPU_ISA``), lowest first.
+_ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+                "AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_1_512_AMX",
+                "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16", "ALL", "DEFAULT")
 
 
 def device_description(device: str) -> str:
