@@ -129,10 +129,16 @@ def test_cpuinfo_is_read_from_its_first_flags_and_model_lines(tmp_path: Path) ->
 
 def test_device_description_names_the_cpu_and_its_flags_or_the_gpu(monkeypatch) -> None:
     monkeypatch.setattr(precision, "cpu_model", lambda: "AMD EPYC 9R14")
-    monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "avx512_bf16"])
-    assert precision.device_description("cpu") == "AMD EPYC 9R14 (avx2, avx512_bf16)"
+    monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "avx512f", "avx512_bf16"])
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert precision.device_description("cpu") == ("AMD EPYC 9R14 (avx2, avx512f, avx512_bf16; AVX-512 with bf16 "
+                                                   "products (AVX512-BF16) kernels)")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # held to AVX2
+    assert precision.device_description("cpu").endswith("; AVX2 (no AVX-512, no native bf16) kernels)")
     monkeypatch.setattr(precision, "cpu_flags", lambda: [])
-    assert precision.device_description("cpu") == "AMD EPYC 9R14 (no relevant flags)"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert precision.device_description("cpu") == "AMD EPYC 9R14 (no relevant flags; no AVX2 kernels)"
     asked: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: asked.append(d) or "NVIDIA H100")
     assert precision.device_description("cuda:1") == "NVIDIA H100" and asked == [torch.device("cuda:1")]

@@ -110,10 +110,13 @@ _ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE
 
 
 def device_description(device: str) -> str:
-    """The GPU's name, or the CPU's model with its :func:`cpu_flags` (what every measurement is printed with)."""
+    """The GPU's name, or the CPU's model with its :func:`cpu_flags` and the class of kernels this process runs
+    (:func:`cpu_class`): what every measurement is printed with."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    return f"{cpu_model()} ({', '.join(cpu_flags()) or 'no relevant flags'})"
+    cls = cpu_class()
+    return (f"{cpu_model()} ({', '.join(cpu_flags()) or 'no relevant flags'}; "
+            f"{CPU_CLASSES.get(cls, 'no AVX2')} kernels)")
 
 
 def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -> float:

@@ -12,6 +12,7 @@ from transformer_xl import TransformerXLLM, TXLConfig
 from transformer_xl.cli import main
 from transformer_xl.experiments.bench import generate as G
 from transformer_xl.interop.hf import hf_available
+from transformer_xl.train.precision import CPU_CLASSES, device_description
 
 TINY = dict(n_token=50, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=5, mem_len=8,
             cutoffs=[20], init_std=0.3)
@@ -52,7 +53,9 @@ def test_smoke_a_case_times_every_decoder_and_the_limit(tiny_shape: str, monkeyp
     assert row["kernel_bytes_per_s"]["linear_chain"] > 0 and report["env"]["cpu"] == report["machine"]
     if hf_available():  # the same greedy tokens as Hugging Face from the same weights and an empty memory
         assert row["hf_same_tokens"] == "8/8" and row["txl_over_hf"] > 0
-    assert len(lines) == 1 + 2 * len(row["rounds"]) and lines[0].startswith("read rate")
+    assert len(lines) == 2 + 2 * len(row["rounds"]) and lines[1].startswith("read rate")
+    assert lines[0] == device_description("cpu") and lines[0].endswith(" kernels)")  # the CPU, its flags and class
+    assert f"{CPU_CLASSES[report['env']['cpu_class']]} kernels; load average" in G.to_markdown(report, "txl bench")
     # the prompt read once per model (fp32, int8) for all rounds, once per captured decoder (its compile), and by
     # the prefill timing (2 repeats)
     assert calls["prefill"] == 2 + 2 + 2

@@ -57,6 +57,7 @@ from transformer_xl.inference.loading import check_device
 from transformer_xl.interop.hf import build_hf, hf_available, hf_compat
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.presets import enwik8_base, wt103_base
+from transformer_xl.train.precision import CPU_CLASSES, device_description
 
 #: Shape name -> config (random weights).
 SHAPES: dict[str, Callable[[], TXLConfig]] = {
@@ -279,6 +280,7 @@ def run_generate_bench(opts: GenerateBenchOptions, log: Callable[[str], None] = 
     for shape in opts.shapes:  # every name checked before any case runs
         shape_config(shape)
     rate = read_rate(opts.device)
+    log(device_description(opts.device))
     log(f"read rate {rate['bytes_per_s'] / 1e9:.1f} GB/s ({rate['buffer_bytes'] / 2**20:.0f} MiB, {rate['method']})")
     rows = [run_case(s, m, b, opts, rate["bytes_per_s"], log)
             for s, m, b in itertools.product(opts.shapes, opts.mem_lens, opts.batches)]
@@ -303,9 +305,11 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
     read rate, then the prefill; with the command, the CPU and its flags. A file written before the yardstick has
     no bytes, limits or shares: dashes."""
     flags = ", ".join(report.get("cpu_flags", [])) or "not recorded"
-    load = report.get("env", {}).get("load_average", "not recorded")
-    lines = [f"`{command}` (torch {report['torch']}, {report['threads']} threads, {report['machine']}; flags: {flags}; "
-             f"load average {load}; medians of {report['options']['repeats']} alternating rounds)", "",
+    env = report.get("env", {})
+    load, cls = env.get("load_average", "not recorded"), env.get("cpu_class")
+    kernels = f"; {CPU_CLASSES.get(cls, cls)} kernels" if cls else ""
+    lines = [f"`{command}` (torch {report['torch']}, {report['threads']} threads, {report['machine']}; flags: {flags}"
+             f"{kernels}; load average {load}; medians of {report['options']['repeats']} alternating rounds)", "",
              "| shape | mem_len | batch | decoder | tok/s | MB per step | read GB/s | limit tok/s | share of limit "
              "| ÷ HF | same tokens as plain |", "|" + "---|" * 11]
     for r in report["rows"]:

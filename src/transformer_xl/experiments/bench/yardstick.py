@@ -51,7 +51,7 @@ from transformer_xl.inference.arena import huge_page_buffer
 from transformer_xl.inference.decode import Linear
 from transformer_xl.model import TXLConfig
 from transformer_xl.model.memory import causal_mask
-from transformer_xl.train.precision import cpu_flags, cpu_model, matmul_rate
+from transformer_xl.train.precision import cpu_class, cpu_flags, cpu_model, matmul_rate
 
 #: A share may exceed 1 by this much before :func:`share` refuses it: the limit and the value are timed at
 #: different moments on a machine whose load moves, and a best-of-passes limit can still catch a slow moment. A
@@ -102,14 +102,15 @@ def llc_bytes(sysfs: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int:
 
 
 def machine(device: str = "cpu") -> dict[str, Any]:
-    """What every result file records beside its figures: the CPU (or GPU) and its flags, the last-level cache,
-    the threads and the load average (the machine may be shared)."""
+    """What every result file records beside its figures: the CPU (or GPU), its flags and the class of kernels this
+    process runs on it (:func:`~transformer_xl.train.precision.cpu_class`), the last-level cache, the threads and the
+    load average (the machine may be shared)."""
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = "unknown"
-    out: dict[str, Any] = {"cpu": cpu_model(), "cpu_flags": cpu_flags(wanted=FLAGS), "llc_bytes": llc_bytes(),
-                           "threads": torch.get_num_threads(), "load_average": load}
+    out: dict[str, Any] = {"cpu": cpu_model(), "cpu_flags": cpu_flags(wanted=FLAGS), "cpu_class": cpu_class(),
+                           "llc_bytes": llc_bytes(), "threads": torch.get_num_threads(), "load_average": load}
     if device.startswith("cuda"):
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return out
