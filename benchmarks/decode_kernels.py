@@ -37,6 +37,7 @@ from transformer_xl.experiments.bench.yardstick import YardstickError, machine, 
 from transformer_xl.inference.captured import CapturedDecoder
 from transformer_xl.model import Recurrence, TransformerXLLM
 from transformer_xl.model.presets import cpu_small, wt103_base
+from transformer_xl.train.precision import isa_limits
 
 SHAPES = {
     "wt103-base": lambda: shape_config("wt103-base"),
@@ -100,7 +101,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
     rates = [_read_pass(clock)]
-    report = {"command": "python benchmarks/decode_kernels.py " + " ".join(
+    report = {"command": isa_limits() + "python benchmarks/decode_kernels.py " + " ".join(
         [f"--threads {args.threads}", "--cases", *args.cases, f"--steps {args.steps}"]),
         "machine": machine(), "torch": torch.__version__,
         "clock": "thread_time (CPU time of the one thread)" if args.threads == 1 else "wall",

@@ -96,8 +96,11 @@ def add_generate(kinds: argparse._SubParsersAction) -> None:
 
 
 def _command() -> str:
+    """The command line, with the variables that held the kernels to a narrower instruction set (``isa_limits``)."""
+    from transformer_xl.train.precision import isa_limits
+
     argv = sys.argv[sys.argv.index("bench"):] if "bench" in sys.argv else None
-    return shlex.join(["txl", *argv]) if argv else shlex.join(["python", *sys.argv])
+    return isa_limits() + (shlex.join(["txl", *argv]) if argv else shlex.join(["python", *sys.argv]))
 
 
 def _write(report: dict, table: str, args: argparse.Namespace) -> None:

@@ -103,6 +103,17 @@ def cpu_class(flags: list[str] | None = None, capability: str | None = None,
     return "avx512"
 
 
+#: The environment variables that hold PyTorch's CPU kernels to a narrower instruction set (``make test-avx2``).
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_limits(environ: dict[str, str] | None = None) -> str:
+    """The :data:`ISA_LIMITS` set in ``environ`` (default ``os.environ``) as a command's prefix (``"A=x B=y "``), or
+    ``""``: what a recorded command needs to measure the same kernels again."""
+    env = os.environ if environ is None else environ
+    return "".join(f"{k}={env[k]} " for k in ISA_LIMITS if env.get(k))
+
+
 #: oneDNN's instruction-set limits (``ONEDNN_MAX_CPU_ISA``), lowest first.
 _ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
                 "AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10_1_512_AMX",

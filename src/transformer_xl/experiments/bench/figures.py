@@ -23,8 +23,9 @@ from typing import Any
 
 from transformer_xl.errors import ConfigError
 
-#: A block: the opening marker names the file (relative to the repository root), the closing one ends it.
-BLOCK = re.compile(r"(<!-- figures: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.DOTALL)
+#: A block: the opening marker names the file (relative to the repository root), or several files of one kind
+#: measured on different classes of CPU (a column each: :func:`render_classes`); the closing marker ends it.
+BLOCK = re.compile(r"(<!-- figures: (?P<path>[^ >]+(?: [^ >]+)*) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.DOTALL)
 #: The pages :func:`update_pages` reads, relative to the repository root.
 PAGES = ("README.md", "docs/*.md")
 
@@ -132,10 +133,76 @@ def _kernel_variants_markdown(report: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def _read(path: str, root: Path) -> dict[str, Any]:
+    try:
+        return json.loads((root / path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read a result file ({exc})") from exc
+
+
+def _machine(report: dict[str, Any]) -> dict[str, Any]:
+    """The machine a report records: ``machine`` (decode kernels) or ``env.machine`` (``txl bench``)."""
+    m = report.get("machine")
+    return m if isinstance(m, dict) else report.get("env", {}).get("machine", {})
+
+
+def render_classes(paths: list[str], root: Path) -> str:
+    """One table of several result files of one kind (``benchmarks/decode_kernels.py`` reports, or ``txl bench``
+    training reports), a column per file: the same cases measured on different classes of CPU, each column named by
+    its class, with a line per file naming its command, CPU, flags and load."""
+    from transformer_xl.train.precision import CPU_CLASSES
+
+    reports = [_read(path, root) for path in paths]
+    for path, report in zip(paths, reports):
+        if "cpu_class" not in _machine(report):
+            raise ConfigError(f"{path}: no CPU class recorded; a column per class needs it (measure it again)")
+    names = [CPU_CLASSES.get(_machine(r)["cpu_class"], _machine(r)["cpu_class"]) for r in reports]
+    lines = []
+    for name, report, path in zip(names, reports, paths):
+        m, torch_version = _machine(report), report.get("torch") or report["env"]["torch"]
+        lines.append(f"- **{name}**: `{_command(report, path)}` (torch {torch_version}, {m['threads']} threads, "
+                     f"{m['cpu']}; flags: "
+                     f"{', '.join(m['cpu_flags'])}; load average {m['load_average']})")
+    lines.append("")
+    if all("read_rate_bytes_per_s" in r and r["rows"] and "captured" in r["rows"][0] for r in reports):
+        lines += ["| shape | words | memory | batch | weights | MB per step | "
+                  + " | ".join(f"{n}: captured ms, share of the read rate" for n in names) + " |",
+                  "|---|---:|---:|---:|---|---:|" + "---:|" * len(reports)]
+        for case in dict.fromkeys(row["case"] for r in reports for row in r["rows"]):
+            rows = [next((row for row in r["rows"] if row["case"] == case), None) for r in reports]
+            first = next(row for row in rows if row is not None)
+            cells = ["–" if row is None else f"{row['captured']['best_s'] * 1e3:.2f}, "
+                     f"{row['captured']['share_of_read_rate']:.0%}" for row in rows]
+            lines.append(f"| {first['shape']} | {first['n_token']:,} | {first['mem_len']:,} | {first['batch']} | "
+                         f"{'int8, bf16 ring' if first['int8'] else 'fp32'} | "
+                         f"{first['captured']['bytes']['total'] / 1e6:.1f} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+    if all("results" in r and "env" in r for r in reports):
+        lines += ["| case | measure | " + " | ".join(f"{n}: txl ÷ HF (txl MFU)" for n in names) + " |",
+                  "|---|---|" + "---:|" * len(reports)]
+        keys = dict.fromkeys((res["case"], mem) for r in reports for res in r["results"]
+                             for mem in (None, *res["eval"]))  # (case, None): training; (case, mem): evaluation
+        for case, mem in keys:
+            cells = []
+            for r in reports:
+                res = next((x for x in r["results"] if x["case"] == case), None)
+                sec = None if res is None else (res["train"] if mem is None else res["eval"].get(mem))
+                mfu = None if not sec or "ratio" not in sec else sec["txl"].get("mfu")
+                cells.append("–" if not sec or "ratio" not in sec else
+                             f"**{sec['ratio']:.2f}**" + ("" if mfu is None else f" ({mfu:.0%})"))
+            label = "train tok/s" if mem is None else f"eval tok/s, mem {mem}"
+            lines.append(f"| {case} | {label} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+    raise ConfigError(f"{', '.join(paths)}: a column per class needs decode-kernels reports or txl bench training "
+                      "reports, all of one kind")
+
+
 def update_text(text: str, root: Path) -> str:
-    """``text`` with every block rendered again from its file."""
+    """``text`` with every block rendered again from its file (or files: :func:`render_classes`)."""
     def block(m: re.Match) -> str:
-        return f"{m.group(1)}{render(m.group('path'), root)}\n{m.group(4)}"
+        paths = m.group("path").split()
+        body = render(paths[0], root) if len(paths) == 1 else render_classes(paths, root)
+        return f"{m.group(1)}{body}\n{m.group(4)}"
 
     return BLOCK.sub(block, text)
 
