@@ -25,7 +25,7 @@ import torch
 from transformer_xl.experiments.bench.yardstick import machine, read_rate
 from transformer_xl.inference.decode import blocked_linear, pack_linear
 from transformer_xl.model.fastpath import allow_graphs
-from transformer_xl.train.precision import cpu_class, isa_limits
+from transformer_xl.train.precision import isa_limits
 
 #: ``(out, in)`` of WT103-base's matrices: the attention's [W_q; W_k; W_v] and output, the feed-forward's two, the
 #: softmax of a 33,278-word vocabulary.
@@ -73,9 +73,10 @@ def main() -> None:
         rate = max(rate, read_rate()["bytes_per_s"])
     command = f"python benchmarks/int8_forms.py --threads {args.threads} --passes {args.passes}"
     report = {"command": isa_limits() + command,
-              "machine": machine(), "cpu_class": cpu_class(), "torch": torch.__version__,
+              "machine": machine(), "torch": torch.__version__,
               "read_rate_gb_per_s": rate / 1e9, "rows": rows}
-    print(f"{report['cpu_class']}; read rate {rate / 1e9:.1f} GB/s; load {report['machine']['load_average']}")
+    box = report["machine"]
+    print(f"{box['cpu_class']}; read rate {rate / 1e9:.1f} GB/s; load {box['load_average']}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 

@@ -147,9 +147,9 @@ def _machine(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_classes(paths: list[str], root: Path) -> str:
-    """One table of several result files of one kind (``benchmarks/decode_kernels.py`` reports, or ``txl bench``
-    training reports), a column per file: the same cases measured on different classes of CPU, each column named by
-    its class, with a line per file naming its command, CPU, flags and load."""
+    """One table of several result files of one kind (``benchmarks/decode_kernels.py``, ``benchmarks/int8_forms.py``
+    or ``txl bench`` training reports), a column per file: the same cases measured on different classes of CPU, each
+    column named by its class, with a line per file naming its command, CPU, flags and load."""
     from transformer_xl.train.precision import CPU_CLASSES
 
     reports = [_read(path, root) for path in paths]
@@ -177,6 +177,17 @@ def render_classes(paths: list[str], root: Path) -> str:
                          f"{'int8, bf16 ring' if first['int8'] else 'fp32'} | "
                          f"{first['captured']['bytes']['total'] / 1e6:.1f} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
+    if all(r.get("rows") and "lanes" in r["rows"][0] for r in reports):  # benchmarks/int8_forms.py
+        lines += ["| `(out, in)` | MB | " + " | ".join(f"{n}: int8 lanes, 32-bit words GB/s" for n in names) + " |",
+                  "|---|---:|" + "---:|" * len(reports)]
+        for shape in dict.fromkeys((row["out"], row["in"]) for r in reports for row in r["rows"]):
+            rows = [next((row for row in r["rows"] if (row["out"], row["in"]) == shape), None) for r in reports]
+            first = next(row for row in rows if row is not None)
+            cells = ["–" if row is None else f"{row['lanes']['gb_per_s']:.1f}, {row['words']['gb_per_s']:.1f}"
+                     for row in rows]
+            lines.append(f"| {shape[0]:,} × {shape[1]:,} | {first['lanes']['bytes'] / 1e6:.2f} | "
+                         + " | ".join(cells) + " |")
+        return "\n".join(lines)
     if all("results" in r and "env" in r for r in reports):
         lines += ["| case | measure | " + " | ".join(f"{n}: txl ÷ HF (txl MFU)" for n in names) + " |",
                   "|---|---|" + "---:|" * len(reports)]
@@ -193,8 +204,8 @@ def render_classes(paths: list[str], root: Path) -> str:
             label = "train tok/s" if mem is None else f"eval tok/s, mem {mem}"
             lines.append(f"| {case} | {label} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
-    raise ConfigError(f"{', '.join(paths)}: a column per class needs decode-kernels reports or txl bench training "
-                      "reports, all of one kind")
+    raise ConfigError(f"{', '.join(paths)}: a column per class needs decode-kernels, int8-forms or txl bench "
+                      "training reports, all of one kind")
 
 
 def update_text(text: str, root: Path) -> str:
