@@ -1,7 +1,7 @@
 """The two forms of the captured step's int8 product, one matrix at a time, at the shapes of WikiText-103's base model:
-int8 lanes (``decode.block_rows``: the compiler widens int8 lanes as it reads them) and 32-bit words
-(``decode.block_words``: 4 weights of a row per word, taken out by shifts). Which one a step uses is
-``decode.int8_words()``, by the width of the compiler's vectors; this measures both on the CPU it runs on.
+int8 lanes (``packing.block_rows``: the compiler widens int8 lanes as it reads them) and 32-bit words
+(``packing.block_words``: 4 weights of a row per word, taken out by shifts). Which one a step uses is
+``packing.int8_words()``, by the width of the compiler's vectors; this measures both on the CPU it runs on.
 
     python benchmarks/int8_forms.py --threads 2 --out benchmarks/results/int8_forms_amx_2t.json
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from transformer_xl.experiments.bench.yardstick import machine, read_rate
-from transformer_xl.inference.decode import blocked_linear, pack_linear
+from transformer_xl.inference.decode import blocked_linear
+from transformer_xl.inference.packing import pack_linear
 from transformer_xl.model.fastpath import allow_graphs
 from transformer_xl.train.precision import isa_limits
 

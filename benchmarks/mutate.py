@@ -57,6 +57,7 @@ RELATED: dict[str, list[str]] = {
     "src/transformer_xl/serve/completions.py": ["tests/serve/test_app.py"],
     # the captured step is decode.py's step compiled: test_captured.py runs it eagerly against the plain step
     "src/transformer_xl/inference/decode.py": ["tests/inference/test_captured.py"],
+    "src/transformer_xl/inference/packing.py": ["tests/inference/test_decode.py", "tests/inference/test_captured.py"],
 }
 #: Tests left out of the mutation runs: each takes close to a minute on two cores and would run again for every
 #: mutant that survives the others. ``torch.compile`` of the captured step: what it compiles is

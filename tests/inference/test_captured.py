@@ -145,9 +145,9 @@ def test_int8_weights_multiply_by_their_dequantized_values(monkeypatch, batch, w
     """The int8 step (row blocks, in lanes or in words, scaled per row) is the float step over ``q * scale``: the
     same tokens and log-probabilities (1e-5), whatever the batch (weights that are their own int8 values quantize to
     the same numbers: the prompt's forward is the same too)."""
-    from transformer_xl.inference import decode
+    from transformer_xl.inference import packing
 
-    monkeypatch.setattr(decode, "int8_words", lambda: words)
+    monkeypatch.setattr(packing, "int8_words", lambda: words)
     model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
     ids = _prompt(b=batch)
     dec = _eager(model, batch=batch, mem_len=4, int8=True)

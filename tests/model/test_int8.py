@@ -17,8 +17,8 @@ from tests.helpers import REPO, generation_model
 from transformer_xl import InferenceCache, Recurrence, TransformerXLLM, TXLConfig
 from transformer_xl.errors import ConfigError
 from transformer_xl.inference.captured import CapturedDecoder
-from transformer_xl.inference.decode import unblock_rows
 from transformer_xl.inference.generate import generate, reference_generate
+from transformer_xl.inference.packing import unblock_rows
 from transformer_xl.model.int8 import BLOCK, Int8Linear, int8_matmul, is_quantized, quantize_linears, quantize_rows
 
 V = 60

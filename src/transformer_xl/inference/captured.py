@@ -20,7 +20,7 @@ returns the next ones, which stay what they were when returned. Internally:
   state and several texts interleaved over one decoder give the plain path's values (``tests/inference``).
 
 The weights are packed, and the position keys ``W_kR R_d`` of every distance tabulated, when the decoder is made
-(:func:`transformer_xl.inference.decode.pack`, :func:`~transformer_xl.inference.decode.position_keys`): build a new
+(:func:`transformer_xl.inference.packing.pack`, :func:`~transformer_xl.inference.decode.position_keys`): build a new
 decoder after changing them. The compiled graph is keyed by the step's constants and shapes, so a second
 decoder of the same model shape (another generation) reuses it without compiling again.
 """
@@ -42,16 +42,15 @@ from torch.utils._pytree import tree_leaves, tree_map
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.arena import huge_page_zeros, into_arena
 from transformer_xl.inference.decode import (
-    ROW_BLOCK,
     block_slots,
     check_supported,
     linear,
-    pack,
     position_keys,
     ring_slots,
     spec_of,
     step,
 )
+from transformer_xl.inference.packing import ROW_BLOCK, pack
 from transformer_xl.model import Lengths, TransformerXLLM
 from transformer_xl.model.fastpath import allow_graphs, compile_unavailable
 from transformer_xl.model.positional import sinusoid
@@ -158,7 +157,7 @@ def _compiled(device: torch.device, batch: int) -> object:  # pragma: no mutate 
 
 
 def _into_arena(weights: dict, pos_keys: list[Tensor]) -> tuple[dict, list[Tensor]]:
-    """``weights`` (:func:`~transformer_xl.inference.decode.pack`) and ``pos_keys`` as views into one arena
+    """``weights`` (:func:`~transformer_xl.inference.packing.pack`) and ``pos_keys`` as views into one arena
     (:func:`~transformer_xl.inference.arena.into_arena`) in the order a step reads them: per layer ``[W_q; W_k;
     W_v]``, ``u``, ``v``, the position keys, the rest of the layer; the input projections; the softmax. The embedding
     tables stay where they are (a step gathers a few rows of them)."""

@@ -25,11 +25,13 @@ loads): measured against the machine's read rate in ``benchmarks/decode_kernels.
 * **attention as reductions.** ``q . k`` (over ``E``) and ``p . v`` (over ``C``) are multiplies and sums that
   the compiler turns into one pass over the ring, widening a narrower ring (bf16) as it reads it; the softmax is
   normalized after the values' sum (one division per output, not per slot).
-* **packed weights** (:func:`pack`): every matrix in row blocks ``[ceil(out / 16), in, 16]`` (:func:`block_rows`,
-  :func:`blocked_linear`), float32 or, with ``int8=True``, int8 with one bf16 scale per output row (the plain
-  model's scheme, :func:`~transformer_xl.model.int8.quantize_rows`; the step widens the int8 numbers as it reads
-  them); the adaptive softmax's clusters without projections (the WT103 shape) are one matrix ``[head words;
-  cluster rows; tail words]``, read once per step. Off the CPU the float matrices stay ``[out, in]`` (BLAS).
+* **packed weights** (:func:`~transformer_xl.inference.packing.pack`): every matrix in row blocks
+  ``[ceil(out / 16), in, 16]`` (:func:`~transformer_xl.inference.packing.block_rows`, :func:`blocked_linear`),
+  float32 or, with ``int8=True``, int8 with one bf16 scale per output row (the plain model's scheme,
+  :func:`~transformer_xl.model.int8.quantize_rows`; the step widens the int8 numbers as it reads them, or takes them
+  out of 32-bit words on AVX2: :func:`~transformer_xl.inference.packing.int8_words`); the adaptive softmax's
+  clusters without projections (the WT103 shape) are one matrix ``[head words; cluster rows; tail words]``, read once
+  per step. Off the CPU the float matrices stay ``[out, in]`` (BLAS).
 * **inputs held in memory** (:func:`stored`): the compiler would otherwise recompute an elementwise input of a
   product (a ReLU, ``q + u``) in the product's loop for every block it reads.
 
@@ -38,44 +40,18 @@ Shapes: ``B`` batch, ``H`` heads, ``E`` d_head, ``D`` d_model, ``C`` ring slots,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError
+from transformer_xl.inference.packing import INT8_UNROLL, ROW_BLOCK, Linear, unblock_rows
 from transformer_xl.model import TransformerXLLM
-from transformer_xl.model.int8 import quantize_rows
 
-#: Output rows of a matrix (and slots of a ring) are interleaved in blocks of this many (one AVX-512 vector of
-#: float32): :func:`block_rows`, :func:`block_slots`.
-ROW_BLOCK = 16
 #: Rows of ``x`` up to which :func:`blocked_linear` is one multiply-and-sum per row (beyond: one matrix product).
 SUM_ROWS = 16
-#: An int8 product takes this many inputs per loop step (the int8 matrices' input width is padded to a multiple of
-#: it): in lanes (:func:`block_rows`), an inner sum the compiler unrolls, 64 bytes of weights per step instead of 16;
-#: in words (:func:`block_words`), the weights of this many inputs of a row in one 32-bit word.
-INT8_UNROLL = 4
-
-
-class Linear(NamedTuple):
-    """A linear map ``x -> x W^T + b`` as a step reads it (:func:`pack_linear`)."""
-
-    weight: Tensor  # row blocks [ceil(out / 16), in, 16] (float, or int8 in lanes), int8 in words
-    # [ceil(out / 16), in / 4, 16, 4]; or float [out, in] (BLAS, off the CPU)
-    scale: Tensor | None  # int8: one bf16 scale per output row, [ceil(out / 16), 16]; float: None
-    bias: Tensor | None  # [out]
-    shape: tuple[int, int]  # (out, in) of the map; ``weight`` may hold zero rows or columns beyond them
-
-    @property
-    def padding_bytes(self) -> int:
-        """Bytes of ``weight`` beyond the map's ``out x in`` (zero rows of the last block, zero columns)."""
-        return self.weight.nbytes - self.shape[0] * self.shape[1] * self.weight.element_size()
-
-
 @dataclass(frozen=True)
 class StepSpec:
     """The constants of a step (hashable: the compiled graph is specialized on them)."""
@@ -105,111 +81,6 @@ def supported(model: TransformerXLLM) -> str | None:
     if model.quantized is not None:
         return "a quantized model (build the captured decoder from the float model with int8=True)"
     return None
-
-
-# ---------------------------------------------------------------------------------------------- packing
-def int8_words() -> bool:
-    """Whether this process's int8 products read their weights in 32-bit words (:func:`block_words`) rather than in
-    int8 lanes (:func:`block_rows`): where the compiler's vectors are narrower than 512 bits (AVX2). There its code
-    loads 8 int8 lanes through a copy (a partial vector), 2.4 GB/s against 13 GB/s in words on a core of an AMX Xeon
-    held to AVX2; with AVX-512, masked loads read the lanes directly, 18-35 GB/s against 12-28 GB/s in words (the
-    shifts that take a weight out of its word cost more than the loads they save). ``benchmarks/int8_forms.py``."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    return pick_vec_isa().bit_width() < 512
-
-
-def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool, *, words: bool | None = None) -> Linear:
-    """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`): in row blocks (:func:`block_rows`),
-    int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`, the plain model's scheme; in
-    32-bit words, :func:`block_words`, with ``words``, by default where :func:`int8_words`) or float; a float matrix
-    off the CPU as it is (BLAS)."""
-    weight = weight.detach()
-    bias = None if bias is None else bias.detach()
-    if int8:
-        q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in)
-        q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
-        scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
-        blocks = block_words(q) if (int8_words() if words is None else words) else block_rows(q)
-        return Linear(blocks, scale, bias, (weight.size(0), weight.size(1)))
-    if weight.device.type == "cpu":
-        return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
-    return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
-
-
-def block_rows(weight: Tensor) -> Tensor:
-    """``weight [out, in]`` as ``[ceil(out / 16), in, 16]``: output rows ``16 k .. 16 k + 15`` interleaved in block
-    ``k`` (zero rows fill the last one), so that a product reads each block front to back with the 16 rows in the
-    lanes of one vector (:func:`blocked_linear`)."""
-    out, n_in = weight.shape
-    padded = F.pad(weight, (0, 0, 0, -out % ROW_BLOCK))
-    return padded.view(-1, ROW_BLOCK, n_in).transpose(1, 2).contiguous()
-
-
-def block_words(q: Tensor) -> Tensor:
-    """int8 ``q [out, in]`` (``in`` a multiple of :data:`INT8_UNROLL`) as ``[ceil(out / 16), in / 4, 16, 4]``: row
-    blocks as :func:`block_rows`, and in a block the weights of 4 consecutive inputs of a row side by side, one 32-bit
-    word that a product reads whole and splits into its 4 numbers (:func:`blocked_linear`)."""
-    out, n_in = q.shape
-    padded = F.pad(q, (0, 0, 0, -out % ROW_BLOCK))
-    return padded.view(-1, ROW_BLOCK, n_in // INT8_UNROLL, INT8_UNROLL).transpose(1, 2).contiguous()
-
-
-def unblock_rows(blocks: Tensor, out: int) -> Tensor:
-    """The ``[out, in]`` matrix of :func:`block_rows`' (or :func:`block_words`') ``blocks`` (a copy)."""
-    if blocks.dim() == 4:  # int8 words: [K, in / 4, 16, 4]
-        return blocks.transpose(1, 2).reshape(blocks.size(0) * ROW_BLOCK, -1)[:out]
-    return blocks.transpose(1, 2).reshape(-1, blocks.size(1))[:out]
-
-
-def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
-    return ln.weight.detach(), ln.bias.detach()
-
-
-def pack(model: TransformerXLLM, *, int8: bool = False, words: bool | None = None) -> dict:
-    """The weights a step reads, laid out for it (module docstring; ``words``: :func:`pack_linear`); tensors only, in
-    nested dicts/tuples."""
-    if int8 and words is None:
-        words = int8_words()
-
-    def lin(weight: Tensor, bias: Tensor | None = None) -> Linear:
-        return pack_linear(weight, bias, int8, words=words)
-
-    cfg = model.config
-    crit, emb, pos = model.crit, model.word_emb, model.pos_enc
-    layers = []
-    for i, layer in enumerate(model.layers):
-        att, ff = layer.dec_attn, layer.pos_ff
-        layers.append({
-            "qkv": lin(att.qkv_net.weight),
-            "u": (pos.r_w_bias[i] if cfg.untie_r else pos.r_w_bias).detach(),  # [H, E]
-            "v": (pos.r_r_bias[i] if cfg.untie_r else pos.r_r_bias).detach(),  # [H, E]
-            "o": lin(att.o_net.weight),
-            "ln1": _layer_norm(att.layer_norm),
-            "ff1": lin(ff.CoreNet[0].weight, ff.CoreNet[0].bias),
-            "ff2": lin(ff.CoreNet[3].weight, ff.CoreNet[3].bias),
-            "ln2": _layer_norm(ff.layer_norm),
-        })
-    embs = tuple((layer.weight.detach(), lin(emb.emb_projs[j]) if len(emb.emb_projs) else None)
-                 for j, layer in enumerate(emb.emb_layers))
-    return {"layers": tuple(layers), "emb": embs, "head": _pack_head(crit, lin)}
-
-
-def _pack_head(crit: torch.nn.Module, lin: Callable[..., Linear]) -> tuple[Linear, ...]:
-    """One pair ``(projection, linear)`` per cluster (the projection ``[D, d_i]`` packed as the map ``D -> d_i``),
-    or one fused matrix when no cluster is projected; ``lin(weight, bias)`` packs a matrix."""
-    pieces = []
-    for i in range(len(crit.bounds)):
-        weight, bias, proj = crit.cluster_params(i)
-        if i == 0 and crit.n_clusters:
-            weight = torch.cat([weight, crit.cluster_weight], 0)
-            bias = torch.cat([bias, crit.cluster_bias], 0)
-        pieces.append((weight, bias, proj))
-    if all(p is None for _, _, p in pieces):  # one matrix read once: [head words; cluster rows; tail words]
-        weight = torch.cat([w for w, _, _ in pieces], 0)
-        bias = torch.cat([b for _, b, _ in pieces], 0)
-        return ((None, lin(weight, bias)),)
-    return tuple((None if p is None else lin(p.t()), lin(w, b)) for w, b, p in pieces)
 
 
 def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
@@ -242,8 +113,8 @@ def stored(x: Tensor) -> Tensor:
 
 
 def linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` for ``x [N, in]`` (:class:`Linear`): row blocks (float or int8) by :func:`blocked_linear`, a
-    float ``[out, in]`` matrix (off the CPU) by BLAS."""
+    """``x W^T + b`` for ``x [N, in]`` (:class:`~transformer_xl.inference.packing.Linear`): row blocks (float or
+    int8) by :func:`blocked_linear`, a float ``[out, in]`` matrix (off the CPU) by BLAS."""
     x = stored(x)
     if lin.weight.dim() == 2:
         return F.linear(x, lin.weight, lin.bias)
@@ -251,15 +122,19 @@ def linear(x: Tensor, lin: Linear) -> Tensor:
 
 
 def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` over row blocks (:func:`block_rows`), float32 or int8 with row scales: one multiply and sum per
-    row of ``x``, which the compiler turns into one pass over the blocks with 16 output rows in the lanes of a vector,
-    at about the machine's read rate (BLAS's matrix-vector kernel reads these small matrices at about half of it, the
-    int8 kernel ``aten._weight_int8pack_mm`` slower than this: ``docs/generation-speed.md``).
+    """``x W^T + b`` over row blocks (:func:`~transformer_xl.inference.packing.block_rows`), float32 or int8 with
+    row scales: one multiply and sum per row of ``x``, which the compiler turns into one pass over the blocks with 16
+    output rows in the lanes of a vector, at about the machine's read rate (BLAS's matrix-vector kernel reads these
+    small matrices at about half of it, the int8 kernel ``aten._weight_int8pack_mm`` slower than this:
+    ``docs/generation-speed.md``).
 
-    int8, each output row then multiplied by its scale: in lanes (:func:`block_rows`), the int8 numbers widened to
-    ``x``'s type as they are read, :data:`INT8_UNROLL` inputs per loop step; in words (:func:`block_words`, on AVX2:
-    :func:`int8_words`), the words of 16 rows read as 32-bit integers (whole vectors on every instruction set), each
-    weight taken out of its word by two shifts that keep its sign (``(w << 24 - 8 j) >> 24``) and widened.
+    int8, each output row then multiplied by its scale: in lanes (:func:`~transformer_xl.inference.packing.block_rows`),
+    the int8 numbers widened to ``x``'s type as they are read,
+    :data:`~transformer_xl.inference.packing.INT8_UNROLL` inputs per loop step; in words
+    (:func:`~transformer_xl.inference.packing.block_words`, on AVX2:
+    :func:`~transformer_xl.inference.packing.int8_words`), the words of 16 rows read as 32-bit integers (whole
+    vectors on every instruction set), each weight taken out of its word by two shifts that keep its sign
+    (``(w << 24 - 8 j) >> 24``) and widened.
 
     The sums of several rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a
     compiled step with more than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly
@@ -328,13 +203,14 @@ def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
 
 def ring_slots(mem_len: int) -> int:
     """Slots a ring holds for a memory of ``mem_len``: the ``mem_len + 1`` a step attends to (the memory and the new
-    token), rounded up to whole blocks of :data:`ROW_BLOCK` (the slots beyond stay empty: masked, never written)."""
+    token), rounded up to whole blocks of :data:`~transformer_xl.inference.packing.ROW_BLOCK` (the slots beyond stay
+    empty: masked, never written)."""
     return -(-(mem_len + 1) // ROW_BLOCK) * ROW_BLOCK
 
 
 def block_slots(t: Tensor) -> Tensor:
-    """Keys ``[..., C, E]`` (``C`` a multiple of :data:`ROW_BLOCK`) as the ring keeps them, ``[..., C / 16, E, 16]``:
-    16 consecutive slots in the lanes of one vector (:func:`_dot_keys`)."""
+    """Keys ``[..., C, E]`` (``C`` a multiple of :data:`~transformer_xl.inference.packing.ROW_BLOCK`) as the ring
+    keeps them, ``[..., C / 16, E, 16]``: 16 consecutive slots in the lanes of one vector (:func:`_dot_keys`)."""
     return t.unflatten(-2, (-1, ROW_BLOCK)).transpose(-1, -2).contiguous()
 
 
@@ -347,8 +223,8 @@ def _dot_keys(q: Tensor, k: Tensor) -> Tensor:
 
 def position_keys(model: TransformerXLLM, r_dist: Tensor, dtype: torch.dtype) -> list[Tensor]:
     """``W_kR R_d`` for every distance row of ``r_dist [C, D]`` (sinusoids; ``C`` a multiple of
-    :data:`ROW_BLOCK`), per layer in slot blocks ``[H, C / 16, E, 16]`` (:func:`block_slots`) in ``dtype`` (module
-    docstring)."""
+    :data:`~transformer_xl.inference.packing.ROW_BLOCK`), per layer in slot blocks ``[H, C / 16, E, 16]``
+    (:func:`block_slots`) in ``dtype`` (module docstring)."""
     cfg = model.config
     with torch.no_grad():
         return [block_slots(F.linear(r_dist, layer.dec_attn.r_net.weight).view(-1, cfg.n_head, cfg.d_head)

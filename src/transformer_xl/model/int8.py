@@ -15,7 +15,7 @@ input is cast to bf16 for the product only, and the result back to the input's t
 **Who uses it**: :class:`Int8Linear`, the layer :meth:`TransformerXLLM.quantize
 <transformer_xl.model.TransformerXLLM.quantize>` puts in place of the blocks' and the softmax's linear layers
 (:func:`quantize_linears`, :func:`int8_linear`), and the captured step's packed weights
-(:func:`transformer_xl.inference.decode.pack_linear`): the same :func:`quantize_rows`, so the two paths multiply
+(:func:`transformer_xl.inference.packing.pack_linear`): the same :func:`quantize_rows`, so the two paths multiply
 by the same int8 numbers and scales. The captured step has its own product over them (row blocks widened as read,
 float32 input: :func:`transformer_xl.inference.decode.blocked_linear`, faster there than this kernel), so the two
 paths differ by this kernel's bf16 rounding of the input. At batch 1 a generation step is bound by reading the

@@ -48,7 +48,7 @@ from torch.utils._pytree import tree_leaves
 
 from transformer_xl.errors import TXLError
 from transformer_xl.inference.arena import huge_page_buffer
-from transformer_xl.inference.decode import Linear
+from transformer_xl.inference.packing import Linear
 from transformer_xl.model import TXLConfig
 from transformer_xl.model.memory import causal_mask
 from transformer_xl.train.precision import cpu_class, cpu_flags, cpu_model, matmul_rate
@@ -295,7 +295,7 @@ def step_bytes(decoder: Any) -> dict[str, int]:
     docstring): ``weights`` (packed, with scales and biases; not the zero rows and columns that pad a packed
     matrix), ``embedding_rows``, ``ring`` (keys and values), ``position_keys``, ``slots`` (the slot positions, the
     position counter and the step's tokens), and their ``total``; beside them ``padding``, the zeros the step reads
-    too but does not need (:attr:`~transformer_xl.inference.decode.Linear.padding_bytes`: not part of the limit)."""
+    too but does not need (:attr:`~transformer_xl.inference.packing.Linear.padding_bytes`: not part of the limit)."""
     w = decoder.weights
     tree = (w["layers"], w["head"], [p for _, p in w["emb"]])
     leaves = [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
