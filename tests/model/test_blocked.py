@@ -116,3 +116,24 @@ def test_streamed_evaluation_equals_the_plain_path(attn_type: int, kw: dict, tin
         got = [rec(x, y).nll for x, y in segments]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("l2, block", [(512 << 10, 1 << 20), (1 << 20, 1 << 20), (2 << 20, 2 << 20),
+                                       (32 << 20, 4 << 20), (0, 1 << 20)])
+def test_one_threads_block_is_the_cores_l2_within_bounds(l2: int, block: int) -> None:
+    """AMD Zen 3 (512 KiB of L2 a core), Zen 4 (1 MiB), an AMX Xeon (2 MiB), a huge L2, an unknown one."""
+    assert blocked_mod.one_thread_block_bytes(l2) == block
+
+
+def test_the_l2_size_is_read_from_sysfs(tmp_path) -> None:
+    from transformer_xl.model.fastpath import l2_bytes_of_core
+
+    caches = [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"), ("3", "Unified", "105M")]
+    for i, (level, kind, size) in enumerate(caches):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(level + "\n")
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+    assert l2_bytes_of_core(str(tmp_path)) == 2 << 20
+    assert l2_bytes_of_core(str(tmp_path / "missing")) == 0

@@ -39,7 +39,7 @@ def test_choose_follows_its_table(change: dict, path: dispatch.Path) -> None:
 
 
 def test_the_block_size_follows_the_threads() -> None:
-    assert choose(**FACTS).block_bytes == blocked.BLOCK_BYTES_ONE_THREAD
+    assert choose(**FACTS).block_bytes == blocked.one_thread_block_bytes()
     assert choose(**{**FACTS, "threads": 4}).block_bytes == blocked.BLOCK_BYTES_THREADS
 
 

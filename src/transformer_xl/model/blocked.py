@@ -26,11 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_xl.model.fastpath import shift_padded, zero_row_in_front
+from transformer_xl.model.fastpath import l2_bytes_of_core, shift_padded, zero_row_in_front
 
 #: Bytes of ``P`` formed at once by :func:`attend_blocked` (a block of whole batch rows, or of heads of one) with one
-#: CPU thread: about a core's L2 (2-core AMD EPYC, 1 MiB L2 per core: 1 MiB blocks evaluated the ``char`` case at
-#: ``mem_len`` 1,600 1.3x faster than 8 MiB blocks and 1.9x faster than ``P`` whole, one thread, CPU time).
+#: CPU thread: the core's L2 (:func:`one_thread_block_bytes`), at least this. Measured with ``char`` at ``mem_len``
+#: 1,600, one thread, CPU time (``benchmarks/blocked_eval_ab.py``): on an AMD EPYC with 1 MiB of L2 a core, 1 MiB
+#: blocks ran 1.3x faster than 8 MiB ones and 1.9x faster than ``P`` whole; on an AMX Xeon with 2 MiB, 2 MiB blocks
+#: ran 8 % faster than 1 MiB ones (4 MiB: 14 %; 16 MiB no better than 1 MiB), and held to AVX2 kernels 5 % (8 %).
 BLOCK_BYTES_ONE_THREAD = 1 << 20
 #: ... with several threads: every operation on a block is a parallel region whose barrier waits for the slowest
 #: thread, so blocks are larger than one core's L2: on the quiet 2-core EPYC (2 threads, ``char``, mem 1,600,
@@ -38,6 +40,14 @@ BLOCK_BYTES_ONE_THREAD = 1 << 20
 #: beside other processes 1-2 MiB blocks fell below ``P`` whole (a descheduled thread costs each barrier a time
 #: slice). 4 MiB keeps both the barriers few and each block far under glibc's ``mmap`` threshold (32 MiB).
 BLOCK_BYTES_THREADS = 4 << 20
+
+
+def one_thread_block_bytes(l2_bytes: int | None = None) -> int:
+    """The block of one thread: the core's L2 (``l2_bytes``, default
+    :func:`~transformer_xl.model.fastpath.l2_bytes_of_core`) between :data:`BLOCK_BYTES_ONE_THREAD` and
+    :data:`BLOCK_BYTES_THREADS` (an unknown L2, 0: the former)."""
+    l2 = l2_bytes_of_core() if l2_bytes is None else l2_bytes
+    return min(max(BLOCK_BYTES_ONE_THREAD, l2), BLOCK_BYTES_THREADS)
 
 
 class ShiftedScores(NamedTuple):

@@ -97,7 +97,7 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     Row 2 is the CPU's (``tests/model/test_shifted.py`` tests it equal to the formula; the GPU and compiled
     training keep row 3, whose speed there was measured). ``threads`` (torch's intra-op threads) sets the block size
     of row 6: one core's L2 with one thread
-    (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_ONE_THREAD`), larger with several, whose every block ends in a
+    (:func:`~transformer_xl.model.blocked.one_thread_block_bytes`), larger with several, whose every block ends in a
     barrier (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_THREADS`). The memory length and the dtype do not
     change the path: with ``Q`` and the heads they set how many batch rows a block holds
     (:func:`~transformer_xl.model.blocked.attend_blocked`), and the dtype is that of the kernels' inputs (bf16 under
@@ -113,7 +113,7 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
         return Choice(ONE_QUERY)
     if factored and device.type == "cpu" and not compiling:
         one = threads == 1
-        return Choice(BLOCKED, blocked.BLOCK_BYTES_ONE_THREAD if one else blocked.BLOCK_BYTES_THREADS)
+        return Choice(BLOCKED, blocked.one_thread_block_bytes() if one else blocked.BLOCK_BYTES_THREADS)
     return Choice(FUSED)
 
 

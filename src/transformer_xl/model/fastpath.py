@@ -37,10 +37,12 @@ Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -266,6 +268,21 @@ def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: 
 
 
 # ---------------------------------------------------------------------------------------------- compilation
+@functools.cache
+def l2_bytes_of_core(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The level-2 cache of the CPU's first core in bytes, as sysfs lists it (0 where it cannot be read): what sizes the
+    blocks of :func:`~transformer_xl.model.blocked.attend_blocked` with one thread."""
+    for index in Path(sysfs).glob("index*"):
+        try:
+            if (index / "level").read_text().strip() != "2" or (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip().upper()
+            return int(text.rstrip("KMGB")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
 def compile_unavailable(device: str = "cpu") -> str | None:
     """Why ``torch.compile`` cannot run here (one line), or None when it can: inductor generates C++ on the CPU,
     so it needs a C++ compiler; on CUDA it needs Triton."""
