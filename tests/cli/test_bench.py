@@ -23,6 +23,8 @@ def tiny_case(monkeypatch):
     from transformer_xl.experiments.bench import report
 
     monkeypatch.setitem(bench.CASES, "tiny", (lambda: TXLConfig(**TINY), 2))
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):  # (make test-avx2 sets them)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(report, "gemm_peaks", lambda device: {"fp32": 1e9, "bf16": 2e9, "bf16_gemm": 2e9})
     monkeypatch.setattr(report, "hf_available", lambda: False)
 
@@ -56,13 +58,15 @@ def test_smoke_bench_writes_json_and_markdown_with_the_command(tiny_case, tmp_pa
 
 
 def test_bench_batch_size_and_python_command(tiny_case, tmp_path, monkeypatch) -> None:
-    """Run as ``python -m transformer_xl`` without ``bench`` in sys.argv, the command recorded is the Python one."""
+    """Run as ``python -m transformer_xl`` without ``bench`` in sys.argv, the command recorded is the Python one,
+    after the variables that held the kernels to another instruction set."""
     monkeypatch.setattr(sys, "argv", ["x.py", "--flag"])
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     argv = ["bench", "--cases", "tiny", "--eval-mem-lens", "4", "--no-hf", "--no-memory", "--steps", "1",
             "--repeats", "1", "--batch-size", "4", "--json", str(tmp_path / "r.json")]
     assert main(argv) == 0
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
-    assert report["command"] == "python x.py --flag"
+    assert report["command"] == "ONEDNN_MAX_CPU_ISA=AVX2 python x.py --flag"
     assert report["results"][0]["batch_size"] == 4 and report["options"]["batch_size"] == 4
     assert not (tmp_path / "bench.md").exists()
 

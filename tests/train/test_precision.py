@@ -267,3 +267,10 @@ def test_the_cpu_class_of_this_process_follows_its_kernels(monkeypatch) -> None:
     assert cls in (*precision.CPU_CLASSES, "other")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert precision.cpu_class() in ("avx2", "other")
+
+
+def test_a_recorded_command_carries_the_variables_that_held_the_kernels() -> None:
+    assert precision.isa_limits({}) == "" and precision.isa_limits({"PATH": "/bin", "ATEN_CPU_CAPABILITY": ""}) == ""
+    env = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert precision.isa_limits(env) == ("ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 "
+                                         "MKL_ENABLE_INSTRUCTIONS=AVX2 ")

@@ -91,6 +91,8 @@ def test_step_weights_are_every_matrix_a_step_reads() -> None:
 
 
 def test_cli_bench_generate_writes_json_and_markdown(tiny_shape: str, tmp_path, capsys, monkeypatch) -> None:
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):  # (make test-avx2 sets them)
+        monkeypatch.delenv(name, raising=False)
     out, md = tmp_path / "g.json", tmp_path / "g.md"
     argv = ["bench", "generate", "--shapes", tiny_shape, "--mem-lens", "6", "--batches", "1", "--new-tokens", "3",
             "--hf-tokens", "2", "--repeats", "1", "--no-hf", "--no-captured", "--no-prefill", "--json", str(out),
