@@ -126,7 +126,7 @@ def test_one_threads_block_is_the_cores_l2_within_bounds(l2: int, block: int) ->
 
 
 def test_the_l2_size_is_read_from_sysfs(tmp_path) -> None:
-    from transformer_xl.model.fastpath import l2_bytes_of_core
+    from transformer_xl.model.fastpath import cpu_caches
 
     caches = [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"), ("3", "Unified", "105M")]
     for i, (level, kind, size) in enumerate(caches):
@@ -135,5 +135,5 @@ def test_the_l2_size_is_read_from_sysfs(tmp_path) -> None:
         (d / "level").write_text(level + "\n")
         (d / "type").write_text(kind + "\n")
         (d / "size").write_text(size + "\n")
-    assert l2_bytes_of_core(str(tmp_path)) == 2 << 20
-    assert l2_bytes_of_core(str(tmp_path / "missing")) == 0
+    assert cpu_caches(tmp_path) == {1: 48 << 10, 2: 2 << 20, 3: 105 << 20}  # the instruction cache left out
+    assert cpu_caches(tmp_path / "missing") == {}

@@ -268,19 +268,29 @@ def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: 
 
 
 # ---------------------------------------------------------------------------------------------- compilation
-@functools.cache
-def l2_bytes_of_core(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """The level-2 cache of the CPU's first core in bytes, as sysfs lists it (0 where it cannot be read): what sizes the
-    blocks of :func:`~transformer_xl.model.blocked.attend_blocked` with one thread."""
-    for index in Path(sysfs).glob("index*"):
+def cpu_caches(sysfs: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> dict[int, int]:
+    """The CPU's data or unified caches as sysfs lists them for ``sysfs`` (default: the first core): level -> bytes,
+    the largest where a level lists several (instruction caches and unreadable entries left out; none: empty)."""
+    sizes: dict[int, int] = {}
+    for index in sorted(Path(sysfs).glob("index*")):
         try:
-            if (index / "level").read_text().strip() != "2" or (index / "type").read_text().strip() == "Instruction":
-                continue
+            level = int((index / "level").read_text().strip())
             text = (index / "size").read_text().strip().upper()
-            return int(text.rstrip("KMGB")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+            kind = (index / "type").read_text().strip() if (index / "type").exists() else "Unified"
         except (OSError, ValueError):
             continue
-    return 0
+        if kind == "Instruction":
+            continue
+        value = int(text.rstrip("KMGB") or 0) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes[level] = max(sizes.get(level, 0), value)
+    return sizes
+
+
+@functools.cache
+def l2_bytes_of_core() -> int:
+    """The level-2 cache of the CPU's first core in bytes (:func:`cpu_caches`; 0 where sysfs does not say): what
+    sizes the blocks of :func:`~transformer_xl.model.blocked.attend_blocked` with one thread."""
+    return cpu_caches().get(2, 0)
 
 
 def compile_unavailable(device: str = "cpu") -> str | None:

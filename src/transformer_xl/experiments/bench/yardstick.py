@@ -50,6 +50,7 @@ from transformer_xl.errors import TXLError
 from transformer_xl.inference.arena import huge_page_buffer
 from transformer_xl.inference.packing import Linear
 from transformer_xl.model import TXLConfig
+from transformer_xl.model.fastpath import cpu_caches
 from transformer_xl.model.memory import causal_mask
 from transformer_xl.train.precision import cpu_class, cpu_flags, cpu_model, matmul_rate
 
@@ -87,18 +88,8 @@ def share(value: float, limit: float, what: str = "share") -> float:
 # ---------------------------------------------------------------------------------------------- the machine
 def llc_bytes(sysfs: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """Size of the CPU's last-level cache (the highest level sysfs lists for cpu0), 0 where unknown."""
-    best_level, size = -1, 0
-    for index in sorted(Path(sysfs).glob("index*")):
-        try:
-            level = int((index / "level").read_text().strip())
-            text = (index / "size").read_text().strip().upper()
-        except (OSError, ValueError):
-            continue
-        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-        value = int(text.rstrip("KMGB") or 0) * unit
-        if level > best_level or (level == best_level and value > size):
-            best_level, size = level, value
-    return size
+    caches = cpu_caches(sysfs)
+    return caches[max(caches)] if caches else 0
 
 
 def machine(device: str = "cpu") -> dict[str, Any]:
