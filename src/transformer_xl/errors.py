@@ -28,6 +28,13 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+def install_hint(extra: str) -> str:
+    """How to add the optional dependencies of ``extra``: txl is installed from its checkout or a wheel built from it
+    (the distribution is not on the package index)."""
+    return (f"pip install -e '.[{extra}]' in the txl checkout (or its wheel with the extra: "
+            f"'transformer_xl-VERSION-py3-none-any.whl[{extra}]')")
+
+
 class TXLError(Exception):
     """Base class of every error caused by user input (files, configs, arguments)."""
 

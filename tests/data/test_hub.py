@@ -246,7 +246,7 @@ def test_offline_with_nothing_cached_names_the_files_and_where(tmp_path: Path, m
 def test_without_pyarrow_one_line_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(DataError, match=r"needs huggingface_hub and pyarrow \(pyarrow.parquet is missing\): "
-                       r"pip install 'transformer-xl\[hub\]'"):
+                       r"pip install -e '\.\[hub\]' in the txl checkout"):
         fetch_from_hub(HUB, tmp_path)
 
 

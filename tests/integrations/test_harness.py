@@ -453,5 +453,6 @@ def test_the_harness_command_line_without_the_harness_and_its_help(monkeypatch, 
     with pytest.raises(SystemExit) as stop:
         main(["--tasks", "x"])
     assert stop.value.code == 2
-    assert capsys.readouterr().err == ("txl-lm-eval: error: the evaluation harness is not installed: pip install "
-                                       "'transformer-xl[eval]'\n")
+    assert capsys.readouterr().err == ("txl-lm-eval: error: the evaluation harness is not installed: pip install -e "
+                                       "'.[eval]' in the txl checkout (or its wheel with the extra: "
+                                       "'transformer_xl-VERSION-py3-none-any.whl[eval]')\n")

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import HF_SYMS, assert_same_outputs, hf_repo, hf_tokenizer_dict, hub_repo, tiny_model, txl_repo
 from transformer_xl import CheckpointError, ConfigError, TransformerXLLM
+from transformer_xl.errors import install_hint
 from transformer_xl.interop import hub
 from transformer_xl.interop.hf import build_hf, hf_available
 
@@ -253,7 +254,7 @@ def test_without_huggingface_hub_an_id_is_one_line(monkeypatch) -> None:
     with pytest.raises(ConfigError) as err:
         TransformerXLLM.from_pretrained("transfo-xl/transfo-xl-wt103")
     assert str(err.value) == ("transfo-xl/transfo-xl-wt103: no local directory of that name, and Hub model ids "
-                              "need huggingface_hub (pip install 'transformer-xl[hub]')")
+                              f"need huggingface_hub ({install_hint('hub')})")
 
 
 def test_converted_dir_is_keyed_by_repo_and_commit(tmp_path) -> None:

@@ -213,7 +213,8 @@ def test_a_missing_onnx_package_is_named_with_the_extra(monkeypatch, missing) ->
     assert require_onnx() is onnx
     monkeypatch.setitem(sys.modules, missing, None)  # what an environment without the package imports
     with pytest.raises(ConfigError, match=rf"^ONNX export needs the onnx extra \({missing} is missing\): pip install "
-                                          r"'transformer-xl\[onnx\]'$"):
+                                          r"-e '\.\[onnx\]' in the txl checkout \(or its wheel with the extra: "
+                                          r"'transformer_xl-VERSION-py3-none-any.whl\[onnx\]'\)$"):
         require_onnx()
 
 

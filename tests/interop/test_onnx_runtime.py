@@ -182,7 +182,8 @@ def test_onnx_runtime_uses_the_threads_asked_for_on_the_cpu_silently(toy, capfd)
 def test_a_missing_onnxruntime_is_named_with_the_extra(toy, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(ConfigError, match=r"^the onnxruntime backend needs the onnx extra \(onnxruntime is missing\): "
-                                          r"pip install 'transformer-xl\[onnx\]'$"):
+                                          r"pip install -e '\.\[onnx\]' in the txl checkout \(or its wheel with the "
+                                          r"extra: 'transformer_xl-VERSION-py3-none-any.whl\[onnx\]'\)$"):
         OnnxRuntimeLM(toy)
 
 

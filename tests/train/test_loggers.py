@@ -243,7 +243,7 @@ def test_a_missing_extra_is_one_line_before_anything_is_written(tmp_path, word_c
     assert main(["train", "--preset", "tiny", "--dataset", str(word_corpus), "--max-step", "2", "--out-dir", str(out),
                  "--no-progress", "--logger", "tensorboard,wandb"]) == 2
     err = one_line_error(capsys, "txl train: error: --logger wandb needs the wandb package: ")
-    assert "pip install 'transformer-xl[wandb]'" in err
+    assert "pip install -e '.[wandb]' in the txl checkout" in err
     assert not out.exists()
 
 

@@ -37,11 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "fetch", help="download and verify a dataset's files",
         description="Sources are tried in order: the original URL, the author's mirror (WikiText: "
         "wikitext.smerity.com), then the Hugging Face Hub dataset where one exists (WikiText: Salesforce/wikitext "
-        "Parquet at a pinned revision, rebuilt to the exact original files; needs `pip install "
-        "'transformer-xl[hub]'`; HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply). A dead source is said in one line "
-        "naming the next. Files are verified whatever the source (SHA-256, or line/token counts and the checksum of "
-        "the rebuilt text); the source used is kept in DATA/SUBDIR/sources.json and in the manifest of caches "
-        "prepared from them. With HF_HUB_OFFLINE=1 network URLs are skipped and only the Hub cache is read.")
+        "Parquet at a pinned revision, rebuilt to the exact original files; needs the hub extra, "
+        "`pip install -e '.[hub]'` in the checkout; HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN apply). A dead "
+        "source is said in one line naming the next. Files are verified whatever the source (SHA-256, or "
+        "line/token counts and the checksum of the rebuilt text); the source used is kept in "
+        "DATA/SUBDIR/sources.json and in the manifest of caches prepared from them. With HF_HUB_OFFLINE=1 network "
+        "URLs are skipped and only the Hub cache is read.")
     common(f)
     f.add_argument("--mirror", default=None, help="base URL replacing the canonical URLs' folder (then the only "
                    "source tried)")

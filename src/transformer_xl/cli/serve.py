@@ -16,7 +16,7 @@ from transformer_xl.cli.args import (
     positive_int,
     stderr_note,
 )
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, install_hint
 
 SERVE_HELP = """serve a txl model over HTTP with the OpenAI completions protocol
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise ConfigError("txl serve needs the serve extra: pip install 'transformer-xl[serve]'") from None
+        raise ConfigError(f"txl serve needs the serve extra: {install_hint('serve')}") from None
     from transformer_xl.serve.protocol import Limits
     from transformer_xl.serve.server import ServeOptions, serve
 

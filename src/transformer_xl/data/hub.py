@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.data.registry import HubSource, HubSplit
-from transformer_xl.errors import DataError
+from transformer_xl.errors import DataError, install_hint
 
-EXTRA = "pip install 'transformer-xl[hub]'"
+EXTRA = install_hint("hub")
 
 
 def hub_offline() -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 from transformer_xl.data.builders import Built, Source, check_nonempty, cut_lines
 from transformer_xl.data.rawtext import iter_text_chunks
 from transformer_xl.data.vocab import Vocab, smallest_dtype
-from transformer_xl.errors import DataError
+from transformer_xl.errors import DataError, install_hint
 
 
 def build_with_tokenizer(
@@ -27,7 +27,7 @@ def build_with_tokenizer(
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
-        raise DataError("a tokenizer JSON needs the 'tokenizers' package: pip install 'transformer-xl[data]'") from exc
+        raise DataError(f"a tokenizer JSON needs the 'tokenizers' package: {install_hint('data')}") from exc
     try:
         tok = Tokenizer.from_file(str(tokenizer_file))
     except Exception as exc:
@@ -74,8 +74,7 @@ class SubwordCodec:
         try:
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - tokenizers is an optional extra
-            raise DataError("a tokenizer JSON needs the 'tokenizers' package: "
-                            "pip install 'transformer-xl[data]'") from exc
+            raise DataError(f"a tokenizer JSON needs the 'tokenizers' package: {install_hint('data')}") from exc
         try:
             self.tok = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:

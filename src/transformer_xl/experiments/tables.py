@@ -1,6 +1,6 @@
 """Results (dicts/JSON) to Markdown tables and PNG plots.
 
-Plots need matplotlib (``pip install transformer-xl[plot]``)."""
+Plots need matplotlib (the ``plot`` extra)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, install_hint
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -25,7 +25,7 @@ def pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError("plots need matplotlib: pip install 'transformer-xl[plot]'") from None
+        raise ConfigError(f"plots need matplotlib: {install_hint('plot')}") from None
     return plt
 
 

@@ -1,8 +1,8 @@
 """The model backend ``transformer-xl`` of EleutherAI's lm-evaluation-harness (``lm_eval`` 0.4.x).
 
-Installed with ``pip install 'transformer-xl[eval]'``. The harness 0.4 looks models up in its own registry and reads
-no plugin entry point, so ``txl-lm-eval`` (or ``python -m transformer_xl.integrations.harness``) registers this
-backend and then runs the harness's own command line with the arguments given::
+Installed with the ``eval`` extra (``pip install -e '.[eval]'`` in the checkout). The harness 0.4 looks models up in its
+own registry and reads no plugin entry point, so ``txl-lm-eval`` (or ``python -m transformer_xl.integrations.harness``)
+registers this backend and then runs the harness's own command line with the arguments given::
 
     txl-lm-eval --model transformer-xl --model_args pretrained=runs/wt2,mem_len=640,batch_size=8 --tasks wikitext
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from transformer_xl.errors import ConfigError, TXLError
+from transformer_xl.errors import ConfigError, TXLError, install_hint
 from transformer_xl.inference.lines import LineEncoder
 from transformer_xl.inference.loading import load_model
 from transformer_xl.inference.score import score_ids
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         from lm_eval.__main__ import cli_evaluate
     except ImportError:
-        print("txl-lm-eval: error: the evaluation harness is not installed: pip install 'transformer-xl[eval]'",
+        print(f"txl-lm-eval: error: the evaluation harness is not installed: {install_hint('eval')}",
               file=sys.stderr)
         raise SystemExit(2) from None
     register()

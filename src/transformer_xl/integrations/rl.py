@@ -1,10 +1,10 @@
 """TorchRL's recurrent-module interface over :class:`~transformer_xl.model.TransformerXLSequence` (GTrXL).
 
-Installed with ``pip install 'transformer-xl[rl]'`` (``torchrl``, ``tensordict``, ``gymnasium``, ``popgym``). The
-module follows TorchRL's own recurrent modules (``torchrl.modules.LSTMModule``): a ``TensorDictModuleBase`` whose
-memory travels in the tensordict under ``recurrent_state_*`` keys, read from the root and written under ``"next"``,
-with ``is_init`` (from ``torchrl.envs.InitTracker``) marking the first step of an episode, and a
-:meth:`TransformerXLModule.make_tensordict_primer` for the environment so that the collector carries the state::
+Installed with the ``rl`` extra (``pip install -e '.[rl]'`` in the checkout: ``torchrl``, ``tensordict``, ``gymnasium``,
+``popgym``). The module follows TorchRL's own recurrent modules (``torchrl.modules.LSTMModule``): a
+``TensorDictModuleBase`` whose memory travels in the tensordict under ``recurrent_state_*`` keys, read from the root and
+written under ``"next"``, with ``is_init`` (from ``torchrl.envs.InitTracker``) marking the first step of an episode, and
+a :meth:`TransformerXLModule.make_tensordict_primer` for the environment so that the collector carries the state::
 
     env = TransformedEnv(env, Compose(InitTracker(), ...))
     memory = TransformerXLModule(SequenceConfig(d_in=32, mem_len=16), in_key="embed", out_key="features")

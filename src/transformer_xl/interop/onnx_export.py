@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, install_hint
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.pretrained import checked_vocab_json
 from transformer_xl.store.files import atomic_dir, write_json, write_text
@@ -61,7 +61,7 @@ _NO_CUT = 1 << 20
 #: The example batch, memory and segment length the graphs are traced with: any size of 2 or more traces the same
 #: graphs (0 or 1 would not: the exporter fixes an axis it sees at those sizes).
 _EXAMPLE = 2
-_INSTALL = "pip install 'transformer-xl[onnx]'"
+_INSTALL = install_hint("onnx")
 #: What ``onnx_export.json`` says of the memories and of the log-probabilities.
 MEMORY_DOC = ("mem_i: the memory of layer i's input (i = n_layer: the final output), the last positions of the text "
               "read so far, oldest first; empty (mem = 0) at the start of a text. new_mem_i: mem_i followed by this "

@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.errors import CheckpointError, ConfigError, install_hint
 from transformer_xl.interop.onnx_export import EXPORT_JSON, FORMAT, GRAPHS, io_names
 from transformer_xl.model import Lengths, TXLConfig
 from transformer_xl.store.files import read_json
 from transformer_xl.store.manifest import verify_manifest
 
-_INSTALL = "pip install 'transformer-xl[onnx]'"
+_INSTALL = install_hint("onnx")
 
 
 def _require_ort() -> Any:

@@ -11,6 +11,6 @@ module           what it holds
 ``server``       loading a model, binding a socket, running uvicorn
 ===============  ==================================================================================
 
-Needs the ``serve`` extra (``pip install 'transformer-xl[serve]'``: FastAPI and uvicorn); ``protocol``,
+Needs the ``serve`` extra (``pip install -e '.[serve]'`` in the checkout: FastAPI and uvicorn); ``protocol``,
 ``sessions`` and ``engine`` do not.
 """

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from transformer_xl.errors import ConfigError
+from transformer_xl.errors import ConfigError, install_hint
 from transformer_xl.store.files import read_json, write_json
 from transformer_xl.store.layout import RunDir
 
@@ -53,7 +53,7 @@ def check_loggers(names: list[str]) -> None:
     for name in names:
         module, extra = LOGGERS[name]
         if importlib.util.find_spec(module) is None:
-            raise ConfigError(f"--logger {name} needs the {module} package: pip install 'transformer-xl[{extra}]'")
+            raise ConfigError(f"--logger {name} needs the {module} package: {install_hint(extra)}")
 
 
 def metric_value(loss: float, metric: str) -> float:

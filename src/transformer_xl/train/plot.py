@@ -2,7 +2,7 @@
 
 Four panels: train/valid loss against step and against wall time, the learning rate, and tokens/s.
 Loss is in nats; the valid points are also labelled in the run's metric (ppl, or bpc for
-character/byte-level data). Needs matplotlib (``pip install transformer-xl[plot]``).
+character/byte-level data). Needs matplotlib (the ``plot`` extra: :func:`~transformer_xl.errors.install_hint`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.errors import ConfigError, DataError, install_hint
 from transformer_xl.store.files import read_json
 from transformer_xl.store.layout import RunDir
 from transformer_xl.train.metrics import read_metrics as read_metrics_file
@@ -34,7 +34,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None, *, title: str |
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ConfigError("txl plot needs matplotlib: pip install 'transformer-xl[plot]'") from exc
+        raise ConfigError(f"txl plot needs matplotlib: {install_hint('plot')}") from exc
     run_dir = Path(run_dir)
     records = read_metrics(run_dir)
     train = [r for r in records if r.get("kind") == "train" and "train_loss" in r]
