@@ -125,9 +125,9 @@ def device_description(device: str) -> str:
     (:func:`cpu_class`): what every measurement is printed with."""
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    cls = cpu_class()
-    return (f"{cpu_model()} ({', '.join(cpu_flags()) or 'no relevant flags'}; "
-            f"{CPU_CLASSES.get(cls, 'no AVX2')} kernels)")
+    flags = cpu_flags()  # RELEVANT_FLAGS: every flag cpu_class reads
+    return (f"{cpu_model()} ({', '.join(flags) or 'no relevant flags'}; "
+            f"{CPU_CLASSES.get(cpu_class(flags), 'no AVX2')} kernels)")
 
 
 def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -> float:

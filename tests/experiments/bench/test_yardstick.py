@@ -90,10 +90,12 @@ def test_machine_records_the_cpu_its_flags_cache_threads_and_load(monkeypatch: p
     monkeypatch.setattr(Y, "cpu_flags", lambda wanted: [f for f in wanted if f != "fma"])
     monkeypatch.setattr(Y, "llc_bytes", lambda: 123)
     monkeypatch.setattr(Y.os, "getloadavg", lambda: (1.0, 0.25, 12.345))
-    monkeypatch.setattr(Y, "cpu_class", lambda: "avx512-bf16")
+    classed: list[list[str]] = []
+    monkeypatch.setattr(Y, "cpu_class", lambda flags: classed.append(flags) or "avx512-bf16")
     assert Y.machine() == {"cpu": "AMD EPYC 9R14", "cpu_flags": [f for f in Y.FLAGS if f != "fma"], "llc_bytes": 123,
                            "cpu_class": "avx512-bf16", "threads": torch.get_num_threads(),
                            "load_average": "1.00 0.25 12.35"}
+    assert classed == [[f for f in Y.FLAGS if f != "fma"]]  # the class from the flags read once
 
     def no_load() -> tuple:
         raise OSError("no load average")

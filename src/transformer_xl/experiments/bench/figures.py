@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,15 @@ def _machine(report: dict[str, Any]) -> dict[str, Any]:
     return m if isinstance(m, dict) else report.get("env", {}).get("machine", {})
 
 
+def _aligned(reports: list[dict[str, Any]],
+             key: Callable[[dict[str, Any]], Any]) -> Iterator[tuple[Any, list[Any], dict[str, Any]]]:
+    """Each ``key(row)`` of the reports' rows in first-seen order, with each report's row of it (None where a report
+    has none) and the first of them."""
+    for k in dict.fromkeys(key(row) for r in reports for row in r["rows"]):
+        rows = [next((row for row in r["rows"] if key(row) == k), None) for r in reports]
+        yield k, rows, next(row for row in rows if row is not None)
+
+
 def render_classes(paths: list[str], root: Path) -> str:
     """One table of several result files of one kind (``benchmarks/decode_kernels.py``, ``benchmarks/int8_forms.py``
     or ``txl bench`` training reports), a column per file: the same cases measured on different classes of CPU, each
@@ -168,9 +178,7 @@ def render_classes(paths: list[str], root: Path) -> str:
         lines += ["| shape | words | memory | batch | weights | MB per step | "
                   + " | ".join(f"{n}: captured ms, share of the read rate" for n in names) + " |",
                   "|---|---:|---:|---:|---|---:|" + "---:|" * len(reports)]
-        for case in dict.fromkeys(row["case"] for r in reports for row in r["rows"]):
-            rows = [next((row for row in r["rows"] if row["case"] == case), None) for r in reports]
-            first = next(row for row in rows if row is not None)
+        for _, rows, first in _aligned(reports, lambda row: row["case"]):
             cells = ["–" if row is None else f"{row['captured']['best_s'] * 1e3:.2f}, "
                      f"{row['captured']['share_of_read_rate']:.0%}" for row in rows]
             lines.append(f"| {first['shape']} | {first['n_token']:,} | {first['mem_len']:,} | {first['batch']} | "
@@ -180,9 +188,7 @@ def render_classes(paths: list[str], root: Path) -> str:
     if all(r.get("rows") and "lanes" in r["rows"][0] for r in reports):  # benchmarks/int8_forms.py
         lines += ["| `(out, in)` | MB | " + " | ".join(f"{n}: int8 lanes, 32-bit words GB/s" for n in names) + " |",
                   "|---|---:|" + "---:|" * len(reports)]
-        for shape in dict.fromkeys((row["out"], row["in"]) for r in reports for row in r["rows"]):
-            rows = [next((row for row in r["rows"] if (row["out"], row["in"]) == shape), None) for r in reports]
-            first = next(row for row in rows if row is not None)
+        for shape, rows, first in _aligned(reports, lambda row: (row["out"], row["in"])):
             cells = ["–" if row is None else f"{row['lanes']['gb_per_s']:.1f}, {row['words']['gb_per_s']:.1f}"
                      for row in rows]
             lines.append(f"| {shape[0]:,} × {shape[1]:,} | {first['lanes']['bytes'] / 1e6:.2f} | "

@@ -100,7 +100,8 @@ def machine(device: str = "cpu") -> dict[str, Any]:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = "unknown"
-    out: dict[str, Any] = {"cpu": cpu_model(), "cpu_flags": cpu_flags(wanted=FLAGS), "cpu_class": cpu_class(),
+    flags = cpu_flags(wanted=FLAGS)  # every flag cpu_class reads among them
+    out: dict[str, Any] = {"cpu": cpu_model(), "cpu_flags": flags, "cpu_class": cpu_class(flags),
                            "llc_bytes": llc_bytes(), "threads": torch.get_num_threads(), "load_average": load}
     if device.startswith("cuda"):
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
