@@ -280,3 +280,53 @@ def test_convert_vocab_may_name_a_dataset(tmp_path, capsys, monkeypatch) -> None
     assert main(argv) == 0
     assert _hf_tokenizer(tmp_path / "hf", monkeypatch).encode("w3 w57 nope") == [vocab.sym2idx["w3"],
                                                                                 vocab.sym2idx["w57"], vocab.unk_idx]
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("dst", ["hf", "official"])
+def test_convert_writes_over_nothing_it_did_not_write(tmp_path, capsys, dst) -> None:
+    """--out the model's own directory, a directory holding it, or a folder of the user's: refused in one line naming
+    --force, every file kept. An earlier txl convert output is replaced whole (its manifest says so); --force moves
+    the user's folder aside to OUT.old-1 and writes the output in its place."""
+    from transformer_xl.store.manifest import verify_manifest
+
+    _saved_model(tmp_path, untie_r=False)
+    model = tmp_path / "model"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    before = _tree(tmp_path)
+    for out in (model, tmp_path, mine):
+        assert main(["convert", str(model), "--to", dst, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"txl convert: error: {out} ") and "--force" in err, err
+    assert _tree(tmp_path) == before
+    out = tmp_path / "out"
+    assert main(["convert", str(model), "--to", dst, "--out", str(out)]) == 0
+    (out / "stale.json").write_text("{}")  # not the command's: the next write is refused, then allowed once removed
+    assert main(["convert", str(model), "--to", dst, "--out", str(out)]) == 2
+    (out / "stale.json").unlink()
+    assert main(["convert", str(model), "--to", dst, "--out", str(out)]) == 0
+    assert verify_manifest(out, required=True)["output"] == "txl convert"
+    capsys.readouterr()
+    assert main(["convert", str(model), "--to", dst, "--out", str(mine), "--force"]) == 0
+    assert capsys.readouterr().err.endswith(f"txl convert: moved the old {mine} aside to {tmp_path / 'mine.old-1'} "
+                                            "(--force)\n")
+    assert _tree(tmp_path / "mine.old-1") == {"config.json": b'{"my": "settings"}'}
+    assert _tree(mine) == _tree(out) and _tree(model) == {k[6:]: v for k, v in before.items() if k[:6] == "model/"}
+
+
+def test_convert_import_refuses_its_input_folder_as_out(tmp_path, capsys) -> None:
+    """--from hf HF_DIR --out HF_DIR (the checkpoint being read) is refused; the folder stays as it was."""
+    _saved_model(tmp_path, untie_r=False)
+    assert main(["convert", str(tmp_path / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    before = _tree(tmp_path / "hf")
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "hf"), "--from", "hf", "--out", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"txl convert: error: {tmp_path / 'hf'} is txl convert's own input: refusing to write there; give "
+                   f"a new or empty directory, or --force to move it aside to {tmp_path / 'hf.old-1'}\n")
+    assert _tree(tmp_path / "hf") == before

@@ -123,3 +123,29 @@ def test_generate_refuses_bad_parameters_in_one_line(tmp_path, capsys, argv: lis
     assert main(["data", "generate", "long-range", str(tmp_path / "x"), *argv]) != 0
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and not (tmp_path / "x").exists()
+
+
+def test_generate_writes_over_nothing_of_the_users(tmp_path, capsys) -> None:
+    """OUT holding the user's text (a train.txt the generator would overwrite) is refused in one line naming
+    --force, every file kept; an earlier long-range corpus is written again in place; --force moves the user's
+    folder aside to OUT.old-1, whole."""
+    from transformer_xl.cli import main
+
+    small = ["--tokens", "300,80,80", "--distances", "12", "--span-lens", "4"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.txt").write_text("my own text\n")
+    assert main(["data", "generate", "long-range", str(mine), *small]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"txl data: error: {mine} holds what txl data generate did not "
+                                                   "write (train.txt): refusing to write there; ") and "--force" in err
+    assert [p.name for p in mine.iterdir()] == ["train.txt"] and (mine / "train.txt").read_text() == "my own text\n"
+    assert main(["data", "generate", "long-range", str(tmp_path / "corpus"), *small]) == 0
+    assert main(["data", "generate", "long-range", str(tmp_path / "corpus"), *small, "--seed", "1"]) == 0  # its own
+    assert sorted(p.name for p in (tmp_path / "corpus").iterdir()) == ["long-range.json", "test.txt", "train.txt",
+                                                                        "valid.txt"]
+    capsys.readouterr()
+    assert main(["data", "generate", "long-range", str(mine), *small, "--force"]) == 0
+    assert f"txl data: moved the old {mine} aside to {tmp_path / 'mine.old-1'} (--force)" in capsys.readouterr().err
+    assert (tmp_path / "mine.old-1" / "train.txt").read_text() == "my own text\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["long-range.json", "test.txt", "train.txt", "valid.txt"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -140,12 +142,15 @@ def test_help_describes_the_command_and_its_arguments(capsys, monkeypatch) -> No
     for text in (" ".join(description.split()),
                  "MODEL_OR_RUN_DIR txl model directory (config.json + model.safetensors), checkpoint step_* dir, or "
                  "run dir; a Hugging Face Hub id",
-                 "OUT_DIR the export directory to write (replaced if it exists)",
+                 "OUT_DIR the export directory to write: new, empty or an earlier export (which is replaced)",
+                 "--force write OUT_DIR even when it holds what txl export did not write (or the model): the old one "
+                 "is moved aside to OUT_DIR.old-N, not deleted",
                  "--vocab VOCAB vocabulary JSON (default: MODEL_DIR/vocab.json, else the run's)",
                  "--no-verify load weights"):
         assert text in out, text
     args = _build_parser().parse_args(["export", "onnx", "m", "out"])
-    assert (args.format, args.model_dir, args.out_dir, args.vocab, args.no_verify) == ("onnx", "m", "out", None, False)
+    assert (args.format, args.model_dir, args.out_dir, args.vocab, args.no_verify, args.force) == (
+        "onnx", "m", "out", None, False, False)
 
 
 def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys) -> None:
@@ -158,3 +163,118 @@ def test_onnxruntime_backend_refusals_are_one_line(onnx_export, tmp_path, capsys
     assert "--captured" in one_line_error(capsys, "txl generate: error:")
     assert main(["export", "onnx", str(tmp_path / "nowhere"), str(tmp_path / "out")]) != 0
     one_line_error(capsys, "txl export: error:")
+
+
+# ------------------------------------------------------------------------------------------ the output directory
+def _run_dir(root: Path, **overrides) -> Path:
+    """A training run's directory: its best model (with the vocabulary), a checkpoint, metrics and config."""
+    vocab = word_vocab()
+    run = root / "run"
+    tiny_model(n_token=len(vocab), n_layer=1, **overrides).save_pretrained(run / "best", vocab=vocab)
+    tiny_model(n_token=len(vocab), n_layer=1).save_pretrained(run / "checkpoints" / "step_00000002")
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "train_loss": 3.0}\n')
+    (run / "config.json").write_text(json.dumps({"train": {"level": "word"}}))
+    return run
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _last_error(capsys) -> str:
+    """The command's one-line error: the last line of stderr (a note of the model used may come first)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.endswith("\n"), err
+    last = err.splitlines()[-1]
+    assert last.startswith("txl export: error: "), err
+    return last
+
+
+@pytest.mark.parametrize("where", ["the run", "its best model", "a parent of the run", "inside the model",
+                                   "a folder of the user's"])
+def test_export_refuses_the_model_its_parents_and_what_it_did_not_write(tmp_path, capsys, where) -> None:
+    """``txl export onnx RUN RUN`` (and the model's directory, a parent of it, a folder inside it, a folder holding
+    the user's files) is refused in one line naming --force, before anything is exported: every file stays."""
+    run = _run_dir(tmp_path)
+    out = {"the run": run, "its best model": run / "best", "a parent of the run": tmp_path,
+           "inside the model": run / "best" / "onnx", "a folder of the user's": tmp_path / "mine"}[where]
+    if where == "a folder of the user's":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    assert main(["export", "onnx", str(run), str(out)]) == 2
+    err = _last_error(capsys)
+    assert f"txl export: error: {out} " in err and "refusing to write there" in err and "--force" in err
+    assert _tree(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"run", *(["mine"] if "user" in where else [])})
+
+
+def test_an_earlier_export_is_replaceable_but_not_with_the_users_files_in_it(onnx_export, tmp_path, capsys) -> None:
+    """An earlier export (its manifest says txl export onnx wrote it) passes the claim: the refusal that follows is
+    the model's own (same_length), and the export is untouched; with a file of the user's in it, the claim refuses."""
+    _, _, export = onnx_export()
+    earlier = tmp_path / "earlier"
+    shutil.copytree(export, earlier)
+    vocab = word_vocab()
+    tiny_model(n_token=len(vocab), same_length=True).save_pretrained(tmp_path / "m", vocab=vocab)
+    before = _tree(earlier)
+    assert main(["export", "onnx", str(tmp_path / "m"), str(earlier)]) == 2
+    assert "same_length" in one_line_error(capsys, "txl export: error:")
+    (earlier / "notes.txt").write_text("mine")
+    assert main(["export", "onnx", str(tmp_path / "m"), str(earlier)]) == 2
+    assert f"{earlier} holds what txl export onnx did not write (notes.txt)" in one_line_error(capsys, "txl export")
+    assert _tree(earlier) == {**before, "notes.txt": b"mine"}
+
+
+@pytest.mark.exports
+def test_force_exports_over_the_run_and_keeps_the_old_run_whole(tmp_path, capsys) -> None:
+    """``txl export onnx RUN RUN --force``: the export takes RUN's place and the run, every file of it, is moved to
+    RUN.old-1 (read from its old place while exporting); nothing is deleted."""
+    from transformer_xl.interop.onnx_export import OUTPUT
+    from transformer_xl.store.manifest import plain_files, verify_manifest
+
+    run = _run_dir(tmp_path)
+    before = _tree(run)
+    assert main(["export", "onnx", str(run), str(run), "--force"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"txl export: using {run / 'best'} (the best validation model)",
+        f"txl export: moved the old {run} aside to {tmp_path / 'run.old-1'} (--force)",
+        f"txl export: wrote {run} (segment.onnx, step.onnx; see {run}/onnx_export.json)"]
+    assert _tree(tmp_path / "run.old-1") == before
+    manifest = verify_manifest(run, required=True)
+    assert manifest["output"] == OUTPUT and set(manifest["files"]) == set(plain_files(run))
+    assert {"segment.onnx", "step.onnx", "vocab.json", "config.json", "onnx_export.json"} == set(manifest["files"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run.old-1"]
+
+
+# --------------------------------------------------------------------------- a changed export, on the CLI's path
+def _generate_error(capsys, export: Path, *extra: str) -> str:
+    assert main(["generate", str(export), "--backend", "onnxruntime", "--prompt", PROMPT, "--max-new-tokens", "3",
+                 *extra]) == 2
+    return one_line_error(capsys, "txl generate: error:")
+
+
+def test_a_swapped_graph_is_a_one_line_error_even_unverified(onnx_export, tmp_path, capsys) -> None:
+    """The graphs swapped for each other: refused by their SHA-256; with --no-verify, by their inputs (the segment
+    graph reads one token), before ONNX Runtime runs it. No traceback either way."""
+    _, _, export = onnx_export()
+    swapped = tmp_path / "swapped"
+    shutil.copytree(export, swapped)
+    (swapped / "segment.onnx").write_bytes((export / "step.onnx").read_bytes())
+    (swapped / "step.onnx").write_bytes((export / "segment.onnx").read_bytes())
+    assert "segment.onnx does not match its SHA-256" in _generate_error(capsys, swapped)
+    err = _generate_error(capsys, swapped, "--no-verify")
+    assert f"{swapped / 'segment.onnx'} is not this export's segment graph" in err
+
+
+def test_a_manifest_that_omits_a_graph_is_refused(onnx_export, tmp_path, capsys) -> None:
+    """A manifest rewritten without segment.onnx (so that a graph swapped in is not checked) is refused: every file
+    txl reads must be listed."""
+    from transformer_xl.store.manifest import write_manifest
+
+    _, _, export = onnx_export()
+    partial = tmp_path / "partial"
+    shutil.copytree(export, partial)
+    write_manifest(partial, ["step.onnx", "onnx_export.json", "config.json", "vocab.json"])
+    err = _generate_error(capsys, partial)
+    assert f"{partial / 'MANIFEST.json'} does not list segment.onnx, which txl reads from the export" in err

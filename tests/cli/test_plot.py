@@ -65,3 +65,30 @@ def test_unreadable_metrics_are_one_line_errors(tmp_path, capsys, content: str, 
     assert main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("txl plot: error: ") and message in err and len(err.splitlines()) == 1
+
+
+def test_plot_writes_over_no_file_that_is_not_a_png(tmp_path, capsys) -> None:
+    """``--out RUN/metrics.jsonl`` (a slip of the shell) is refused in one line naming --force, before the run is
+    read, the file untouched; a directory likewise; --force moves the file aside to OUT.old-1 (never deletes it)."""
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"kind": "train", "step": s, "time": float(s), "train_loss": 3.0 / s,
+                                           "lr": 0.1, "tokens_per_s": 100.0, "grad_norm": 1.0}) + "\n"
+                               for s in (1, 2)))
+    before = metrics.read_bytes()
+    for out in (metrics, run):
+        assert main(["plot", str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"txl plot: error: {out} exists and is not a PNG: refusing to write over it; give another "
+                       f"--out, or --force to move it aside to {out}.old-1\n")
+    assert metrics.read_bytes() == before and sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]
+    assert main(["plot", str(run), "--out", str(run / "curves.png")]) == 0
+    assert main(["plot", str(run), "--out", str(run / "curves.png")]) == 0  # its own PNG: replaced
+    assert main(["plot", str(run), "--out", str(metrics), "--force"]) == 0
+    moved = run / "metrics.jsonl.old-1"
+    assert f"txl plot: moved the old {metrics} aside to {moved} (--force)" in capsys.readouterr().err
+    assert moved.read_bytes() == before and sorted(p.name for p in run.iterdir()) == [
+        "curves.png", "metrics.jsonl", "metrics.jsonl.old-1"]
+    assert metrics.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

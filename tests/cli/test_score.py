@@ -187,7 +187,10 @@ def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatc
                  "--errors {strict,replace} bytes that are not UTF-8: strict refuses the file (default), replace reads "
                  "them as U+FFFD",
                  "MODEL_OR_RUN_DIR model directory (config.json + model.safetensors), checkpoint step_* dir, or run "
-                 "dir; a Hugging Face Hub id"):
+                 "dir; a Hugging Face Hub id",
+                 "--max-document-tokens N the most tokens one record (a line; with --documents, a document) may have; "
+                 "a line may have 16 bytes per token of it (default: 1,000,000)",
+                 "The input is read as it comes and each record is written once it is scored"):
         assert text in out, text
     assert out.endswith(" example: txl score runs/wt2 sentences.txt --format tsv")
     parser = _build_parser()
@@ -195,6 +198,8 @@ def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatc
     assert (args.file, args.documents, args.memory, args.format, args.batch_size, args.errors) == (
         "-", False, "carry", "jsonl", 16, "strict")
     assert (args.mem_len, args.vocab, args.level, args.tokenizer) == (None, None, None, None)
+    assert args.max_document_tokens == 1_000_000
+    assert parser.parse_args(["score", "m", "--max-document-tokens", "5"]).max_document_tokens == 5
     args = parser.parse_args(["score", "m", "f.txt", "--documents", "--memory", "reset", "--format", "tsv",
                               "--mem-len", "0", "--batch-size", "3", "--vocab", "v.json", "--level", "text8",
                               "--tokenizer", "t.json", "--errors", "replace"])
@@ -203,7 +208,8 @@ def test_help_describes_every_option_its_choices_and_defaults(capsys, monkeypatc
                                                          "t.json", "replace")
     for level in ("word", "char", "byte"):
         assert parser.parse_args(["score", "m", "--level", level]).level == level
-    for bad in (["--mem-len", "-1"], ["--batch-size", "0"], ["--memory", "keep"], ["--format", "csv"]):
+    for bad in (["--mem-len", "-1"], ["--batch-size", "0"], ["--memory", "keep"], ["--format", "csv"],
+                ["--max-document-tokens", "0"]):
         with pytest.raises(UsageError, match=f"argument {bad[0]}: "):
             parser.parse_args(["score", "m", *bad])
 
@@ -250,3 +256,138 @@ def test_a_level_alone_is_taken_and_changes_the_tokens(scored_model, capsys) -> 
     assert main(["score", str(model_dir), str(text), "--level", "char"]) == 0
     chars = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert words[0]["n_tokens"] == 7 and chars[0]["n_tokens"] > len("thecatsatonthemat")
+
+
+def test_lengths_of_a_hostile_config_are_refused_before_they_are_allocated(scored_model, tmp_path, monkeypatch,
+                                                                            capsys) -> None:
+    """A ``config.json`` whose ``mem_len`` asks for more memory than the machine has (the inference cache's slack is
+    ``mem_len // 2`` positions from the first segment): one line, before the model is built. A ``tgt_len`` whose
+    segment over a long document does not fit what is available: one line before that batch is allocated."""
+    from transformer_xl.data import Vocab
+    from transformer_xl.inference import budget
+
+    model_dir, _, text = scored_model
+    vocab = Vocab.load(model_dir / "vocab.json")
+    eval_model(n_token=len(vocab), mem_len=10**9, tgt_len=5).save_pretrained(tmp_path / "hostile", vocab=vocab)
+    assert main(["score", str(tmp_path / "hostile"), str(text)]) == 2
+    err = one_line_error(capsys, "txl score: error: scoring with tgt_len=5 and mem_len=1,000,000,000 (1 stream of up "
+                                 "to 1 tokens, 2 layers of d_model 16) needs about ")
+    assert " GB (memory " in err and " GB available: lower mem_len, tgt_len or the batch size" in err
+    assert main(["score", str(tmp_path / "hostile"), str(text), "--mem-len", "6"]) == 0  # told a sane length
+    capsys.readouterr()
+    eval_model(n_token=len(vocab), mem_len=6, tgt_len=10**9).save_pretrained(tmp_path / "long", vocab=vocab)
+    (tmp_path / "long.txt").write_text("the cat sat on the mat\n" * 900, encoding="utf-8")  # 6,300 tokens
+    monkeypatch.setattr(budget, "available_bytes", lambda device: 300 * 10**6)
+    assert main(["score", str(tmp_path / "long"), str(tmp_path / "long.txt"), "--documents"]) == 2
+    err = one_line_error(capsys, "txl score: error: scoring with tgt_len=1,000,000,000 and mem_len=6 (1 stream of up "
+                                 "to 6,301 tokens, ")
+    assert "(attention " in err and "but cpu has 0.3 GB available" in err
+    assert main(["score", str(tmp_path / "long"), str(tmp_path / "long.txt"), "--documents", "--tgt-len", "64"]) == 0
+
+
+def test_a_config_json_nested_too_deeply_is_one_line(scored_model, capsys) -> None:
+    """``config.json`` of 100,000 ``[``: one line, not the parser's RecursionError (unverified, or without the
+    manifest that would refuse the changed file first)."""
+    model_dir, _, text = scored_model
+    (model_dir / "config.json").write_text("[" * 100_000)
+    assert main(["score", str(model_dir), str(text)]) == 2
+    one_line_error(capsys, "txl score: error: ")
+    assert main(["score", str(model_dir), str(text), "--no-verify"]) == 2
+    err = one_line_error(capsys, f"txl score: error: {model_dir / 'config.json'} is not a usable JSON object: it is "
+                                 "nested too deeply to be read")
+    (model_dir / "MANIFEST.json").unlink()
+    assert main(["score", str(model_dir), str(text)]) == 2
+    assert one_line_error(capsys, "txl score: error: ") == err
+
+
+def test_records_are_written_as_the_input_arrives(scored_model, monkeypatch) -> None:
+    """Standard input a pipe that a thread writes: the first document's record is written (and flushed) before the
+    second document is, with the default batch of 16, and then the second's."""
+    import os
+    import threading
+
+    model_dir, _, _ = scored_model
+    read, write = os.pipe()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(open(read, "rb")))  # noqa: SIM115 - closed with stdin
+    flushed = threading.Event()
+
+    class Out(io.StringIO):
+        def flush(self) -> None:
+            super().flush()
+            if self.getvalue():
+                flushed.set()
+
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    before_second: list[bool] = []
+
+    def feed() -> None:
+        with open(write, "wb", buffering=0) as pipe:
+            pipe.write(b"the cat sat on the mat\nthe dog ran\n\n")
+            before_second.append(flushed.wait(timeout=30))
+            before_second.append(out.getvalue().count("\n") == 1)
+            pipe.write(b"then it was very quiet\n")
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        assert main(["score", str(model_dir), "-", "--documents"]) == 0
+    finally:
+        writer.join()
+        sys.stdin.close()
+    assert before_second == [True, True]
+    assert [json.loads(line)["text"] for line in out.getvalue().splitlines()] == [
+        "the cat sat on the mat\nthe dog ran", "then it was very quiet"]
+
+
+def test_input_without_line_ends_is_refused_once_the_cap_is_read(scored_model, monkeypatch, capsys) -> None:
+    """``/dev/zero`` (here 256 MB of zeros through a counter, then the real device): a line longer than 16 bytes per
+    token of --max-document-tokens is refused in one line once that much is read, not after reading it all."""
+    import subprocess
+
+    from tests.helpers import subprocess_env
+
+    model_dir, _, _ = scored_model
+
+    class Zeros(io.RawIOBase):
+        def __init__(self) -> None:
+            self.left, self.read_bytes = 256 << 20, 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            n = min(len(buffer), self.left)
+            buffer[:n] = bytes(n)
+            self.left, self.read_bytes = self.left - n, self.read_bytes + n
+            return n
+
+    for limit, cap in ((None, 16_000_000), ("1000", 16_000)):
+        zeros = Zeros()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(zeros)))
+        assert main(["score", str(model_dir), *(["--max-document-tokens", limit] if limit else [])]) == 2
+        one_line_error(capsys, f"txl score: error: standard input: line 1 is longer than {cap:,} bytes (no line end "
+                               "in them: not a text of lines?); split it, or raise the limit (--max-document-tokens)")
+        assert zeros.read_bytes <= cap + (1 << 16) + io.DEFAULT_BUFFER_SIZE
+    done = subprocess.run([sys.executable, "-m", "transformer_xl", "score", str(model_dir), "/dev/zero",
+                           "--max-document-tokens", "1000"], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env(model_dir.parent))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("txl score: error: /dev/zero: line 1 is longer than 16,000 bytes (no line end in them: not "
+                           "a text of lines?); split it, or raise the limit (--max-document-tokens)\n")
+
+
+def test_a_record_over_max_document_tokens_is_one_line(scored_model, capsys) -> None:
+    """A line (a document with --documents) of more tokens than --max-document-tokens: one line, as it is read."""
+    model_dir, _, text = scored_model
+    assert main(["score", str(model_dir), str(text), "--max-document-tokens", "6"]) == 2
+    assert one_line_error(capsys, "txl score: error: ") == (
+        f"txl score: error: {text}: line 1 has more than 6 tokens; split it (blank lines end a document) or raise "
+        "the limit (--max-document-tokens)\n")
+    assert main(["score", str(model_dir), str(text), "--max-document-tokens", "7"]) == 0  # 7 tokens a line at most
+    capsys.readouterr()
+    assert main(["score", str(model_dir), str(text), "--max-document-tokens", "13", "--documents"]) == 2
+    assert one_line_error(capsys, "txl score: error: ").endswith("the document of lines 1-2 has more than 13 tokens; "
+                                                                 "split it (blank lines end a document) or raise the "
+                                                                 "limit (--max-document-tokens)\n")
+    assert main(["score", str(model_dir), str(text), "--max-document-tokens", "14", "--documents"]) == 0

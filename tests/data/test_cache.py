@@ -157,3 +157,19 @@ def test_a_cache_published_first_by_another_process_is_used(tmp_path: Path, monk
     again = load_corpus(str(corpus_dir(tmp_path)), cache_dir=tmp_path / "c", on_stale="error")  # theirs is valid
     assert again.vocab.sha256() == corpus.vocab.sha256() and len(corpus.splits["train"]) > 0
     assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".")]  # our temporary is gone
+
+
+def test_a_cache_folder_holding_other_files_is_never_replaced(tmp_path: Path) -> None:
+    """A cache is rebuilt by replacing its folder whole: when that folder holds a file the cache does not (put
+    there by hand), the rebuild is refused in one line and the file kept; a folder of the cache's own files is
+    rebuilt as ever."""
+    corpus, first = _user_cache(tmp_path)
+    (first.cache_dir / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match=rf"^{first.cache_dir} holds what txl data prepare did not write "
+                                        r"\(notes\.txt\): refusing to replace it; move them out, or delete the "
+                                        r"folder to rebuild the cache$"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c", rebuild=True)
+    assert (first.cache_dir / "notes.txt").read_text() == "mine"
+    (first.cache_dir / "notes.txt").unlink()
+    rebuilt = load_corpus(str(corpus), cache_dir=tmp_path / "c", rebuild=True)
+    assert rebuilt.cache_dir == first.cache_dir and rebuilt.manifest["created"] >= first.manifest["created"]

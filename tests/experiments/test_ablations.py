@@ -192,3 +192,20 @@ def test_an_ablation_trains_measures_and_evaluates_on_cuda(tmp_path) -> None:
     run = json.loads((tmp_path / "seed0" / "norec-ours-full-eqmem" / "run" / "config.json").read_text())
     assert run["train"]["device"] == "cuda"
     assert json.loads((tmp_path / "equal-memory.json").read_text())["method"] == "allocator"
+
+
+def test_a_variant_run_stopped_before_its_first_checkpoint_is_cleared_but_never_a_users_file(tmp_path) -> None:
+    """A variant's directory without a checkpoint is started over: what a run writes is removed; a directory that
+    also holds a file of the user's is refused in one line and kept whole (it was removed whole before)."""
+    run = tmp_path / "seed0" / "variant"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl", ".lock"):
+        (run / name).write_text("{}")
+    A.clear_unstarted_run(run)
+    assert not run.exists()
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("{}")
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"notes\.txt.*did not write|did not write.*notes\.txt"):
+        A.clear_unstarted_run(run)
+    assert (run / "notes.txt").read_text() == "mine" and (run / "metrics.jsonl").exists()

@@ -120,3 +120,68 @@ def test_load_codec_picks_the_level_of_the_vocabulary(tmp_path) -> None:
     assert load_codec(tmp_path / "m", level="word")[1].level == "word"
     with pytest.raises(CheckpointError):
         load_codec(tmp_path / "empty")
+
+
+def test_json_files_nested_too_deeply_are_one_line_errors(tmp_path) -> None:
+    """A model's ``config.json``, its vocabulary or its run's config of 100,000 ``[``: one-line errors naming the file
+    (a manifest would refuse the changed file first: these directories have none, or are not verified)."""
+    from transformer_xl.errors import DataError
+    from transformer_xl.inference.loading import run_text_options
+    from transformer_xl.store.files import write_text
+
+    deep = "[" * 100_000
+    eval_model().save_pretrained(tmp_path / "run" / "best", vocab=Vocab(["<eos>"] + [f"w{i}" for i in range(49)]))
+    best = tmp_path / "run" / "best"
+    (best / "MANIFEST.json").unlink()
+    write_text(tmp_path / "run" / "config.json", deep)  # the run's config: not a run's config, then
+    assert run_text_options(best) == {}
+    write_text(best / "vocab.json", deep)
+    with pytest.raises(DataError, match=rf"^vocabulary {best / 'vocab.json'} is not a usable JSON object: it is "
+                                        "nested too deeply"):
+        load_vocab(best)
+    config = (best / "config.json").read_text()
+    write_text(best / "config.json", deep)
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match=rf"^{best / 'config.json'} is not a usable JSON object: it is "
+                                                  "nested too deeply"):
+            load_model(best, verify=verify)
+    write_text(best / "config.json", config)
+    write_text(best / "MANIFEST.json", deep)
+    message = r": a JSON file of the model \(config\.json, a manifest, the run's train_info\.json or the weights' "
+    with pytest.raises(CheckpointError, match=rf"^{best}{message}metadata\) is nested too deeply to be read$"):
+        load_model(best)
+    (best / "MANIFEST.json").unlink()
+    write_text(best / "train_info.json", deep)  # read to name the step of the model a run directory picks
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path / 'run'}{message}"):
+        load_model(tmp_path / "run")
+    model = eval_model()
+    ckpt = save_checkpoint(tmp_path / "run2" / "checkpoints", 3, model.state_dict(), model.config.to_json(), {})
+    write_text(ckpt / "MANIFEST.json", deep)
+    with pytest.raises(CheckpointError, match=rf"^{ckpt}{message}"):
+        load_model(ckpt)
+
+
+def test_fits_sees_the_config_before_the_model_is_built(tmp_path, monkeypatch) -> None:
+    """``fits`` is shown the config before anything is built, and its refusal is the load's; a config that cannot be
+    read is left to the load, which refuses it in its own words (after the manifest)."""
+    from transformer_xl.model import TransformerXLLM
+
+    eval_model(mem_len=5).save_pretrained(tmp_path / "m")
+    seen = []
+
+    def refuse(config) -> None:
+        seen.append(config.mem_len)
+        raise ConfigError("too long")
+
+    def never(*args, **kwargs):
+        raise AssertionError("built")
+
+    with monkeypatch.context() as m:
+        m.setattr(TransformerXLLM, "from_pretrained", never)
+        with pytest.raises(ConfigError, match="too long"):
+            load_model(tmp_path / "m", fits=refuse)
+    assert seen == [5]
+    assert load_model(tmp_path / "m", fits=seen.append)[0].config.mem_len == 5 and seen[-1].mem_len == 5
+    (tmp_path / "m" / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config\.json does not match its SHA-256"):
+        load_model(tmp_path / "m", fits=refuse)

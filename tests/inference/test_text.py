@@ -41,3 +41,66 @@ def test_sample_text_holds_back_what_may_begin_a_stop_string() -> None:
     rest = SampleText(TextCodec(vocab, "char"), [], ["bc"])
     rest.feed(2)
     assert rest.close() == "b" and rest.finish_reason == "length"
+
+
+def _oracle(text: str, stops: list[str]) -> tuple[int | None, int]:
+    """The earliest start of a stop string in ``text`` (None: none), else the longest end of ``text`` that begins
+    one: every occurrence and every prefix compared (the old scan, slow and plainly right)."""
+    hits = [text.find(s) for s in stops if s in text]
+    if hits:
+        return min(hits), 0
+    return None, max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+def test_the_stop_matcher_finds_what_comparing_everything_finds() -> None:
+    """Random texts over two letters fed in random pieces, random stops (overlapping, periodic, one inside another):
+    after every piece, the earliest stop found and the text held back are those of the whole text compared again."""
+    import random
+
+    from transformer_xl.inference.text import StopMatcher
+
+    rng = random.Random(0)
+    for _ in range(400):
+        stops = ["".join(rng.choice("ab") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 4))]
+        matcher, text = StopMatcher(stops), ""
+        while True:
+            piece = "".join(rng.choice("ab") for _ in range(rng.randint(0, 4)))
+            text += piece
+            end, want = matcher.feed(piece), _oracle(text, stops)
+            if end is not None:
+                assert (end, 0) == want, (stops, text)
+                break
+            assert (None, matcher.hold) == want, (stops, text)
+    assert StopMatcher(["world", "hello"]).feed("say hello world") == 4  # the earliest, not the first listed
+    assert StopMatcher(["bcd", "abcdef"]).feed("xabcdef") == 1  # found in one piece: the one that begins first
+    with pytest.raises(ConfigError, match="must not be empty"):
+        StopMatcher(["a", ""])
+
+
+class _Counted(str):
+    """A stop string that counts the characters read out of it (by index or slice)."""
+
+    read = 0
+
+    def __getitem__(self, key):  # type: ignore[override]
+        out = str.__getitem__(self, key)
+        _Counted.read += len(out)
+        return out
+
+
+def test_a_sample_compares_each_new_character_not_its_whole_text_with_long_stops() -> None:
+    """Four stops of 2,001 characters that the text keeps almost beginning: the characters of the stops compared
+    grow with the text generated (at most twice per new character and stop, once the sample is made), not with the
+    text times the stops' length (the old scan compared every prefix of every stop at every token: 1.1 M here)."""
+    from transformer_xl.inference.text import SampleText
+
+    vocab = Vocab(["<eos>", "a", "b", "c", "d"], special=["<eos>"], eos="<eos>")
+    stops = [_Counted("ab" * 1000 + end) for end in "cd"] + [_Counted("ba" * 1000 + end) for end in "cd"]
+    text = SampleText(TextCodec(vocab, "char"), [], stops)
+    _Counted.read = 0
+    fed = 1500
+    for i in range(fed):
+        text.feed(1 + i % 2)  # "abab...": each stop's prefix ends the text
+    assert text.text == "ab" * (fed // 2) and text.feed(1) == "" and not text.done  # all of it held back so far
+    assert _Counted.read <= 4 * 2 * (2001 + fed + 1)
+    assert text.feed(3) == "ab" * (fed // 2) + "ac" and not text.done  # no stop can begin there: all released

@@ -5,7 +5,6 @@ reports equal to txl score's."""
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import os
 import re
@@ -18,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import REPO, eval_model
+from tests.harness_tasks import GENERATE_TASK, txl_score, wiki_model, write_tasks
+from tests.harness_tasks import samples as logged_samples
+from tests.helpers import REPO
 from transformer_xl.data import Vocab
 from transformer_xl.errors import TXLError
 from transformer_xl.inference.evaluate import evaluate
 from transformer_xl.inference.lines import LineEncoder
-from transformer_xl.inference.score import score_text, split_documents
+from transformer_xl.inference.score import score_text
 from transformer_xl.integrations.harness import TransformerXLHarness
-
-VALID = REPO / "src" / "transformer_xl" / "assets" / "wikitext-2" / "wiki.valid.tokens.xz"
 
 
 def _req(*args):
@@ -37,14 +36,7 @@ def _req(*args):
 def wiki(tmp_path_factory) -> tuple[Path, list[str]]:
     """A tiny random model over the words of the first lines of the embedded WikiText-2 valid text (a tenth of them
     left out, so that some words are <unk>), saved to a directory; and that text's documents."""
-    text = lzma.decompress(VALID.read_bytes()).decode("utf-8")
-    docs = split_documents("\n".join(text.split("\n")[:30]))
-    words = sorted({w for d in docs for w in d.split()} - {"<unk>"})
-    vocab = Vocab(["<eos>", "<unk>", *words[: len(words) * 9 // 10]], special=["<eos>", "<unk>"], eos="<eos>",
-                  unk="<unk>")
-    out = tmp_path_factory.mktemp("harness")
-    eval_model(n_token=len(vocab), tgt_len=16, mem_len=16, init_std=0.3).save_pretrained(out / "model", vocab=vocab)
-    return out / "model", docs
+    return wiki_model(tmp_path_factory.mktemp("harness"))
 
 
 def test_loglikelihood_reads_long_contexts_segment_by_segment_with_memory(wiki) -> None:
@@ -160,79 +152,11 @@ def test_generate_until_a_single_string_and_sampling_at_temperature_zero(wiki) -
     assert mem_2 != mem_16  # mem_len=2 was used, not the model's 16
 
 
-ROLLING_TASK = """task: txl_wikitext_rolling
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: loglikelihood_rolling
-doc_to_text: ""
-doc_to_target: "{{{{text}}}}"
-metric_list:
-  - metric: word_perplexity
-"""
-CHOICE_TASK = """task: txl_continuation_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{context}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: label
-metric_list:
-  - metric: acc
-"""
-GENERATE_TASK = """task: txl_generate
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{context}}}}"
-doc_to_target: "{{{{answer}}}}"
-generation_kwargs:
-  until: [","]
-  max_gen_toks: 6
-  do_sample: false
-metric_list:
-  - metric: exact_match
-"""
-
-
-def _write_tasks(root: Path, docs: list[str]) -> Path:
-    """The local tasks: every document's perplexity; for each long paragraph, its own next five words after its first
-    half against the five words after the first half of the paragraph before; the same contexts to generate after."""
-    tasks = root / "tasks"
-    tasks.mkdir()
-    (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    paras = [d.split() for d in docs if len(d.split()) > 40]
-    half = [len(p) // 2 for p in paras]
-    items = [{"context": " ".join(p[:half[i]]), "label": 1,
-              "choices": [" ".join(paras[i - 1][half[i - 1]:half[i - 1] + 5]), " ".join(p[half[i]:half[i] + 5])]}
-             for i, p in enumerate(paras)]
-    (root / "choice.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
-    (tasks / "rolling.yaml").write_text(ROLLING_TASK.format(data=root / "docs.jsonl"))
-    (tasks / "choice.yaml").write_text(CHOICE_TASK.format(data=root / "choice.jsonl"))
-    (tasks / "generate.yaml").write_text(GENERATE_TASK.format(data=root / "choice.jsonl").replace("answer", "label"))
-    return tasks
-
-
-def _txl_score(args: list[str], capsys) -> list[dict]:
-    from transformer_xl.cli import main
-
-    assert main(["score", *args]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-
-
 @pytest.mark.integration
 def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> None:
     pytest.importorskip("lm_eval")
     model_dir, docs = wiki
-    tasks = _write_tasks(tmp_path, docs)
+    tasks = write_tasks(tmp_path, docs)
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "HF_DATASETS_CACHE": str(tmp_path / "datasets"), "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "-m", "transformer_xl.integrations.harness", "--model", "transformer-xl",
@@ -244,12 +168,11 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
     results = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())["results"]
 
     def samples(task: str) -> list[dict]:
-        path = next((tmp_path / "out").rglob(f"samples_{task}_*.jsonl"))
-        return sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda s: s["doc_id"])
+        return logged_samples(tmp_path / "out", task)
 
     # perplexity: each document's log-likelihood is txl score's total for it
     (tmp_path / "docs.txt").write_text("\n\n".join(docs) + "\n")
-    scored = _txl_score([str(model_dir), str(tmp_path / "docs.txt"), "--documents", "--mem-len", "24"], capsys)
+    scored = txl_score([str(model_dir), str(tmp_path / "docs.txt"), "--documents", "--mem-len", "24"], capsys)
     logged = [float(s["resps"][0][0]) for s in samples("txl_wikitext_rolling")]
     # to float32 rounding of each token's log-probability (batches of 4 against 16: on AVX2 and AMX kernels a row's
     # product depends on its batch, by a unit or two in the last place); a token scored wrongly is off by far more
@@ -266,7 +189,7 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
         lls = []
         for choice, resp in zip(s["doc"]["choices"], s["resps"]):
             (tmp_path / "pair.txt").write_text(s["doc"]["context"] + " " + choice + "\n")
-            rec = _txl_score([str(model_dir), str(tmp_path / "pair.txt"), "--mem-len", "24"], capsys)[0]
+            rec = txl_score([str(model_dir), str(tmp_path / "pair.txt"), "--mem-len", "24"], capsys)[0]
             n = len(choice.split())
             lls.append(math.fsum(rec["log_probs"][-n - 1:-1]))  # the choice's words, before the line's <eos>
             assert float(resp[0][0]) == pytest.approx(lls[-1], rel=1e-6, abs=0)  # batched with padding: float32
@@ -456,3 +379,20 @@ def test_the_harness_command_line_without_the_harness_and_its_help(monkeypatch, 
     assert capsys.readouterr().err == ("txl-lm-eval: error: the evaluation harness is not installed: pip install -e "
                                        "'.[eval]' in the txl checkout (or its wheel with the extra: "
                                        "'transformer_xl-VERSION-py3-none-any.whl[eval]')\n")
+
+
+def test_a_continuation_without_tokens_is_refused_not_certain(wiki) -> None:
+    """A continuation that gives no token (empty, or spaces for a word model) has no probability to score: refused in
+    one line naming the request, before any request is scored, where it was ``(0.0, True)``, certain, the best
+    answer of any multiple choice (the harness's Hugging Face backend asserts continuations have tokens)."""
+    from transformer_xl.errors import DataError
+
+    model_dir, _ = wiki
+    lm = TransformerXLHarness(str(model_dir))
+    for n, blank in enumerate(["", "   ", "\t "]):
+        requests = [_req("The game", " was")] * n + [_req("The game", blank), _req("The game", " was")]
+        with pytest.raises(DataError, match=rf"^loglikelihood request {n}: the continuation {re.escape(repr(blank))} "
+                                            "gives no token at the model's word level"):
+            lm.loglikelihood(requests)
+    (ll, _), = lm.loglikelihood([_req("The game", "\n")])  # a line end is a token (<eos>): scored
+    assert ll < 0

@@ -274,17 +274,48 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def _modes(model: torch.nn.Module) -> dict[str, bool]:
+    return {name: m.training for name, m in model.named_modules()}
+
+
+def _frozen_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` training, but for one dropout module a user put in eval mode (a mode of its own)."""
+    model.train()
+    next(m for m in model.modules() if isinstance(m, torch.nn.Dropout)).eval()
+    return model
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "train, one dropout frozen", "eval, one dropout training"])
+def test_the_model_is_handed_back_in_the_mode_of_each_module_even_when_refused(tmp_path, mode) -> None:
+    """A refused export (here: its directory holds the user's files, refused after the model was put in eval mode)
+    leaves every module in the train or eval mode it was found in, not only the model as a whole."""
+    model = tiny_model(n_layer=1, dropout=0.5, dropatt=0.5, train=mode.startswith("train"))
+    if mode == "train, one dropout frozen":
+        _frozen_dropout(model)
+    elif mode == "eval, one dropout training":
+        next(m for m in model.modules() if isinstance(m, torch.nn.Dropout)).train()
+    before = _modes(model)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"out holds what txl export onnx did not write \(notes\.txt\)"):
+        export_onnx(model, tmp_path / "out")
+    assert _modes(model) == before and (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.exports
 def test_a_model_in_training_with_a_subword_tokenizer_is_exported_as_in_eval(tmp_path) -> None:
     """``export_onnx`` itself (the session's export goes through the CLI, without a tokenizer): a model left
-    training, dropout on, is exported as evaluated and handed back training; a subword tokenizer's file is copied
-    beside the graphs, named in the text options and listed in the manifest."""
-    model = tiny_model(n_layer=1, dropout=0.5, dropatt=0.5, train=True)
+    training, dropout on (but for one dropout module the user froze), is exported as evaluated and handed back with
+    each module in its own mode; a subword tokenizer's file is copied beside the graphs, named in the text options
+    and listed in the manifest, which says txl export onnx wrote the directory."""
+    model = _frozen_dropout(tiny_model(n_layer=1, dropout=0.5, dropatt=0.5, train=True))
+    before = _modes(model)
     (tmp_path / "tok.json").write_text('{"model": "subword"}')
     out = export_onnx(model, tmp_path / "out", tokenizer=tmp_path / "tok.json", text={"level": "word"})
-    assert out == tmp_path / "out" and model.training
+    assert out == tmp_path / "out" and model.training and _modes(model) == before
     manifest = verify_manifest(out, required=True)
     assert set(manifest["files"]) == {*GRAPHS.values(), EXPORT_JSON, "config.json", "tokenizer.json"}
+    assert manifest["output"] == "txl export onnx"
     assert (out / "tokenizer.json").read_text() == '{"model": "subword"}'
     assert json.loads((out / EXPORT_JSON).read_text())["text"] == {"level": "word", "tokenizer": "tokenizer.json"}
     torch.manual_seed(0)

@@ -227,6 +227,87 @@ def test_a_missing_incomplete_or_corrupt_export_is_refused_in_one_line(toy, tmp_
         OnnxRuntimeLM(broken, verify=False)
 
 
+def test_the_manifest_must_list_every_file_txl_reads(toy) -> None:
+    """Each graph, onnx_export.json and config.json, and vocab.json and the tokenizer when the directory holds them:
+    one the manifest omits (added or replaced after the export, so unchecked) is refused in one line."""
+    for name in (*GRAPHS.values(), EXPORT_JSON, "config.json"):
+        write_manifest(toy, [n for n in (*GRAPHS.values(), EXPORT_JSON, "config.json") if n != name])
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(toy))}/MANIFEST\.json does not list "
+                                                  rf"{re.escape(name)}, which txl reads from the export \(a file added "
+                                                  r"or replaced after the export\): export the model again$"):
+            OnnxRuntimeLM(toy)
+        OnnxRuntimeLM(toy, verify=False)  # --no-verify: not asked
+    write_manifest(toy)
+    (toy / "vocab.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"does not list vocab\.json"):
+        OnnxRuntimeLM(toy)
+    write_manifest(toy)
+    OnnxRuntimeLM(toy)
+    (toy / EXPORT_JSON).write_text(json.dumps({"format": FORMAT, "text": {"tokenizer": "tokenizer.json"}}))
+    (toy / "tokenizer.json").write_text("{}")
+    write_manifest(toy, [*GRAPHS.values(), EXPORT_JSON, "config.json", "vocab.json"])
+    with pytest.raises(CheckpointError, match=r"does not list tokenizer\.json"):
+        OnnxRuntimeLM(toy)
+    (toy / EXPORT_JSON).write_text(json.dumps({"format": FORMAT, "text": {"tokenizer": "../tok.json"}}))
+    write_manifest(toy)
+    with pytest.raises(CheckpointError, match=r"names '\.\./tok\.json', not a plain file name"):
+        OnnxRuntimeLM(toy, verify=False)
+
+
+def test_graphs_that_are_not_this_exports_are_refused_even_unverified(toy, tmp_path) -> None:
+    """The two graphs swapped (the segment graph then reads one token only), or a graph of another model (another
+    number of memories, another d_model): one line before anything runs, with or without the manifest's check."""
+    swapped = tmp_path / "swapped"
+    shutil.copytree(toy, swapped)
+    (swapped / "segment.onnx").write_bytes((toy / "step.onnx").read_bytes())
+    (swapped / "step.onnx").write_bytes((toy / "segment.onnx").read_bytes())
+    write_manifest(swapped)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(swapped))}/segment\.onnx is not this export's "
+                                              r"segment graph: its inputs have the shapes .*; export the model "
+                                              r"again$") as exc:
+        OnnxRuntimeLM(swapped)
+    assert "\n" not in str(exc.value)
+    other = tmp_path / "other"
+    shutil.copytree(toy, other)
+    (other / "config.json").write_text(tiny_config(**{**TOY.to_dict(), "n_layer": 2}).to_json())
+    with pytest.raises(CheckpointError, match=r"segment\.onnx is not this export's segment graph: it takes "
+                                              r"\['input_ids', 'mem_0', 'mem_1'\] and gives .* needs \['input_ids', "
+                                              r"'mem_0', 'mem_1', 'mem_2'\]"):
+        OnnxRuntimeLM(other, verify=False)
+    (other / "config.json").write_text(tiny_config(**{**TOY.to_dict(), "d_model": 8, "d_head": 8}).to_json())
+    with pytest.raises(CheckpointError, match=r"segment\.onnx is not this export's segment graph: .* memories "
+                                              r"\[batch, mem, 8\]"):
+        OnnxRuntimeLM(other, verify=False)
+
+
+def test_a_graph_that_fails_as_it_runs_is_a_one_line_error(toy) -> None:
+    """A graph that loads, has the export's inputs and outputs, and fails inside ONNX Runtime (here: its embedding
+    table is shorter than the vocabulary) is a one-line :class:`CheckpointError` naming the graph, no traceback of
+    ONNX Runtime's; ids and memories the graph cannot read are refused before it runs."""
+    graph = _toy_graph("step")
+    table = next(t for t in graph.graph.initializer if t.name == "table")
+    table.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(table)[:2], "table"))
+    onnx.save(graph, str(toy / "step.onnx"))
+    write_manifest(toy)
+    lm = OnnxRuntimeLM(toy)
+    lm.advance(torch.tensor([[1]]), None, mem_len=2)  # a row the table has
+    with pytest.raises(CheckpointError, match=rf"^ONNX Runtime failed running {re.escape(str(toy))}/step\.onnx: "
+                                              r"\[ONNXRuntimeError\] .* \(export the model again\)$") as exc:
+        lm.advance(torch.tensor([[4]]), None, mem_len=2)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"^token ids must lie in \[0, 5\), got 1\.\.5$"):
+        lm.advance(torch.tensor([[1, 5]]), None, mem_len=2)
+    with pytest.raises(ConfigError, match=r"^token ids must lie in \[0, 5\), got -1\.\.1$"):
+        lm.advance(torch.tensor([[-1, 1]]), None, mem_len=2)
+    for mems, shape in (([torch.zeros(1, 2, 3), torch.zeros(1, 2, 4)], (1, 2, 3)),
+                        ([torch.zeros(2, 2, 4), torch.zeros(2, 2, 4)], (2, 2, 4)),
+                        ([torch.zeros(1, 2, 4), torch.zeros(1, 3, 4)], (1, 2, 4)),
+                        ([torch.zeros(1, 4), torch.zeros(1, 2, 4)], (1, 4))):
+        with pytest.raises(ConfigError, match=rf"^memory 0 must be \[batch 1, positions, d_model 4\] like the "
+                                              rf"others, got {re.escape(str(shape))}$"):
+            lm.advance(torch.tensor([[1]]), mems, mem_len=2)
+
+
 # --------------------------------------------------------------------- a real export of a model (session's export)
 @pytest.mark.parametrize("qlen", [1, 4])
 def test_advance_equals_the_model_and_keeps_the_last_mem_len_positions(onnx_export, qlen) -> None:

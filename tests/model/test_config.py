@@ -172,3 +172,29 @@ def test_off_values_and_list_forms_keep_their_meaning() -> None:
     assert (nll(clamp_len=1) - unclamped).abs().max() > 1e-4  # a clamp that acts changes the scores
     cfg = TXLConfig(**base, cutoffs=[20, 50], tie_projs=[0, 1, True])
     assert cfg.cutoffs == (20, 50) and cfg.tie_projs == (False, True, True)
+
+
+def test_a_config_nested_deeper_than_the_parser_recurses_is_one_line(tmp_path) -> None:
+    """``config.json`` of 100,000 ``[`` (or an object that deep): a one-line :class:`ConfigError`, not the parser's
+    :class:`RecursionError`; a value nested, or a string a megabyte long, is refused in a short line before any field's
+    check quotes it."""
+    for i, text in enumerate(["[" * 100_000, '{"n_token": ' + "[" * 100_000, "{" + '"a": {' * 60_000]):
+        path = write_text(tmp_path / f"{i}.json", text)
+        with pytest.raises(ConfigError, match="is nested too deeply to be read") as info:
+            TXLConfig.from_json(path)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="is nested too deeply to be read"):
+        TXLConfig.from_json("{" + '"a": {' * 60_000)
+    deep: list = [10]
+    for _ in range(900):
+        deep = [deep]
+    for key, value, kind in (("n_token", deep, "a number, true/false, null or a name"),
+                             ("cutoffs", [deep], "a list of numbers"), ("init", "x" * 10**6, "a number"),
+                             ("mem_len", list(range(10**5)), "a number"), ("d_model", {"a": 1}, "a number")):
+        with pytest.raises(ConfigError, match=rf"^model config key '{key}' must be {kind}") as info:
+            TXLConfig.from_dict({"n_token": 10, key: value})
+        assert len(str(info.value)) < 200
+    with pytest.raises(ConfigError, match=r"^unknown model config key 'xxxxx") as info:
+        TXLConfig.from_dict({"n_token": 10, "x" * 10**6: 1})
+    assert len(str(info.value)) < 200
+    assert TXLConfig.from_dict({"n_token": 10, "cutoffs": [4], "tie_projs": [True, 0], "d_embed": None}).cutoffs == (4,)

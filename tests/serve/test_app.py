@@ -204,8 +204,11 @@ def test_the_playground_streams_a_completion_in_headless_chromium(served) -> Non
                                                   temperature=0).choices[0].text
     browser = chromium.Browser()
     try:
-        browser.open(served.url.removesuffix("/v1") + "/?prompt=the+cat&max_tokens=12&temperature=0&run=1")
+        # a key in the address is not taken (a link is not a place for a secret)
+        browser.open(served.url.removesuffix("/v1") + "/?prompt=the+cat&max_tokens=12&temperature=0&run=1"
+                     "&api_key=stolen")
         browser.wait_for("document.getElementById('output').dataset.done === '1'")
+        assert browser.evaluate("document.getElementById('api_key').value") == ""
         text = browser.evaluate("document.getElementById('output').textContent")
         chunks = int(browser.evaluate("document.getElementById('output').dataset.chunks"))
         status = browser.evaluate("document.getElementById('status').textContent")
@@ -322,3 +325,74 @@ def test_the_request_log_gives_the_milliseconds_from_the_request_to_its_last_byt
         asyncio.run(RequestLog(inner)({"type": "http", "method": "GET", "path": "/timed"}, receive, send))
     lines = [r.getMessage() for r in caplog.records if r.name == "txl.serve" and r.thread == threading.get_ident()]
     assert lines == ["GET /timed 204 2500ms"]
+
+
+@pytest.mark.parametrize("sid", ["s:1", "a.b-c_D", "...", "x" * 128])
+def test_every_valid_session_id_can_be_deleted(served, sid) -> None:
+    from urllib.parse import quote
+
+    out = served.client().completions.create(model="tiny", prompt="the cat", max_tokens=1, extra_body={"session": sid})
+    assert out.choices and sid in served.engine.sessions
+    status, doc = _post(served.url + "/sessions/" + quote(sid), None, method="DELETE")
+    assert (status, doc) == (200, {"id": sid, "object": "session", "deleted": True})
+    assert sid not in served.engine.sessions
+
+
+@pytest.mark.parametrize("path, sid", [("a%2Fb", "a/b"), ("a%20b", "a b"), ("%2E%2E%2Fx", "../x"),
+                                       ("caf%C3%A9", "caf\u00e9")])
+def test_an_invalid_session_id_is_400_in_a_request_and_a_delete(served, path, sid) -> None:
+    status, doc = _post(served.url + "/sessions/" + path, None, method="DELETE")
+    assert status == 400 and doc["error"]["code"] == "invalid_session_id", doc
+    status, doc = _post(served.url + "/completions", json.dumps({"prompt": "the", "session": sid}).encode())
+    assert status == 400 and doc["error"]["code"] == "invalid_session_id", doc
+
+
+def test_a_session_in_use_cannot_be_deleted(served) -> None:
+    stream = served.client().completions.create(model="tiny", prompt="the", max_tokens=2000, stream=True,
+                                                extra_body={"session": "busy"})
+    try:
+        next(iter(stream))
+        status, doc = _post(served.url + "/sessions/busy", None, method="DELETE")
+        assert status == 409 and doc["error"]["code"] == "session_busy"
+    finally:
+        stream.close()
+
+
+def test_each_api_key_has_its_own_sessions(tmp_path) -> None:
+    """Key A's session "s1" is not key B's: B neither continues it nor deletes it (404)."""
+    from tests.serve.conftest import save_served_model
+
+    gen = start_server(save_served_model(tmp_path), api_key=["key-a", "key-b"])
+    served = next(gen)
+    try:
+        a, b = served.client(api_key="key-a"), served.client(api_key="key-b")
+
+        def ask(client, prompt: str) -> str:
+            return client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0,
+                                             extra_body={"session": "s1"}).choices[0].text
+
+        first = ask(a, "the cat sat")
+        fresh = served.client(api_key="key-b").completions.create(model="tiny", prompt="on a mat", max_tokens=6,
+                                                                  temperature=0).choices[0].text
+        assert ask(b, "on a mat") == fresh  # b's s1 starts empty, whatever a's holds
+        continued = a.completions.create(model="tiny", prompt="the cat sat" + first + "on a mat", max_tokens=6,
+                                         temperature=0).choices[0].text
+        assert ask(a, "on a mat") == continued  # a's s1 continues a's text
+        keyed = {"Authorization": "Bearer key-b"}
+        assert _post(served.url + "/sessions/s1", None, keyed, method="DELETE")[0] == 200  # b's own
+        assert _post(served.url + "/sessions/s1", None, keyed, method="DELETE")[0] == 404  # a's is not b's
+        status, doc = _post(served.url + "/sessions/s1", None, {"Authorization": "Bearer key-a"}, method="DELETE")
+        assert (status, doc["deleted"]) == (200, True)
+    finally:
+        gen.close()
+
+
+def test_the_playground_cannot_be_framed_and_takes_no_key_from_its_address(served) -> None:
+    with urllib.request.urlopen(served.url.removesuffix("/v1") + "/", timeout=30) as resp:
+        page = resp.read().decode()
+        headers = resp.headers
+    assert headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in headers["content-security-policy"]
+    # the settings a link may fill: a fixed list, without the key
+    settings = page.split("const SETTINGS = [", 1)[1].split("]", 1)[0]
+    assert '"prompt"' in settings and "api_key" not in settings
+    assert "location.search" in page and page.count("params.get(") == 3  # prompt/settings, session, run

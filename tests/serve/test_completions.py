@@ -177,9 +177,11 @@ def test_the_streamed_events_rebuild_the_whole_response(served, extra) -> None:
         assert list(lp) == LOGPROB_KEYS and len({len(v) for v in lp.values()}) == 1
         scored = len(prompt_ids) if echo else 0
         assert len(lp["tokens"]) == scored + 4 and lp["tokens"][:scored] == prompt.split()[:scored]
-        assert lp["top_logprobs"][:scored] == [None] * scored  # the prompt's tokens: scores, no alternatives
-        first = 1 if echo else 0  # the first prompt token has no score
+        first = 1 if echo else 0  # the first prompt token has no score and no alternatives
         assert lp["token_logprobs"][:first] == [None] * first and all(x < 0 for x in lp["token_logprobs"][first:])
+        assert lp["top_logprobs"][:first] == [None] * first
+        for x, top in zip(lp["token_logprobs"][first:scored], lp["top_logprobs"][first:scored]):
+            assert len(top) == logprobs and (not top or x <= max(top.values()))  # the prompt's: its alternatives too
         for token, x, top in zip(lp["tokens"][scored:], lp["token_logprobs"][scored:], lp["top_logprobs"][scored:]):
             assert len(top) == logprobs and (not top or top[token] == x == max(top.values()))  # greedy: the top one
         assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
@@ -347,3 +349,227 @@ def test_waiting_and_running_completions_end_with_the_server(tmp_path) -> None:
     status, raw = got["stream"]
     chunks = _events(raw)
     assert status == 200 and chunks[-1] == error and all("error" not in c for c in chunks[:-1]) and len(chunks) > 1
+
+
+# ---------------------------------------------------------------------------------------------- echoed prompt scores
+def test_lm_evaluation_harness_reads_an_echoed_prompts_scores_and_greediness(served) -> None:
+    """lm-evaluation-harness's ``local-completions`` loglikelihood request (context + continuation ids, echo,
+    logprobs 1, max_tokens 1), read by its own parser: the continuation's log-probability is the model's, and it is
+    "greedy" exactly when every continuation token was the most likely one (it takes ``max`` of each position's
+    ``top_logprobs``, which must be there for every prompt token after the first)."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    from transformer_xl.inference.generate import advance
+
+    context = served.codec.encode("the cat sat on")
+    greedy = served.model.generate(context, max_new_tokens=3).new_tokens[0].tolist()
+    other = [greedy[0], (greedy[1] + 1) % len(served.codec.vocab), greedy[2]]
+    for continuation, is_greedy in ((greedy, True), (other, False)):
+        ids = context + continuation
+        status, raw = _post(served, {"model": "tiny", "prompt": ids, "temperature": 0, "max_tokens": 1, "logprobs": 1,
+                                     "seed": 1234, "echo": True})
+        assert status == 200, raw
+        doc = json.loads(raw)
+        assert doc["choices"][0]["logprobs"]["top_logprobs"][0] is None  # the first token: no score, no alternatives
+        [(logprob, greedy_read)] = LocalCompletionsAPI.parse_logprobs(outputs=doc, tokens=[ids],
+                                                                       ctxlens=[len(context)])
+        table = advance(served.model, [ids], every_position=True)[0][0]  # [T, V]: position t predicts id t + 1
+        expected = sum(float(table[t - 1, ids[t]]) for t in range(len(context), len(ids)))
+        assert (logprob, greedy_read) == (pytest.approx(expected, abs=1e-5), is_greedy)
+
+
+# ---------------------------------------------------------------------------------------------- n choices, stops
+def _words(served, prompt: str, n: int = 6) -> str:
+    """The greedy text of ``prompt`` with no word twice (so that each word is a stop string found once)."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": n, "temperature": 0, "no_repeat_ngram_size": 1}
+    return json.loads(_post(served, body)[1])["choices"][0]["text"]
+
+
+def test_each_of_n_choices_ends_at_its_own_stop_whole_and_streamed(served) -> None:
+    """Two prompts x n=2: a stop string that only the first prompt's text holds ends its two choices ("stop", cut
+    there); the second prompt's two run to max_tokens ("length", whole); every choice comes back, in index order,
+    with its finish reason, in the whole response and rebuilt from the stream alike."""
+    first, second = _words(served, "the cat"), _words(served, "one two")
+    stop = next(w for w in first.split()[1:] if w not in second and w not in first[:first.index(w)])
+    body = {"model": "tiny", "prompt": ["the cat", "one two"], "n": 2, "max_tokens": 6, "temperature": 0,
+            "no_repeat_ngram_size": 1, "stop": [stop]}
+    status, raw = _post(served, body)
+    assert status == 200, raw
+    choices = json.loads(raw)["choices"]
+    cut = first[:first.index(stop)]
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in choices] == [
+        (0, cut, "stop"), (1, cut, "stop"), (2, second, "length"), (3, second, "length")]
+    merged = _merge(_events(_post(served, {**body, "stream": True})[1]))
+    assert merged == {c["index"]: {"text": c["text"], "logprobs": None, "finish_reason": c["finish_reason"]}
+                      for c in choices}
+
+
+def test_the_earliest_stop_in_the_text_cuts_whichever_was_listed_first(served) -> None:
+    """``stop: [w3, "w2 w3"]``: both are completed by the token w3; the text is cut where "w2 w3" begins."""
+    text = _words(served, "the cat")
+    w1, w2, w3 = text.split()[:3]
+    assert text.startswith(f" {w1} {w2} {w3}")
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 6, "temperature": 0, "no_repeat_ngram_size": 1,
+            "stop": [w3, f"{w2} {w3}"]}
+    for form in ({}, {"stream": True}):
+        raw = _post(served, {**body, **form})[1]
+        choice = _merge(_events(raw))[0] if form else json.loads(raw)["choices"][0]
+        assert (choice["text"], choice["finish_reason"]) == (f" {w1} ", "stop")
+
+
+def test_a_stop_made_by_the_last_token_allowed_is_a_stop(served) -> None:
+    """max_tokens 3: a stop string completed by the third token ends the choice with "stop"; one only begun there is
+    held back until the end, then sent, with "length"."""
+    text = _words(served, "the cat")
+    w1, w2, w3 = text.split()[:3]
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 3, "temperature": 0, "no_repeat_ngram_size": 1}
+    for stop, want in ((w3, (f" {w1} {w2} ", "stop")), (f"{w3} zz", (f" {w1} {w2} {w3}", "length"))):
+        for form in ({}, {"stream": True}):
+            raw = _post(served, {**body, "stop": [stop], **form})[1]
+            choice = _merge(_events(raw))[0] if form else json.loads(raw)["choices"][0]
+            assert (choice["text"], choice["finish_reason"]) == want, (stop, form)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+def test_a_text_prompt_beyond_max_prompt_chars_is_refused_before_it_is_encoded(served) -> None:
+    from transformer_xl.serve.completions import Completions
+    from transformer_xl.serve.protocol import Limits
+
+    error = {"error": {"message": "the prompt has 262145 characters; this server reads at most 262144 per prompt "
+                                  "(--max-prompt-chars)", "type": "invalid_request_error", "param": "prompt",
+                       "code": "context_length_exceeded"}}
+    for form in ({}, {"stream": True}):  # a stream is refused before its first byte
+        status, raw = _post(served, {"model": "tiny", "prompt": ["the", "x" * 262_145], **form})
+        assert (status, json.loads(raw)) == (400, error), form
+    assert _post(served, {"model": "tiny", "prompt": "the " * 65_536, "max_tokens": 1})[0] == 400  # tokens, then
+
+    class Counting:
+        """The served codec, counting what it is asked to encode."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def encode(self, text: str) -> list[int]:
+            self.calls += 1
+            return served.codec.encode(text)
+
+        def __getattr__(self, name: str):
+            return getattr(served.codec, name)
+
+    codec = Counting()
+    comp = Completions(served.engine, codec, "tiny", Limits(max_prompt_chars=7))
+    assert comp.prompt_ids("the cat") == served.codec.encode("the cat") and codec.calls == 1  # the limit is allowed
+    with pytest.raises(RequestError, match=r"^the prompt has 8 characters; this server reads at most 7 per prompt "
+                                           r"\(--max-prompt-chars\)$"):
+        comp.prompt_ids("the cats")
+    assert codec.calls == 1
+
+
+class _Blocking:
+    """The served codec, whose ``encode`` waits (at most 5 s) until the test releases it."""
+
+    def __init__(self, codec) -> None:
+        import threading
+
+        self.codec, self.entered, self.release = codec, threading.Event(), threading.Event()
+        self.waited_out = False
+
+    def encode(self, text: str) -> list[int]:
+        self.entered.set()
+        self.waited_out = not self.release.wait(5)
+        return self.codec.encode(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.codec, name)
+
+
+def test_prompts_are_encoded_off_the_event_loop(served) -> None:
+    """While a prompt is being encoded, the event loop runs other coroutines: one of them is what lets the encoding
+    finish (encoding on the loop would wait out the 5 s and be caught); a whole completion and a stream alike."""
+    import asyncio
+
+    from transformer_xl.serve.completions import Completions
+    from transformer_xl.serve.protocol import parse_completion
+
+    async def gone() -> bool:
+        return False
+
+    async def released_by_the_loop(codec: _Blocking) -> None:
+        while not codec.entered.is_set():
+            await asyncio.sleep(0.01)
+        codec.release.set()  # runs on the loop while encode waits in its thread
+
+    async def whole(comp: Completions, codec: _Blocking) -> dict:
+        req = parse_completion({"prompt": "the cat", "max_tokens": 2, "temperature": 0})
+        out, _ = await asyncio.gather(comp.complete(req, gone), released_by_the_loop(codec))
+        return out
+
+    async def streamed(comp: Completions, codec: _Blocking) -> list[str]:
+        req = parse_completion({"prompt": "the cat", "max_tokens": 2, "temperature": 0, "stream": True})
+        events, _ = await asyncio.gather(comp.stream(req), released_by_the_loop(codec))
+        return [e async for e in events]
+
+    for run in (whole, streamed):
+        codec = _Blocking(served.codec)
+        out = asyncio.run(asyncio.wait_for(run(Completions(served.engine, codec, "tiny"), codec), timeout=30))
+        assert not codec.waited_out and out, run.__name__
+    chunks = _events("".join(out).encode())
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_request_cancelled_while_its_prompt_is_encoded_is_never_queued(served, monkeypatch) -> None:
+    """The server cancels a request whose client went away; while its prompt is being encoded (in a worker thread that
+    goes on), its job is then never queued."""
+    import asyncio
+
+    from transformer_xl.serve.completions import Completions
+    from transformer_xl.serve.protocol import Limits, parse_completion
+
+    limits = Limits(max_tokens=10 ** 6)
+    codec = _Blocking(served.codec)
+    comp = Completions(served.engine, codec, "tiny", limits)
+    jobs: list = []
+    submit = served.engine.submit
+    monkeypatch.setattr(served.engine, "submit", lambda job: (jobs.append(job), submit(job))[1])
+
+    async def here() -> bool:
+        return False
+
+    async def main() -> None:
+        req = parse_completion({"prompt": "the", "max_tokens": 10 ** 6}, limits)
+        task = asyncio.ensure_future(comp.complete(req, here))
+        while not codec.entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        codec.release.set()
+
+    asyncio.run(main())  # its end waits for the worker thread
+    assert not codec.waited_out and jobs == [] and served.engine.stats()["running"] == 0
+
+
+# ---------------------------------------------------------------------------------------------- sessions
+def test_session_reset_says_when_a_session_started_empty(served) -> None:
+    """``session_reset``: true when the named session had no memory (new, or forgotten: dropped, evicted, expired),
+    false when it continued; in the whole response and in the first chunk of a stream only; absent without a
+    session."""
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 2, "temperature": 0, "session": "reset-test"}
+
+    def whole() -> object:
+        doc = json.loads(_post(served, body)[1])
+        return doc.get("session_reset", "absent")
+
+    def streamed() -> list[object]:
+        return [c.get("session_reset", "absent") for c in _events(_post(served, {**body, "stream": True})[1])]
+
+    assert whole() is True  # new
+    assert whole() is False
+    first, *rest = streamed()
+    assert first is False and rest and set(rest) == {"absent"}
+    req = urllib.request.Request(served.url + "/sessions/reset-test", method="DELETE")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+    assert streamed()[0] is True and whole() is False
+    assert "session_reset" not in json.loads(_post(served, {k: v for k, v in body.items() if k != "session"})[1])

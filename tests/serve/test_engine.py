@@ -371,3 +371,71 @@ def test_a_session_keeps_its_memory_pending_id_tail_and_count_and_a_cancelled_tu
         assert state.tail == [*text, 10, 11, *last[0]][-TAIL:]
     finally:
         engine.stop()
+
+
+def test_a_scored_prompt_holds_no_table_of_the_whole_prompt() -> None:
+    """Echo with log-probabilities over a prompt of 12 segments: when its scores are sent and when its first token is
+    chosen, no tensor of the log-probabilities of more than two segments is alive (the old engine held the prompt's
+    whole ``[T, V]`` table, and its rows a view of it); every scored position carries its top ids."""
+    import gc
+
+    v = 37  # a vocabulary size no other tensor of the tests has as its last dimension
+    model = generation_model(n_token=v, mem_len=8)  # tgt_len 5
+    codec = TextCodec(Vocab([f"w{i}" for i in range(v)]), "word")
+    prompt = [(3 * i + 1) % v for i in range(60)]
+    events: queue.Queue = queue.Queue()
+    big: dict[str, list[tuple[int, ...]]] = {}
+
+    def emit(ev: object) -> None:  # on the engine thread, between its steps
+        name = type(ev).__name__
+        if name in ("PromptScores", "Token") and name not in big:
+            big[name] = [tuple(t.shape) for t in gc.get_objects() if issubclass(type(t), torch.Tensor) and t.dim()
+                         and t.size(-1) == v and t.untyped_storage().nbytes() > 2 * 5 * v * 4]
+        events.put(ev)
+
+    engine = Engine(model, codec).start()
+    try:
+        engine.submit(Job(prompts=[prompt], emit=emit, max_tokens=3, sampling=Sampling(temperature=0),
+                          score_prompt=True, top_logprobs=2))
+        _, seen = _collect(events)
+    finally:
+        engine.stop()
+    assert big == {"PromptScores": [], "Token": []}
+    scores = next(e for e in seen if isinstance(e, PromptScores))
+    assert scores.top[0] is None and len(scores.top) == len(prompt)
+    table = advance(model, [prompt], every_position=True)[0][0]
+    for t in range(1, len(prompt)):  # the two likeliest ids after prompt[:t], most likely first
+        values, ids = table[t - 1].topk(2)
+        assert [i for i, _ in scores.top[t]] == ids.tolist()
+        assert [x for _, x in scores.top[t]] == pytest.approx(values.tolist(), abs=1e-6)
+        assert scores.log_probs[t] == pytest.approx(float(table[t - 1, prompt[t]]), abs=1e-6)
+
+
+def test_one_samples_stop_string_ends_that_sample_only(parts) -> None:
+    """Three samples of one prompt (one seeded generator, drawn in row order): the stop string the first one writes
+    at its token k (a word no other word contains) ends it there with "stop"; the others drew exactly what they drew
+    without stops up to that step and go on, each to its own finish; the request is done when the last one is."""
+    model, codec = parts
+    engine = Engine(model, codec).start()
+    kw = dict(prompts=[[3, 1, 4]], n=3, max_tokens=12, seed=7)
+    try:
+        free, _ = _collect(_run(engine, **kw)[0])
+
+        def text(c: int, j: int) -> str:
+            return codec.decode(free[c][:j])
+
+        k, stop = next((k, w) for k in range(1, 10) for w in [codec.decode(free[0][k:k + 1])]  # w4..w39: no other
+                       if int(w[1:]) >= 4 and w not in text(0, k) and all(w not in text(c, k + 1) for c in (1, 2)))
+        tokens, seen = _collect(_run(engine, stop=[stop], **kw)[0])
+    finally:
+        engine.stop()
+    assert tokens[0] == free[0][:k + 1]
+    finishes = {e.choice: e for e in seen if isinstance(e, Finish)}
+    assert sorted(finishes) == [0, 1, 2] and len([e for e in seen if isinstance(e, Finish)]) == 3
+    assert finishes[0].reason == "stop"
+    for c in (1, 2):
+        assert tokens[c][:k + 1] == free[c][:k + 1] and len(tokens[c]) > k + 1
+        assert finishes[c].reason == ("length" if len(tokens[c]) == 12 else "stop")
+    assert any(len(tokens[c]) == 12 for c in (1, 2))  # (seed 7: both run to max_tokens)
+    assert seen[-1] == Done(prompt_tokens=3, completion_tokens=sum(map(len, tokens.values())))
+    assert all(not isinstance(e, Done) for e in seen[:-1])

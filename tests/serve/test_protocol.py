@@ -56,7 +56,7 @@ def test_extensions_and_stream_options() -> None:
     ({"prompt": "a", "n": 5}, "n", "invalid_value"),  # over max_choices
     ({"prompt": "a", "stream": "yes"}, "stream", "invalid_type"),
     ({"prompt": "a", "stop": [""]}, "stop", "invalid_type"),
-    ({"prompt": "a", "session": ""}, "session", "invalid_type"),
+    ({"prompt": "a", "session": ""}, "session", "invalid_session_id"),
     ({"prompt": "a", "repetition_penalty": 0}, "repetition_penalty", "invalid_value"),
     ({"prompt": "a", "suffix": "b"}, "suffix", None),
     ({"prompt": "a", "best_of": 3}, "best_of", None),
@@ -86,7 +86,7 @@ def test_response_objects() -> None:
     assert models_object("m", 1)["data"] == [{"id": "m", "object": "model", "created": 1, "owned_by": "txl"}]
 
 
-LIMITS = Limits(max_tokens=10, max_choices=4)
+LIMITS = Limits(max_tokens=10, max_choices=4, max_stop_chars=4)
 BIG = 2 ** 63
 
 
@@ -157,10 +157,15 @@ BIG = 2 ** 63
     ({"prompt": "a", "presence_penalty": 3}, "presence_penalty", "invalid_value",
      "'presence_penalty' must be between -2.0 and 2.0, got 3"),
     ({"prompt": "a", "model": 3}, "model", "invalid_type", "'model' must be a string, got int 3"),
-    ({"prompt": "a", "session": 5}, "session", "invalid_type",
-     "'session' must be a string of 1 to 128 characters, got int 5"),
-    ({"prompt": "a", "session": "s" * 129}, "session", "invalid_type",
-     "'session' must be a string of 1 to 128 characters, got str " + repr("s" * 129)[:60]),
+    ({"prompt": "a", "session": 5}, "session", "invalid_type", "'session' must be a string, got int 5"),
+    ({"prompt": "a", "session": "s" * 129}, "session", "invalid_session_id",
+     "a session id is 1 to 128 of the characters A-Z a-z 0-9 . _ : - (not . nor ..), got " + repr("s" * 129)[:60]),
+    ({"prompt": "a", "stop": ["x" * 5]}, "stop", "invalid_value",
+     "a stop string has 5 characters; this server takes at most 4 (--max-stop-chars)"),
+    ({"prompt": "a", "stop": "\udc80"}, "stop", "invalid_value",
+     "'stop' holds a lone surrogate ('\\udc80' at 0): not Unicode text"),
+    ({"prompt": ["a", "b\ud800"]}, "prompt", "invalid_value",
+     "'prompt' holds a lone surrogate ('\\ud800' at 1): not Unicode text"),
     ({"prompt": ["a", "b"], "n": 3}, "n", "invalid_value",
      "2 prompt(s) x n=3 asks for 6 choices; this server gives at most 4 per request"),
     ({"prompt": "a", "n": 2, "session": "s"}, "session", None,
@@ -224,3 +229,44 @@ def test_error_and_response_objects_in_full() -> None:
     before = int(time.time())
     doc = models_object("m")
     assert doc["object"] == "list" and len(doc["data"]) == 1 and before <= doc["data"][0]["created"] <= time.time()
+
+
+@pytest.mark.parametrize("sid, ok", [
+    ("s1", True), ("a.b:c-d_E9", True), ("...", True), (".a", True), ("x" * 128, True), ("x" * 129, False),
+    ("", False), (".", False), ("..", False), ("a/b", False), ("a b", False), ("caf\u00e9", False), ("a\n", False),
+    ("a%2Fb", False), ("a?b", False), ("a#b", False), ("a\\b", False)])
+def test_session_ids_are_of_a_safe_alphabet(sid, ok) -> None:
+    """Letters, digits and ``._:-``: an id is safe in a URL path (so it can be deleted), a log line and a file name."""
+    from transformer_xl.serve.protocol import check_session_id
+
+    if ok:
+        assert check_session_id(sid) == sid and parse_completion({"prompt": "a", "session": sid}).session == sid
+    else:
+        for call in (lambda: check_session_id(sid), lambda: parse_completion({"prompt": "a", "session": sid})):
+            with pytest.raises(RequestError) as info:
+                call()
+            assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_session_id", "session")
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"{not json", "the request body is not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+                   "column 2 (char 1))"),
+    (b"[" * 100_000, "the request body is JSON nested too deeply"),
+    ('{"prompt": "a"}'.encode("utf-16"), "the request body is not UTF-8 text (invalid start byte at byte 0)"),
+    (b'{"prompt": "\xff"}', "the request body is not UTF-8 text (invalid start byte at byte 12)"),
+    (b"", "the request body is not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+])
+def test_a_body_that_is_not_json_text_is_400_invalid_json(body, message) -> None:
+    from transformer_xl.serve.protocol import parse_json
+
+    with pytest.raises(RequestError) as info:
+        parse_json(body)
+    assert (str(info.value), info.value.status, info.value.code) == (message, 400, "invalid_json")
+
+
+def test_json_bodies_parse_with_or_without_a_byte_order_mark() -> None:
+    from transformer_xl.serve.protocol import parse_json
+
+    assert parse_json(b'{"a": [1, "\xc3\xa9"]}') == {"a": [1, "\u00e9"]}
+    assert parse_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+    assert parse_json(b"[" * 500 + b"]" * 500) is not None  # deep, but not too deep

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.serve.server import API_KEY_ENV, ServeOptions, bind, is_loopback, resolve_api_key
+from transformer_xl.serve.server import API_KEY_ENV, ServeOptions, bind, is_loopback, resolve_api_keys
 
 
 @pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("localhost", True), ("::1", True),
@@ -19,13 +19,25 @@ def test_is_loopback(host, loopback) -> None:
 
 def test_beyond_loopback_needs_a_key_or_an_explicit_allowance(monkeypatch) -> None:
     monkeypatch.delenv(API_KEY_ENV, raising=False)
-    assert resolve_api_key(ServeOptions()) is None
+    assert resolve_api_keys(ServeOptions()) == ()
     with pytest.raises(ConfigError, match="--api-key"):
-        resolve_api_key(ServeOptions(host="0.0.0.0"))
-    assert resolve_api_key(ServeOptions(host="0.0.0.0", allow_no_key=True)) is None
-    assert resolve_api_key(ServeOptions(host="0.0.0.0", api_key="k")) == "k"
+        resolve_api_keys(ServeOptions(host="0.0.0.0"))
+    assert resolve_api_keys(ServeOptions(host="0.0.0.0", allow_no_key=True)) == ()
+    assert resolve_api_keys(ServeOptions(host="0.0.0.0", api_key="k")) == ("k",)
     monkeypatch.setenv(API_KEY_ENV, "from-env")
-    assert resolve_api_key(ServeOptions(host="0.0.0.0")) == "from-env"
+    assert resolve_api_keys(ServeOptions(host="0.0.0.0")) == ("from-env",)
+    assert resolve_api_keys(ServeOptions(api_key=["a", "b"])) == ("a", "b")  # the option, not the environment
+
+
+def test_several_keys_from_the_environment_and_keys_that_cannot_travel_in_a_header(monkeypatch) -> None:
+    monkeypatch.setenv(API_KEY_ENV, " one, two ,,three ")
+    assert resolve_api_keys(ServeOptions()) == ("one", "two", "three")
+    monkeypatch.setenv(API_KEY_ENV, " , ")
+    with pytest.raises(ConfigError, match="--api-key"):
+        resolve_api_keys(ServeOptions(host="0.0.0.0"))
+    for bad in (["ok", "with space"], "tab\t", "caf\u00e9", ""):
+        with pytest.raises(ConfigError, match=r"^an API key \(--api-key or TXL_API_KEY\) is printable ASCII"):
+            resolve_api_keys(ServeOptions(api_key=bad if bad else [""]))
 
 
 def test_bind_a_free_port() -> None:
@@ -36,6 +48,27 @@ def test_bind_a_free_port() -> None:
         sock.close()
     with pytest.raises(ConfigError, match=r"^port must be an integer >= 0, got -1$"):
         bind("127.0.0.1", -1)
+    busy = bind("127.0.0.1", 0)
+    port = busy.getsockname()[1]
+    try:
+        with pytest.raises(ConfigError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: .*in use"):
+            bind("127.0.0.1", port)
+    finally:
+        busy.close()
+    with pytest.raises(ConfigError, match=r"^cannot listen on \[::2\]:0: "):
+        bind("::2", 0)  # an address of no interface here
+
+
+def test_uvicorn_gets_the_bounds_asked_for() -> None:
+    pytest.importorskip("uvicorn")
+    from transformer_xl.serve.server import uvicorn_config
+
+    config = uvicorn_config(None, ServeOptions())
+    assert (config.timeout_keep_alive, config.limit_concurrency, config.timeout_graceful_shutdown) == (5.0, 512, 10.0)
+    config = uvicorn_config(None, ServeOptions(timeout_keep_alive=1.5, limit_concurrency=None,
+                                               timeout_graceful_shutdown=None))
+    assert (config.timeout_keep_alive, config.limit_concurrency, config.timeout_graceful_shutdown) == (1.5, None, None)
+    assert (config.access_log, config.lifespan) == (False, "off")
 
 
 def _serve_and_ask(model_path, opts, ask) -> list[str]:
@@ -166,7 +199,8 @@ def test_serve_on_ipv6_loopback_names_a_nameless_path_txl_and_logs_to_stderr(tmp
     def ask(url: str, deadline: float) -> None:
         seen["health"] = _health(url, deadline)
         req = urllib.request.Request(url + "/v1/completions", data=json.dumps({"prompt": "the cat",
-                                                                              "max_tokens": 2}).encode())
+                                                                              "max_tokens": 2}).encode(),
+                                     headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             seen["out"] = json.loads(resp.read())
 
@@ -249,7 +283,6 @@ def test_the_app_built_follows_every_option(tmp_path) -> None:
 
 
 def test_serve_loads_what_it_is_asked_for_and_a_port_in_use_starts_nothing(tmp_path) -> None:
-    import errno
     import threading
 
     import torch
@@ -264,9 +297,8 @@ def test_serve_loads_what_it_is_asked_for_and_a_port_in_use_starts_nothing(tmp_p
     busy = bind("127.0.0.1", 0)
     try:
         notes: list[str] = []
-        with pytest.raises(OSError) as info:
+        with pytest.raises(ConfigError, match=rf"^cannot listen on 127\.0\.0\.1:{busy.getsockname()[1]}: "):
             serve(run, ServeOptions(port=busy.getsockname()[1]), note=notes.append)
-        assert info.value.errno == errno.EADDRINUSE
         assert notes == [f"using {run / 'best'} (the best validation model)"]  # the loader's note reaches the caller
         assert not [t for t in threading.enumerate() if t.name == "txl-serve-engine"]  # no engine left running
         if not torch.cuda.is_available():  # the device asked for is the one loaded on
@@ -320,7 +352,17 @@ def test_build_app_names_the_model_txl_unless_told(tmp_path) -> None:
             await app(scope, receive, send)
 
         try:
-            models = TestClient(asgi).get("/v1/models").json()
+            models = TestClient(asgi, base_url="http://localhost").get("/v1/models").json()  # a name of this server
         finally:
             engine.stop()
         assert [m["id"] for m in models["data"]] == [name]
+
+
+def test_allowed_hosts_are_host_names() -> None:
+    from transformer_xl.serve.server import host_names
+
+    good = ("proxy.example", "proxy.example:443", "models", "[::1]:8000", "10.0.0.5", "a-b.example.")
+    assert host_names(ServeOptions(host="::", allowed_hosts=good)) == ["::", *good]
+    for bad in ("http://proxy.example", "proxy.example/x", "a b", "", "user@proxy.example", "a..b", "proxy:port"):
+        with pytest.raises(ConfigError, match=r"^--allowed-host takes a host name as a Host header gives it"):
+            host_names(ServeOptions(allowed_hosts=[bad]))

@@ -145,3 +145,20 @@ def test_a_busy_session_does_not_expire_and_eviction_counts_only_the_excess() ->
     store.release("a", None)
     assert len(store) == 2 and "a" in store and "d" in store
     assert store.drop("d") is True and store.drop("zz") is False and len(store) == 1
+
+
+def test_each_owner_has_its_own_sessions_and_messages_name_the_clients_id() -> None:
+    from transformer_xl.serve.sessions import owned_id, shown_id
+
+    store = SessionStore()
+    a, b = owned_id("key1", "s1"), owned_id("key2", "s1")
+    assert a != b and owned_id(None, "s1") == "s1" and shown_id(a) == shown_id(b) == shown_id("s1") == "s1"
+    store.acquire(a)
+    store.release(a, _state(1))
+    assert a in store and b not in store and "s1" not in store
+    assert store.drop(b) is False and store.acquire(b) is None  # key2's s1: new
+    with pytest.raises(RequestError, match=r"^session 's1' is in use by another request$"):
+        store.acquire(b)
+    with pytest.raises(RequestError, match=r"^session 's1' is in use by a request$"):
+        store.drop(b)
+    assert store.drop(a) is True

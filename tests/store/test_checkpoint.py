@@ -182,3 +182,36 @@ def test_a_linked_temporary_is_not_followed(tmp_path) -> None:
     remove_stale_temporaries(root)
     assert sorted(p.name for p in root.iterdir()) == [".step_00000002.tmp"]
     assert (target / "keep.txt").read_text() == "mine"
+
+
+def _steps(root) -> list[int]:
+    return [int(p.name[5:]) for p in list_checkpoints(root)]
+
+
+@pytest.mark.parametrize(("present", "keep", "kept"), [
+    (1, 3, [1]), (2, 3, [1, 2]), (3, 3, [1, 2, 3]), (4, 3, [2, 3, 4]), (5, 2, [4, 5]), (3, 1, [3]), (1, 1, [1])])
+def test_pruning_deletes_exactly_the_oldest_beyond_keep_and_nothing_when_fewer(tmp_path, present, keep, kept) -> None:
+    """Keep N of fewer than N present: nothing is deleted (the oldest included); of more: exactly the oldest beyond
+    the newest N, each directory whole."""
+    root = tmp_path / "checkpoints"
+    for step in range(1, present + 1):
+        save_checkpoint(root, step, {"w": torch.ones(2)}, "{}", {"step": step})
+    prune_checkpoints(root, keep=keep)
+    assert _steps(root) == kept and sorted(p.name for p in root.iterdir()) == [f"step_{s:08d}" for s in kept]
+    for ckpt in list_checkpoints(root):
+        verify_checkpoint(ckpt)
+
+
+def test_a_step_directory_without_its_manifest_is_no_checkpoint_listed_counted_or_pruned(tmp_path) -> None:
+    """A step directory whose manifest is missing (a save cut short, a copy in progress) is not listed as a
+    checkpoint, not counted by pruning (which keeps the newest complete ones), and not deleted by it."""
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        save_checkpoint(root, step, {"w": torch.ones(2)}, "{}", {"step": step})
+    (save_checkpoint(root, 5, {"w": torch.ones(2)}, "{}", {"step": 5}) / "MANIFEST.json").unlink()
+    (root / "step_00000004").mkdir()  # an empty one
+    assert _steps(root) == [1, 2, 3]
+    prune_checkpoints(root, keep=2)
+    assert _steps(root) == [2, 3]
+    assert sorted(p.name for p in root.iterdir()) == ["step_00000002", "step_00000003", "step_00000004",
+                                                     "step_00000005"]

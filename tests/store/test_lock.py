@@ -58,11 +58,17 @@ def test_the_lock_of_a_killed_process_is_taken_over(tmp_path) -> None:
 
 
 def test_discard_removes_only_a_directory_it_made_and_left_empty(tmp_path) -> None:
+    """``discard`` (a run refused before writing): the lock file if the lock made it, the directory if it made that
+    and it is empty; nothing else."""
     RunLock(tmp_path / "new").acquire().release(discard=True)
     assert not (tmp_path / "new").exists()
     (tmp_path / "old").mkdir()
-    RunLock(tmp_path / "old").acquire().release(discard=True)  # not made by the lock: kept
-    assert (tmp_path / "old").is_dir()
+    (tmp_path / "old" / "notes.txt").write_text("mine")
+    RunLock(tmp_path / "old").acquire().release(discard=True)  # not made by the lock: kept, without the lock file
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["notes.txt"]
+    (tmp_path / "old" / LOCK).write_text("")  # a lock file there before: an earlier run's, kept
+    RunLock(tmp_path / "old").acquire().release(discard=True)
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == [LOCK, "notes.txt"]
     lock = RunLock(tmp_path / "used").acquire()
     (tmp_path / "used" / "config.json").write_text("{}")
     lock.release(discard=True)  # something was written: kept

@@ -124,6 +124,33 @@ def test_tensorboard_points_are_on_disk_before_the_logger_closes(tmp_path) -> No
     logs.close()
 
 
+#: A process that logs 23 steps and a validation through the TensorBoard logger, then is killed (SIGKILL): the
+#: logger is never closed, and nothing the process holds in memory survives.
+LOG_THEN_DIE = """
+import os, signal, sys
+from pathlib import Path
+from transformer_xl.train.loggers import Loggers
+logs = Loggers(["tensorboard"], Path(sys.argv[1]), hparams={}, resumed_at=None, rewind=False, metric="ppl")
+for step in range(1, 24):
+    logs.train(step, float(step), 0.5, 100.0, 1.0)
+logs.valid(23, {"loss": 1.5, "ppl": 4.5}, "ppl")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_run_keeps_its_last_tensorboard_points(tmp_path) -> None:
+    """Every log line is flushed to the event file: a process killed without closing its logger leaves every point
+    on disk, the last training step and the validation after it included (TensorBoard's writer would otherwise hold
+    up to ten events, or two minutes of them, in memory)."""
+    killed = subprocess.run([sys.executable, "-c", LOG_THEN_DIE, str(tmp_path)], env=subprocess_env(tmp_path),
+                            capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    shown = _tensorboard(tmp_path / "events")
+    assert shown["train/loss"] == [(step, float(step)) for step in range(1, 24)]
+    assert shown["train/lr"][-1] == (23, 0.5) and shown["train/grad_norm"][-1] == (23, 1.0)
+    assert shown["valid/loss"] == [(23, 1.5)] and shown["valid/ppl"] == [(23, 4.5)]
+
+
 def test_a_wandb_run_keeps_its_id_and_rewinds_only_when_asked(tmp_path, offline, monkeypatch) -> None:
     """:class:`Loggers` without a training run, read back with ``wandb leet inspect``: a new run records its id in
     ``loggers.json``; a resume with ``rewind`` branches the same run at the checkpoint's step, one without it

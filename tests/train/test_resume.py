@@ -466,3 +466,54 @@ def test_the_run_config_is_read_when_there_not_needed_when_lost_and_refused_when
     (run / "config.json").unlink()
     plan = plan_resume(run)
     assert plan.checkpoint == newest and plan.train["max_step"] == 4 and plan.vocab_sha256 == corpus.vocab.sha256()
+
+
+def test_a_step_directory_without_its_manifest_is_never_resumed_from(tmp_path, corpus, tiny_run) -> None:
+    """The newest step directory lacks its manifest (a save cut short): a resume of the run continues from the
+    newest complete checkpoint; the incomplete one, named itself, is refused in one line; a run whose only step
+    directory is incomplete starts again from step 0."""
+    from transformer_xl.errors import CheckpointError
+    from transformer_xl.train.resume import plan_resume
+
+    run = _trained(tiny_run, corpus)
+    older, newest = list_checkpoints(run / "checkpoints")
+    (newest / "MANIFEST.json").unlink()
+    assert list_checkpoints(run / "checkpoints") == [older]
+    assert plan_resume(run).checkpoint == older
+    with Trainer(_resume_cfg(run), corpus=corpus, resume=run) as tr:
+        assert tr.resumed_from == older and tr.step == 2
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(newest))} is not a complete checkpoint \(no "
+                                              rf"MANIFEST\.json\); resume from an older checkpoint with --resume "
+                                              rf"{re.escape(str(older))}$"):
+        plan_resume(newest)
+    (older / "MANIFEST.json").unlink()
+    assert plan_resume(run).checkpoint is None
+
+
+def test_a_new_run_starts_only_in_a_new_or_empty_directory(tmp_path, corpus, tiny_run, capsys) -> None:
+    """A fresh run into a directory holding anything (the user's files, a model directory's files) is refused in one
+    line before it writes anything, its lock file included; the CLI says it on one line, no traceback."""
+    from transformer_xl.cli import main
+
+    cfg = tiny_run(max_step=2)
+    out = Path(cfg.out_dir)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "best").mkdir()
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(out))} is not empty \(best, notes\.txt\): a new run "
+                                          r"starts in a new or empty --out-dir, so that it writes over nothing of "
+                                          r"yours; give another --out-dir$"):
+        Trainer(cfg, corpus=corpus)
+    assert sorted(p.name for p in out.iterdir()) == ["best", "notes.txt"]
+    with pytest.raises(ConfigError, match="is not empty"):
+        Trainer(cfg, corpus=corpus, resume="auto")  # no run there to continue: a new run, refused alike
+    assert main(["train", "--preset", "tiny", "--dataset", str(corpus_dir(tmp_path / "data")), "--max-step", "1",
+                 "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txl train: error: ") and err.count("\n") == 1 and "is not empty" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["best", "notes.txt"]
+    (out / "notes.txt").unlink()
+    (out / "best").rmdir()
+    (out / "checkpoints").mkdir()  # empty, as a killed writer's cleared temporaries leave it
+    with Trainer(cfg, corpus=corpus) as tr:
+        assert tr.plan is None

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from transformer_xl.cli.args import add_command, add_model, add_no_verify, stderr_note
 from transformer_xl.errors import ConfigError
 
 #: The files of an official export (``--to official``): the state dict and the constructor kwargs.
 OFFICIAL_STATE, OFFICIAL_KWARGS = "official_state.safetensors", "official_kwargs.json"
+#: What the manifest of an output directory says wrote it (:mod:`transformer_xl.store.outputs`).
+OUTPUT = "txl convert"
 
 
 CONVERT_HELP = """convert official or Hugging Face TransfoXL weights to a txl model directory (or back)
 
 Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. Export: --to official|hf MODEL_DIR. Files
 are read without unpickling code. Every output directory gets a MANIFEST.json (SHA-256 of its files), checked when
-txl reads it back.
+txl reads it back. --out must be new, empty or an earlier txl convert output (replaced whole); anything else (files
+txl convert did not write, the input or a directory holding it) is refused unless --force, which moves the old one
+aside to OUT.old-N (nothing is deleted).
 """
 
 
@@ -29,7 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
     p.add_argument("--config", help="official MemTransformerLM constructor kwargs as JSON (with --from official)")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory: new, empty or an earlier txl convert output")
+    p.add_argument("--force", action="store_true", help="write --out even when it holds what txl convert did not "
+                   "write (or the input): the old one is moved aside to OUT.old-N, not deleted")
     p.add_argument("--vocab", help="with --from: a vocabulary to write as OUT/vocab.json (a Hugging Face "
                    "vocab.pkl/vocab.bin, read without running code, a txl vocab JSON, or a dataset name such as wt103: "
                    "the vocabulary of its prepared cache, see `txl data prepare`); --from hf looks for "
@@ -42,59 +51,85 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from transformer_xl.inference.loading import load_model
-    from transformer_xl.interop.hf import HF_CONFIG, HF_WEIGHTS, from_hf, hf_config_dict, to_hf_state_dict
+    from transformer_xl.interop.hf import from_hf
     from transformer_xl.interop.hub import fetch, parse_hub_id
-    from transformer_xl.interop.official import load_official, to_official
-    from transformer_xl.interop.state_dicts import own_tensors
-    from transformer_xl.store.files import write_json, write_text
+    from transformer_xl.interop.official import load_official
     from transformer_xl.store.layout import CONFIG, VOCAB, WEIGHTS
-    from transformer_xl.store.manifest import write_manifest
-    from transformer_xl.store.tensors import save_tensors
+    from transformer_xl.store.outputs import write_output_manifest
 
-    out, verify = Path(args.out), not args.no_verify
     if args.src == "hf" and parse_hub_id(args.path) is not None:  # the repository's own files, from the Hub cache
         snapshot = fetch(args.path)
         if snapshot.layout != "hf":
             raise ConfigError(f"{args.path} is a txl model already (config.json with n_token): use it as it is, "
                               "e.g. txl eval/generate or TransformerXLLM.from_pretrained")
         args.path = str(snapshot.path)
+    inputs = [p for p in (args.path, args.config, args.vocab) if p]  # --out may not be, nor hold, one of these
     vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
     if args.src == "official":
         if not args.config:
             raise ConfigError("--from official needs --config KWARGS.json (the MemTransformerLM constructor "
                               "arguments the checkpoint was trained with)")
-        model = load_official(args.path, args.config, verify=verify)
+        model = load_official(args.path, args.config, verify=not args.no_verify)
     elif args.src == "hf":
-        model = from_hf(args.path, verify=verify)
+        model = from_hf(args.path, verify=not args.no_verify)
     else:
         # a model, checkpoint or run directory (saying which model of a run it picked)
-        model, model_dir = load_model(args.path, verify=verify, note=stderr_note("txl convert"))
-        if args.dst == "official":
-            kwargs, state = to_official(model)
-            save_tensors(own_tensors(state), out / OFFICIAL_STATE)  # tied names too: load_file gets them all
-            write_json(out / OFFICIAL_KWARGS, kwargs, sort_keys=False)
-            write_manifest(out, [OFFICIAL_STATE, OFFICIAL_KWARGS])
-        else:  # transformers' from_pretrained reads config.json and the weights, and ignores the manifest
-            state, hf_config = to_hf_state_dict(model), hf_config_dict(model)  # refusals first
-            tokenizer = _export_tokenizer(args, model_dir, model.config.n_token)
-            save_tensors(state, out / HF_WEIGHTS[0])
-            write_json(out / HF_CONFIG, hf_config, sort_keys=False)
-            for name, text in tokenizer.items():
-                write_text(out / name, text)
-            write_manifest(out, [HF_WEIGHTS[0], HF_CONFIG, *tokenizer])
-            if tokenizer:
-                print(f"wrote TransfoXLTokenizer files ({', '.join(tokenizer)}) to {out}")
-        print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {out}")
+        model, model_dir = load_model(args.path, verify=not args.no_verify, note=stderr_note("txl convert"))
+        with _output(args, [*inputs, model_dir], [model_dir]) as tmp:
+            files, tokenizer = _exported_files(args, model, model_dir)
+            for name, write in files.items():
+                write(tmp / name)
+            write_output_manifest(tmp, OUTPUT, files)
+        if tokenizer:
+            print(f"wrote TransfoXLTokenizer files ({', '.join(tokenizer)}) to {args.out}")
+        print(f"wrote {args.dst} weights of {model.num_parameters():,} parameters to {args.out}")
         return 0
     if vocab is not None and len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={model.config.n_token}")
-    model.save_pretrained(out)
-    print(f"wrote txl model ({model.num_parameters():,} parameters) to {out}")
+    with _output(args, inputs, []) as tmp:
+        model.save_pretrained(tmp, vocab=vocab)
+        write_output_manifest(tmp, OUTPUT, [CONFIG, WEIGHTS, *([VOCAB] if vocab is not None else [])])
+    print(f"wrote txl model ({model.num_parameters():,} parameters) to {args.out}")
     if vocab is not None:
-        vocab.save(out / VOCAB)
-        write_manifest(out, [CONFIG, WEIGHTS, VOCAB])  # the manifest covers the vocabulary too
-        print(f"wrote vocabulary ({len(vocab):,} symbols) to {out / VOCAB}")
+        print(f"wrote vocabulary ({len(vocab):,} symbols) to {Path(args.out) / VOCAB}")
     return 0
+
+
+@contextlib.contextmanager
+def _output(args: argparse.Namespace, protect: list[Any], sealed: list[Any]) -> Iterator[Path]:
+    """The temporary directory that becomes ``--out`` as a whole, once claimed (:mod:`transformer_xl.store.outputs`):
+    new, empty or an earlier output of txl convert, else refused unless ``--force`` (the old one moved aside)."""
+    from transformer_xl.store.files import atomic_dir
+    from transformer_xl.store.outputs import claim_output_dir
+
+    with claim_output_dir(args.out, OUTPUT, force=args.force, protect=protect, sealed=sealed,
+                          note=stderr_note("txl convert")) as target, atomic_dir(target) as tmp:
+        yield tmp
+
+
+def _exported_files(args: argparse.Namespace, model: Any,
+                    model_dir: Path) -> tuple[dict[str, Callable[[Path], Any]], list[str]]:
+    """File name -> its writer, for ``--to official`` or ``--to hf`` of ``model`` (everything refusable refused
+    first), and the names of the tokenizer's files among them."""
+    from transformer_xl.interop.hf import HF_CONFIG, HF_WEIGHTS, hf_config_dict, to_hf_state_dict
+    from transformer_xl.interop.official import to_official
+    from transformer_xl.interop.state_dicts import own_tensors
+    from transformer_xl.store.files import write_json, write_text
+    from transformer_xl.store.tensors import save_tensors
+
+    if args.dst == "official":
+        kwargs, state = to_official(model)
+        # tied names too: load_file gets them all
+        return {OFFICIAL_STATE: lambda p: save_tensors(own_tensors(state), p),
+                OFFICIAL_KWARGS: lambda p: write_json(p, kwargs, sort_keys=False)}, []
+    # transformers' from_pretrained reads config.json and the weights, and ignores the manifest
+    state, hf_config = to_hf_state_dict(model), hf_config_dict(model)
+    tokenizer = _export_tokenizer(args, model_dir, model.config.n_token)
+    files: dict[str, Callable[[Path], Any]] = {HF_WEIGHTS[0]: lambda p: save_tensors(state, p),
+                                               HF_CONFIG: lambda p: write_json(p, hf_config, sort_keys=False)}
+    for name, text in tokenizer.items():
+        files[name] = lambda p, text=text: write_text(p, text)
+    return files, list(tokenizer)
 
 
 def _import_vocab(args: argparse.Namespace):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_xl.cli.args import add_split_flags, nonneg_int, positive_int
+from transformer_xl.cli.args import add_split_flags, nonneg_int, positive_int, stderr_note
 from transformer_xl.data import fetch, known_datasets, load_corpus
 from transformer_xl.data.registry import get_spec
 from transformer_xl.errors import ConfigError, DataError
@@ -84,7 +84,9 @@ def _add_generate(dsub: argparse._SubParsersAction) -> None:
                         "`txl train --dataset OUT --level char`. Seeded and deterministic "
                         "(see transformer_xl.data.long_range).")
     g.add_argument("kind", choices=["long-range"], help="the generator")
-    g.add_argument("out", help="output folder")
+    g.add_argument("out", help="output folder: new, empty or an earlier long-range corpus")
+    g.add_argument("--force", action="store_true", help="write OUT even when it holds other files: the old folder "
+                   "is moved aside to OUT.old-N, not deleted")
     add_long_range_flags(g)
 
 
@@ -196,10 +198,17 @@ def long_range_spec(args: argparse.Namespace) -> LongRangeSpec:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from transformer_xl.data.long_range import generate
+    from transformer_xl.data.long_range import METADATA, SPLITS, generate
+    from transformer_xl.store.outputs import claim_output_dir
+
+    def written(folder: Path) -> set[str] | None:  # an earlier corpus of the generator: its files may be rewritten
+        return {METADATA, *(f"{split}.txt" for split in SPLITS)} if (folder / METADATA).is_file() else None
 
     text = generate(long_range_spec(args))
-    out = text.write(args.out)
+    with claim_output_dir(args.out, "txl data generate", force=args.force, written=written,
+                          note=stderr_note("txl data")) as target:
+        text.write(target)
+    out = Path(args.out)
     for split, spans in text.spans.items():
         print(f"  {split:5s} {len(text.ids[split]):>9,} tokens, {len(spans):>6,} copied spans")
     print(f"wrote {out}/train.txt, valid.txt, test.txt, long-range.json; train with "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import TextIO
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TextIO
 
 from transformer_xl.cli.args import (
     MODEL_DIRS,
@@ -22,6 +22,11 @@ from transformer_xl.cli.args import (
     stderr_note,
 )
 from transformer_xl.errors import ConfigError, DataError
+from transformer_xl.inference.streaming import BYTES_PER_TOKEN, DEFAULT_MAX_DOCUMENT_TOKENS
+
+if TYPE_CHECKING:
+    from transformer_xl.inference.score import ScoredText
+    from transformer_xl.model import TXLConfig
 
 SCORE_HELP = """score your own text: the log-probability of every token of each line (or document)
 
@@ -33,6 +38,11 @@ text without --documents) as one stream, each with the memory of those before it
 gives the same text; --memory reset scores each line alone. Output: JSON lines (text, tokens, log_probs in nats,
 surprisal_bits, n_tokens, total_log_prob, ppl or bpc for character and byte models), or --format tsv, one row per
 token.
+
+The input is read as it comes and each record is written once it is scored (a pipe's records as soon as the next
+line is slow to come; without --documents and with --memory carry, once the segment holding the line's end is
+read), in the memory of one record at a time: a record of more than --max-document-tokens tokens, or a line of more
+than 16 bytes per token of that limit, is refused when it is read.
 """
 
 
@@ -60,64 +70,87 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the tokenizers JSON of a model trained with --tokenizer (default: the one its run recorded)")
     p.add_argument("--errors", choices=("strict", "replace"), default="strict",
                    help="bytes that are not UTF-8: strict refuses the file (default), replace reads them as U+FFFD")
+    p.add_argument("--max-document-tokens", type=positive_int, default=DEFAULT_MAX_DOCUMENT_TOKENS, metavar="N",
+                   help="the most tokens one record (a line; with --documents, a document) may have; a line may have "
+                   f"{BYTES_PER_TOKEN} bytes per token of it (default: {DEFAULT_MAX_DOCUMENT_TOKENS:,})")
     add_device(p)
     add_progress(p)
     add_no_verify(p)
     p.set_defaults(func=run)
 
 
-def read_text(source: str, errors: str = "strict") -> str:
-    """The text of ``source`` (``-``: standard input) as UTF-8; a one-line :class:`DataError` for a missing file or,
-    with ``errors="strict"``, bytes that are not UTF-8."""
-    from transformer_xl.data.rawtext import decode_utf8
-
-    name = "standard input" if source == "-" else source
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read {name}: {exc.strerror or exc}") from None
-    # equivalent mutants: score_text reads "\r\n" and "\r" as line ends itself
-    return decode_utf8(data, name, errors=errors).replace("\r\n", "\n").replace("\r", "\n")  # pragma: no mutate
-
-
-def write_tsv(records: list, out: TextIO, unit: str) -> None:
-    """One row per token: the record's number (from 1), the token's position in it, the token, its log-probability
-    (nats) and surprisal (bits); tabs, newlines and backslashes in a token are escaped."""
-    out.write(f"{unit}\tposition\ttoken\tlog_prob\tsurprisal_bits\n")
-    for n, rec in enumerate(records, 1):
+def write_tsv(records: Iterable[ScoredText], out: TextIO, unit: str, *, first: int = 1, header: bool = True) -> None:
+    """One row per token: the record's number (from ``first``), the token's position in it, the token, its
+    log-probability (nats) and surprisal (bits), under a header row unless told not to; tabs, newlines and
+    backslashes in a token are escaped."""
+    if header:
+        out.write(f"{unit}\tposition\ttoken\tlog_prob\tsurprisal_bits\n")
+    for n, rec in enumerate(records, first):
         for i, (tok, lp, bits) in enumerate(zip(rec.tokens, rec.log_probs, rec.surprisal_bits)):
             tok = tok.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
             out.write(f"{n}\t{i}\t{tok}\t{lp!r}\t{bits!r}\n")
 
 
 def run(args: argparse.Namespace) -> int:
-    from transformer_xl.data.progress import progress_mode
+    from transformer_xl.data.progress import Progress, progress_mode
+    from transformer_xl.inference.budget import check_scoring
     from transformer_xl.inference.lines import LineEncoder
     from transformer_xl.inference.loading import load_model
-    from transformer_xl.inference.score import score_text
+    from transformer_xl.inference.reading import open_lines
+    from transformer_xl.inference.streaming import score_stream
 
     if args.tokenizer is not None and args.level is not None:
         raise ConfigError("--level and --tokenizer exclude each other: a tokenizer model's text is subwords")
-    text = read_text(args.file, args.errors)  # a bad or empty file is refused before the model loads
-    if not text.strip():
-        raise DataError(f"nothing to score: {'standard input' if args.file == '-' else args.file} is empty")
-    model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
-                                  note=stderr_note("txl score"))
-    encoder = LineEncoder.for_model(directory, vocab=args.vocab, level=args.level, tokenizer=args.tokenizer)
-    if len(encoder.vocab) != model.config.n_token:
-        raise ConfigError(f"the vocabulary has {len(encoder.vocab)} symbols but the model predicts "
-                          f"{model.config.n_token}")
-    records = score_text(model, encoder, text, documents=args.documents, memory=args.memory,
-                         batch_size=args.batch_size, tgt_len=args.tgt_len, mem_len=args.mem_len,
-                         clamp_len=args.clamp_len, same_length=args.same_length,
-                         progress=progress_mode(args.progress), desc="txl score")
+    limit = args.max_document_tokens
+    with open_lines(args.file, max_bytes=BYTES_PER_TOKEN * limit, errors=args.errors) as reader:
+        if not reader.has_text():  # a bad or empty input is refused before the model loads
+            raise DataError(f"nothing to score: {reader.name} is empty")
+
+        def fits(config: TXLConfig) -> None:  # the lengths against the machine, before the model is built
+            check_scoring(config, rows=1, positions=1, device=args.device, tgt_len=args.tgt_len,
+                          mem_len=args.mem_len, weights=True)
+
+        model, directory = load_model(args.model, device=args.device, verify=not args.no_verify,
+                                      note=stderr_note("txl score"), fits=fits)
+        encoder = LineEncoder.for_model(directory, vocab=args.vocab, level=args.level, tokenizer=args.tokenizer)
+        if len(encoder.vocab) != model.config.n_token:
+            raise ConfigError(f"the vocabulary has {len(encoder.vocab)} symbols but the model predicts "
+                              f"{model.config.n_token}")
+        records = score_stream(model, encoder, reader, documents=args.documents, memory=args.memory,
+                               batch_size=args.batch_size, max_document_tokens=limit, waiting=reader.waiting,
+                               name=reader.name, tgt_len=args.tgt_len, mem_len=args.mem_len,
+                               clamp_len=args.clamp_len, same_length=args.same_length)
+        # over the input's bytes: every 10 % of a file, every MiB of a pipe (whose size is unknown)
+        with Progress(reader.size, desc="txl score", unit="B", rate_unit="tok", mode=progress_mode(args.progress),
+                      min_seconds=2.0, every=None if reader.size else 1 << 20) as bar:
+            tokens = [0]  # scored since the bar last moved: the bar counts the input's bytes, its rate tokens
+
+            def progress(rec: ScoredText) -> None:
+                tokens[0] += rec.n_tokens
+                if reader.consumed > bar.n:
+                    bar.update(reader.consumed - bar.n, amount=tokens[0])
+                    tokens[0] = 0
+
+            write_records(records, sys.stdout, args.format, "document" if args.documents else "line",
+                          progress=progress, waiting=reader.waiting)
     if encoder.unknown:
         stderr_note("txl score")(f"warning: {encoder.unknown} tokens are not in the vocabulary and were scored "
                                  f"as {encoder.vocab.unk}")
-    if args.format == "tsv":
-        write_tsv(records, sys.stdout, "document" if args.documents else "line")
-    else:
-        for rec in records:
-            sys.stdout.write(json.dumps(rec.to_dict(), ensure_ascii=False) + "\n")
-    sys.stdout.flush()
     return 0
+
+
+def write_records(records: Iterable[ScoredText], out: TextIO, form: str, unit: str, *,
+                  progress: Callable[[ScoredText], None] | None = None,
+                  waiting: Callable[[], bool] | None = None) -> None:
+    """Write each record as it comes (``form``: ``jsonl``, or ``tsv`` under a header naming ``unit``), flushing
+    ``out`` whenever the input is ``waiting`` (the reader of a pipe sees the records so far) and at the end."""
+    for n, rec in enumerate(records, 1):
+        if form == "tsv":
+            write_tsv([rec], out, unit, first=n, header=n == 1)
+        else:
+            out.write(json.dumps(rec.to_dict(), ensure_ascii=False) + "\n")
+        if progress is not None:
+            progress(rec)
+        if waiting is not None and waiting():
+            out.flush()
+    out.flush()

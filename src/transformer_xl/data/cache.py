@@ -24,6 +24,7 @@ from transformer_xl.errors import DataError
 from transformer_xl.store.files import atomic_dir, check_plain_name, sha256_file, write_json
 from transformer_xl.store.layout import CACHE_MANIFEST as MANIFEST
 from transformer_xl.store.layout import VOCAB
+from transformer_xl.store.outputs import refusal
 from transformer_xl.version import __version__
 
 SCHEMA_VERSION = 1
@@ -69,6 +70,9 @@ def write_cache(
 
 def _write_cache(cache_dir: Path, built: Built, *, dataset: str, config: dict[str, Any], sources: list[Path],
                  extra: dict[str, Any] | None, replace: bool) -> dict[str, Any]:
+    why = refusal(cache_dir, "txl data prepare", written=_cache_files) if replace else None
+    if why is not None:  # a cache is replaced whole: never over files it does not hold itself
+        raise DataError(f"{why}: refusing to replace it; move them out, or delete the folder to rebuild the cache")
     with atomic_dir(cache_dir, replace=replace) as tmp:
         arrays: dict[str, Any] = {}
         for key, arr in {**built.splits, **built.extras}.items():
@@ -89,6 +93,12 @@ def _write_cache(cache_dir: Path, built: Built, *, dataset: str, config: dict[st
         }
         write_json(tmp / MANIFEST, manifest, indent=1, sort_keys=False)
     return manifest
+
+
+def _cache_files(cache_dir: Path) -> set[str]:
+    """The entries of ``cache_dir`` a cache holds: its manifest, its vocabulary and ``.npy`` arrays (files)."""
+    return {p.name for p in cache_dir.iterdir()
+            if p.is_file() and (p.name in (MANIFEST, VOCAB) or p.suffix == ".npy")}
 
 
 def read_manifest(cache_dir: Path) -> dict[str, Any] | None:

@@ -78,6 +78,7 @@ from transformer_xl.experiments.grid import run_seed_grid
 from transformer_xl.inference.evaluate import evaluate
 from transformer_xl.inference.window import evaluate_sliding_window
 from transformer_xl.model import TransformerXLLM, TXLConfig
+from transformer_xl.store import layout as L
 from transformer_xl.store.checkpoint import list_checkpoints
 from transformer_xl.store.files import read_json, write_json
 from transformer_xl.store.layout import RunDir
@@ -172,6 +173,21 @@ def variant_steps(v: Variant, steps: int, tgt_len: int, train_len: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- training
+#: What a run writes in its directory before its first checkpoint (and its lock and temporaries, hidden names).
+RUN_ENTRIES = frozenset({L.CONFIG, L.VOCAB, L.METRICS, L.RESULTS, L.CHECKPOINTS, L.BEST, L.FINAL, L.EVENTS,
+                         L.WANDB, L.LOGGERS})
+
+
+def clear_unstarted_run(root: Path) -> None:
+    """Remove a variant's run that stopped before its first checkpoint -- only what a run writes: a directory that
+    also holds anything else is a one-line :class:`ConfigError`, and nothing is removed."""
+    foreign = sorted(p.name for p in root.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith("."))
+    if foreign or not root.is_dir():
+        raise ConfigError(f"{root} holds files a training run did not write ({', '.join(foreign[:3])}): "
+                          "move them, or give the experiment another --out")
+    shutil.rmtree(root)
+
+
 def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps: int, batch_size: int = 16,
                   lr: float = 1e-3, warmup: int = 50, half_loss: bool = False, clip: float = 0.25, seed: int = 0,
                   max_minutes: float | None = None, eval_tokens: int | None = None, device: str = "cpu",
@@ -183,7 +199,7 @@ def train_variant(cfg: TXLConfig, corpus: Corpus, run_dir: str | Path, *, steps:
     run = RunDir(run_dir)
     resume = run.root if list_checkpoints(run.checkpoints) else None
     if resume is None and run.root.exists():  # started but stopped before its first checkpoint: nothing to keep
-        shutil.rmtree(run.root)
+        clear_unstarted_run(run.root)
     overrides = {k: v for k, v in cfg.to_dict().items() if k != "n_token"}
     tc = TrainConfig(dataset=corpus.name, model="tiny", model_overrides=overrides, out_dir=str(run.root),
                      batch_size=batch_size, lr=lr, warmup_step=warmup, max_step=steps, clip=clip, seed=seed,

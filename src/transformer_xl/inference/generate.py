@@ -235,25 +235,40 @@ def _decoder(model: TransformerXLLM, captured: bool | CaptureOptions | CapturedD
 
 def advance(model: TransformerXLLM, input_ids: Tensor | Sequence[int] | Sequence[Sequence[int]], *,
             mems: list[Tensor] | None = None, mem_len: int | None = None, clamp_len: int | None = None,
-            prompt_chunk: int | None = None, every_position: bool = False) -> tuple[Tensor, list[Tensor]]:
+            prompt_chunk: int | None = None, every_position: bool = False,
+            each_segment: Callable[[int, Tensor], None] | None = None) -> tuple[Tensor, list[Tensor]]:
     """Read ``input_ids`` after ``mems`` (in segments of ``prompt_chunk``, default ``tgt_len``), in eval mode without
     a gradient: the step :func:`stream` takes for a prompt (and, with one token, for every new token), for callers
     that choose tokens themselves (a server batching the rows of several requests).
 
-    Returns ``(log_probs, mems)``: the next-token log-probabilities ``[B, V]`` after the last position (with
-    ``every_position``: ``[B, T, V]``, those after every position), and the memories of every position read.
+    Returns ``(log_probs, mems)``: the next-token log-probabilities ``[B, V]`` after the last position, and the
+    memories of every position read. ``each_segment(start, table)``: called with each segment's log-probabilities
+    ``table [B, L, V]`` (positions ``start .. start + L - 1`` of ``input_ids``), which are dropped after the call, so
+    at most one segment's table is held (``L x V`` floats per row); the ``[B, V]`` returned is then a copy of the
+    last row. ``every_position`` returns ``[B, T, V]`` instead, the tables of every position (``T x V`` floats per
+    row: 8.8 GB for 8,192 tokens of a 267,735-word vocabulary; for short texts only).
     """
+    if every_position and each_segment is not None:
+        raise ConfigError("give every_position or each_segment, not both")
     ids = _as_ids(model, input_ids)
     lengths = _lengths(model, mem_len, clamp_len)
     chunk = check_int("prompt_chunk", model.config.tgt_len if prompt_chunk is None else prompt_chunk, 1)
     _check_mems(model, mems, ids.size(0))
     rec = Recurrence(model, lengths, mems=list(mems or []))
     segments = [ids[:, i:i + chunk] for i in range(0, ids.size(1), chunk)]
-    if not every_position:
+    if each_segment is None and not every_position:
         return _next_log_probs(model, rec, segments), rec.mems
+    if every_position:
+        with eval_mode(model), torch.no_grad():
+            log_probs = torch.cat([model.log_prob(rec(x).hidden) for x in segments], 1)  # [B, T, V]
+        return log_probs, rec.mems
     with eval_mode(model), torch.no_grad():
-        log_probs = torch.cat([model.log_prob(rec(x).hidden) for x in segments], 1)  # [B, T, V]
-    return log_probs, rec.mems
+        for i, x in enumerate(segments):
+            table = model.log_prob(rec(x).hidden)  # [B, L, V]
+            each_segment(i * chunk, table)
+            last = table[:, -1].clone()  # [B, V], not a view that would keep the segment's table
+            del table  # before the next segment's is made
+    return last, rec.mems
 
 
 def _check_mems(model: LM, mems: list[Tensor] | None, batch: int) -> None:

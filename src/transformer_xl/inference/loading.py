@@ -10,12 +10,13 @@ from typing import Any
 import torch
 
 from transformer_xl.data import Vocab
-from transformer_xl.errors import CheckpointError, ConfigError, DataError
+from transformer_xl.errors import CheckpointError, ConfigError, DataError, TXLError
 from transformer_xl.interop.hub import hub_model_dir, missing_path_hint, parse_hub_id
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.int8 import check_scheme
+from transformer_xl.safejson import nested_too_deeply, read_object
 from transformer_xl.store.checkpoint import verify_checkpoint
-from transformer_xl.store.layout import find_vocab, is_checkpoint_dir, resolve_model
+from transformer_xl.store.layout import CONFIG, find_vocab, is_checkpoint_dir, resolve_model
 
 
 def check_device(device: str | torch.device) -> torch.device:
@@ -30,7 +31,8 @@ def check_device(device: str | torch.device) -> torch.device:
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: bool = True,
-               note: Callable[[str], None] | None = None, quantize: str | None = None) -> tuple[TransformerXLLM, Path]:
+               note: Callable[[str], None] | None = None, quantize: str | None = None,
+               fits: Callable[[TXLConfig], None] | None = None) -> tuple[TransformerXLLM, Path]:
     """The model behind ``path`` in eval mode, and its directory: every command that takes a model reads it here.
 
     ``path`` is a Hugging Face Hub id ``ORG/NAME[@REV]`` when no local path of that name exists and ``ORG`` is no
@@ -47,6 +49,11 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
     against the weights' header and NaN/inf weights are refused either way
     (:meth:`TransformerXLLM.from_pretrained`). ``quantize="int8"`` then quantizes it for CPU inference
     (:meth:`TransformerXLLM.quantize`; refused before loading on another device).
+
+    ``fits`` is shown the model's config before anything is built, to refuse (raising) lengths the machine cannot
+    hold (:func:`transformer_xl.inference.budget.check_scoring`); a config that cannot be read is left to the load,
+    which says why after checking the manifest. A JSON file of the model nested too deeply for Python's parser
+    (``config.json`` of 100,000 ``[``) is a one-line :class:`CheckpointError`, not a :class:`RecursionError`.
     """
     check_device(device)
     if quantize is not None:
@@ -55,11 +62,21 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
         path = hub_model_dir(str(path), note=note)
     elif not Path(path).exists():  # e.g. runs/demoo beside runs/: a mistyped path, never looked up on the Hub
         raise CheckpointError(f"no such model or run directory: {path}{missing_path_hint(path)}")
-    directory, why = resolve_model(path)
-    checkpoint = is_checkpoint_dir(directory)
-    if verify and checkpoint:
-        verify_checkpoint(directory)  # a checkpoint must have its manifest
-    model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
+    resolved: Path | None = None
+    try:  # json's parser recurses once per level: a file of the model nested 100,000 deep would raise RecursionError
+        directory, why = resolve_model(path)
+        resolved = directory
+        checkpoint = is_checkpoint_dir(directory)
+        if verify and checkpoint:
+            verify_checkpoint(directory)  # a checkpoint must have its manifest
+        if fits is not None:
+            _show_config(directory, fits)
+        model = TransformerXLLM.from_pretrained(directory, map_location=device, verify=verify and not checkpoint)
+    except RecursionError:
+        if resolved is not None and (resolved / CONFIG).is_file():
+            read_object(resolved / CONFIG, error=CheckpointError)  # config.json: named, if it is the one
+        raise CheckpointError(f"{resolved or path}: a JSON file of the model ({CONFIG}, a manifest, the run's "
+                              "train_info.json or the weights' metadata) is nested too deeply to be read") from None
     if note is not None and why is not None:
         note(f"using {directory} ({why})")
     if quantize is not None:
@@ -67,11 +84,26 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu", verify: 
     return model.eval(), directory
 
 
+def _show_config(directory: Path, fits: Callable[[TXLConfig], None]) -> None:
+    """``fits(config)`` for the config in ``directory``; nothing for one that cannot be read (``from_pretrained``
+    refuses it in its own words, after the manifest)."""
+    try:
+        config = TXLConfig.from_json(directory / CONFIG)
+    except TXLError:
+        return
+    fits(config)
+
+
 def load_vocab(model_dir: str | Path, vocab: str | Path | None = None) -> Vocab:
     """The vocabulary of a model directory: ``vocab`` if given, else the one
     :func:`transformer_xl.store.layout.find_vocab`
-    finds beside it (``MODEL_DIR/vocab.json``, or its run's)."""
-    return Vocab.load(find_vocab(model_dir, vocab))
+    finds beside it (``MODEL_DIR/vocab.json``, or its run's); one nested too deeply to parse is a one-line
+    :class:`DataError`."""
+    path = find_vocab(model_dir, vocab)
+    try:
+        return Vocab.load(path)
+    except RecursionError:
+        raise nested_too_deeply(f"vocabulary {path}", DataError) from None
 
 
 def check_dataset(model: TransformerXLLM, model_dir: str | Path, corpus: Any, name: str) -> None:
@@ -103,7 +135,7 @@ def run_text_options(model_dir: Path) -> dict:
     for folder in (model_dir, model_dir.parent, model_dir.parent.parent):
         try:
             doc = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable or not JSON: not a run's config
             continue
         if isinstance(doc, dict) and isinstance(doc.get("train"), dict):
             return {k: doc["train"][k] for k in USER_TEXT_FLAGS if doc["train"].get(k) is not None}

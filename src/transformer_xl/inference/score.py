@@ -10,8 +10,12 @@ start symbol).
 
 :func:`score_text` cuts a text into units, lines or blank-line-separated documents, and reads them with
 ``memory="carry"`` (one stream per document, the whole text without documents: each line sees the lines before)
-or ``memory="reset"`` (one stream per line: each line alone). :func:`score_ids` scores any streams of ids as a
-batch: streams of different lengths are padded and masked, with results equal to scoring them one at a time.
+or ``memory="reset"`` (one stream per line: each line alone); :func:`score_units` does the same for units whose lines
+are already ids. :func:`score_ids` scores any streams of ids as a batch: streams of different lengths are padded
+and masked, with results equal to scoring them one at a time (up to float rounding), one
+:func:`score_segment` after another; the memory each batch takes is checked against the machine before it is
+allocated (:func:`transformer_xl.inference.budget.check_scoring`). Reading a text as it arrives is
+:mod:`transformer_xl.inference.streaming`.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import numpy as np
 import torch
 
 from transformer_xl.errors import ConfigError, DataError, check_int
+from transformer_xl.inference.budget import check_scoring
 from transformer_xl.inference.lines import LineEncoder, split_lines
 from transformer_xl.model import Recurrence, TransformerXLLM, eval_mode
 
-__all__ = ["MEMORY_MODES", "ScoredText", "TokenScores", "score_ids", "score_text", "split_documents"]
+__all__ = ["MEMORY_MODES", "ScoredText", "TokenScores", "score_ids", "score_segment", "score_text", "score_units",
+           "split_documents"]
 
 #: ``carry``: lines of a document read with the memory of the lines before; ``reset``: each line alone.
 MEMORY_MODES = ("carry", "reset")
@@ -107,10 +113,19 @@ def score_text(model: TransformerXLLM, encoder: LineEncoder, text: str, *, docum
         raise DataError("nothing to score: the text is empty")
     units = split_documents(text) if documents else split_lines(text)
     pieces = [[encoder.line_ids(line) for line in split_lines(u)] or [encoder.line_ids("")] for u in units]
+    return score_units(model, encoder, units, pieces, memory=memory, one_stream=not documents, **kwargs)
+
+
+def score_units(model: TransformerXLLM, encoder: LineEncoder, units: Sequence[str], pieces: Sequence[list[list[int]]],
+                *, memory: str = "carry", one_stream: bool = False, **kwargs: Any) -> list[ScoredText]:
+    """The :class:`ScoredText` of each unit of text (a line or a document), given the ids of each of its lines
+    (``pieces[u]``, :meth:`LineEncoder.line_ids`). Each line is a stream of its own with ``memory="reset"``;
+    with ``"carry"`` each unit is one stream, or all units are one with ``one_stream``. ``kwargs`` go to
+    :func:`score_ids`."""
     # a stream: the start symbol, then pieces (unit, ids) read in order
     if memory == "reset":
         plan = [[(u, ids)] for u, lines in enumerate(pieces) for ids in lines]
-    elif documents:
+    elif not one_stream:
         plan = [[(u, ids) for ids in lines] for u, lines in enumerate(pieces)]
     else:
         plan = [[(u, ids) for u, lines in enumerate(pieces) for ids in lines]]
@@ -160,6 +175,9 @@ def score_ids(model: TransformerXLLM, streams: Sequence[Sequence[int]], *, batch
     with eval_mode(model):
         for b in range(0, len(order), batch_size):
             chunk = order[b:b + batch_size]
+            # the longest stream first: what this batch's buffers take, refused before they are allocated
+            check_scoring(model.config, rows=len(chunk), positions=rows[chunk[0]].numel(), device=device,
+                          tgt_len=tgt, mem_len=lengths.mem_len, full_distribution=greedy)
             for i, sc in zip(chunk, _score_batch(model, [rows[i] for i in chunk], tgt, lengths, greedy, device,
                                                  bar)):
                 results[i] = sc
@@ -169,10 +187,7 @@ def score_ids(model: TransformerXLLM, streams: Sequence[Sequence[int]], *, batch
 
 def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, lengths: Any, greedy: bool,
                  device: torch.device, bar: Any) -> list[TokenScores]:
-    """Streams read side by side, segment by segment; a stream that ends leaves the batch (and its memory).
-
-    A shorter last segment is padded after its end to the longest one: a query never attends to a later key, and
-    with ``same_length`` the keys a real query loses to the window do not depend on the padded length either."""
+    """Streams read side by side, segment by segment; a stream that ends leaves the batch (and its memory)."""
     n_targets = [r.numel() - 1 for r in rows]
     log_probs = [np.zeros(n) for n in n_targets]
     hits = [np.zeros(n, dtype=bool) for n in n_targets]
@@ -181,25 +196,40 @@ def _score_batch(model: TransformerXLLM, rows: list[torch.Tensor], tgt: int, len
     pos = 0
     while active:
         seg = [min(tgt, n_targets[r] - pos) for r in active]
-        x = torch.zeros(len(active), max(seg), dtype=torch.long)  # [B, Q], padded after each row's end
-        y = torch.zeros_like(x)
+        lp, best = score_segment(rec, [rows[r][pos:pos + n + 1] for r, n in zip(active, seg)], greedy=greedy,
+                                 device=device)
         for k, (r, n) in enumerate(zip(active, seg)):
-            x[k, :n] = rows[r][pos:pos + n]
-            y[k, :n] = rows[r][pos + 1:pos + 1 + n]
-        # left out: where the batch goes (the model's device) only shows on a GPU
-        out = rec(x.to(device), y.to(device), return_log_probs=greedy)  # pragma: no mutate
-        nll = out.nll.double().cpu()  # [B, Q]
-        best = out.log_probs.argmax(-1).cpu() if greedy else None  # [B, Q]
-        for k, (r, n) in enumerate(zip(active, seg)):
-            log_probs[r][pos:pos + n] = -nll[k, :n].numpy()
+            log_probs[r][pos:pos + n] = lp[k, :n]
             if best is not None:
-                hits[r][pos:pos + n] = (best[k, :n] == y[k, :n]).numpy()
+                hits[r][pos:pos + n] = best[k, :n]
         bar.update(sum(seg))
         keep = [r for r in active if n_targets[r] > pos + tgt]
         if keep and keep != active:
             rec = Recurrence(model, lengths, mems=_rows_of(rec.mems, active, keep))
         active, pos = keep, pos + tgt
     return [TokenScores(lp, h if greedy else None) for lp, h in zip(log_probs, hits)]
+
+
+def score_segment(rec: Recurrence, pieces: Sequence[torch.Tensor], *, greedy: bool = False,
+                  device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray | None]:
+    """The next segment of the streams that ``rec`` reads side by side: ``pieces[k]`` holds stream ``k``'s next
+    ``n_k`` inputs and the token after them (``n_k + 1`` ids). The log-probability ``[B, max n]`` (float64) of
+    each next token, and with ``greedy`` whether it was the most likely one; positions past a row's ``n_k`` are
+    padding.
+
+    A shorter row is padded after its end to the longest one: a query never attends to a later key, and with
+    ``same_length`` the keys a real query loses to the window do not depend on the padded length either."""
+    seg = [p.numel() - 1 for p in pieces]
+    x = torch.zeros(len(pieces), max(seg), dtype=torch.long)  # [B, Q], padded after each row's end
+    y = torch.zeros_like(x)
+    for k, (p, n) in enumerate(zip(pieces, seg)):
+        x[k, :n] = p[:n]
+        y[k, :n] = p[1:n + 1]
+    # left out: where the batch goes (the model's device) only shows on a GPU
+    out = rec(x.to(device), y.to(device), return_log_probs=greedy)  # pragma: no mutate
+    log_probs = -out.nll.double().cpu().numpy()  # [B, Q]
+    best = (out.log_probs.argmax(-1).cpu() == y).numpy() if greedy else None  # [B, Q]
+    return log_probs, best
 
 
 def _rows_of(mems: list[torch.Tensor], rows: list[int], subset: list[int]) -> list[torch.Tensor]:

@@ -87,6 +87,7 @@ class SampleText:
 
     def __init__(self, codec: TextCodec, context: Sequence[int] = (), stop_strings: Sequence[str] = ()) -> None:
         self.stop_strings = list(stop_strings)
+        self.stops = StopMatcher(self.stop_strings)
         self.decoder = codec.decoder(context)
         self.text = ""  # the sample's text so far (stop string cut off)
         self.shown = 0  # how much of it :meth:`feed` has returned
@@ -95,8 +96,9 @@ class SampleText:
 
     def feed(self, token_id: int, *, stop_token: bool = False) -> str:
         """Add one token (``stop_token``: it ends the sample); the text that became final."""
-        self.text += self.decoder.feed([token_id])
-        end, hold = _stop_scan(self.text, self.stop_strings)
+        new = self.decoder.feed([token_id])
+        self.text += new
+        end, hold = self.stops.feed(new), self.stops.hold
         if end is not None:
             self.done, self.finish_reason, self.text = True, "stop_string", self.text[:end]
         elif stop_token:
@@ -123,15 +125,60 @@ def _check_samples(n: object) -> None:
         raise ConfigError(f"num_samples must be an integer >= 1, got {n!r}")
 
 
-def _stop_scan(text: str, stops: Sequence[str]) -> tuple[int | None, int]:
-    """(index where the first stop string starts, or None; length of the tail that may begin one)."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    if hits:
-        return min(hits), 0
-    hold = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), hold, -1):
-            if text.endswith(s[:k]):
-                hold = k
-                break
-    return None, hold
+class StopMatcher:
+    """Where the first of some stop strings begins in a text that arrives piece by piece, and how long the end of the
+    text is that may begin one (the text to hold back).
+
+    Each stop string is matched by the automaton of Knuth, Morris & Pratt (1977): its state is the longest prefix of
+    the stop that ends the text so far, so a piece is read once, character by character, and what came before it is
+    never compared again. A piece of ``c`` characters costs ``O(c x stops)`` (amortized), however long the text and
+    the stops; building the automata costs ``O(total length of the stops)`` once.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        if any(not s for s in stops):
+            raise ConfigError("stop strings must not be empty")
+        self.stops = list(stops)
+        self.fallback = [_fallback(s) for s in self.stops]
+        self.matched = [0] * len(self.stops)  # per stop: the longest prefix of it that ends the text
+        self.length = 0  # characters fed so far
+
+    @property
+    def hold(self) -> int:
+        """Characters at the end of the text that begin a stop string (0 once one was found)."""
+        return max(self.matched, default=0)
+
+    def feed(self, piece: str) -> int | None:
+        """Add ``piece`` to the text: where the earliest stop string found in it begins (an index into the whole
+        text), or None. The earliest in the text wins, whichever stop string was listed first."""
+        first = None
+        for j, stop in enumerate(self.stops):
+            q, fallback = self.matched[j], self.fallback[j]
+            for i, c in enumerate(piece):
+                while q and stop[q] != c:
+                    q = fallback[q - 1]
+                if stop[q] == c:
+                    q += 1
+                if q == len(stop):  # found; a later match of the same stop begins later
+                    start = self.length + i + 1 - q
+                    first = start if first is None else min(first, start)
+                    q = 0
+                    break
+            self.matched[j] = q
+        self.length += len(piece)
+        if first is not None:
+            self.matched = [0] * len(self.stops)
+        return first
+
+
+def _fallback(stop: str) -> list[int]:
+    """``out[i]``: the length of the longest proper prefix of ``stop`` that ends ``stop[:i + 1]`` (KMP's table)."""
+    out = [0] * len(stop)
+    k = 0
+    for i in range(1, len(stop)):
+        while k and stop[i] != stop[k]:
+            k = out[k - 1]
+        if stop[i] == stop[k]:
+            k += 1
+        out[i] = k
+    return out

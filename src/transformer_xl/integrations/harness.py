@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
-from transformer_xl.errors import ConfigError, TXLError, install_hint
+from transformer_xl.errors import ConfigError, DataError, TXLError, install_hint
 from transformer_xl.inference.lines import LineEncoder
 from transformer_xl.inference.loading import load_model
 from transformer_xl.inference.score import score_ids
+from transformer_xl.safejson import short_repr
 
 try:  # the core package does not need the harness: without it, the backend is a plain class
     from lm_eval.api.model import LM as _Base
@@ -125,8 +126,18 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
 
     # -- the harness's requests -----------------------------------------------------------------
     def loglikelihood(self, requests: Sequence[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """``(log p(continuation | context), whether every continuation token was the most likely)`` per request."""
+        """``(log p(continuation | context), whether every continuation token was the most likely)`` per request.
+
+        A continuation that gives no token (empty, or only spaces for a word or character model) is refused, every
+        request before any is scored, in one line (:class:`DataError`): it has no probability to measure, and
+        ``(0.0, True)`` would call it certain, the best answer of any multiple choice (the harness's own
+        Hugging Face backend asserts a continuation has tokens)."""
         pairs = [self.split_pair(*req.args) for req in requests]
+        for n, (req, (_, cont)) in enumerate(zip(requests, pairs)):
+            if not cont:
+                raise DataError(f"loglikelihood request {n}: the continuation {short_repr(req.args[1])} gives no "
+                                f"token at the model's {self.encoder.level} level, so it has no probability to "
+                                "score; give each continuation at least one token")
         start = self.encoder.start_ids()
         scores = self._score([start + ctx + cont for ctx, cont in pairs], greedy=True, quiet=disable_tqdm)
         out = []

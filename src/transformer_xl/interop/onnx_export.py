@@ -10,7 +10,8 @@ file                        what it holds
 ``onnx_export.json``        :data:`FORMAT`, the opset, the names, types and dynamic axes of every input and output
 ``config.json``             the model's :class:`~transformer_xl.model.TXLConfig`
 ``vocab.json``              the vocabulary (and ``tokenizer.json`` for a model trained with a subword tokenizer)
-``MANIFEST.json``           the SHA-256 of every file (:mod:`transformer_xl.store.manifest`), checked on load
+``MANIFEST.json``           the SHA-256 of every file (:mod:`transformer_xl.store.manifest`), checked on load, and
+                            ``"output": "txl export onnx"`` (:mod:`transformer_xl.store.outputs`)
 ==========================  ========================================================================================
 
 Both graphs take ``input_ids`` (int64) and the memories ``mem_0 .. mem_L`` (``L = n_layer``; float32
@@ -45,7 +46,7 @@ from transformer_xl.errors import ConfigError, install_hint
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.pretrained import checked_vocab_json
 from transformer_xl.store.files import atomic_dir, write_json, write_text
-from transformer_xl.store.manifest import write_manifest
+from transformer_xl.store.outputs import claim_output_dir, write_output_manifest
 from transformer_xl.version import __version__
 
 #: The ONNX opset of the graphs written.
@@ -53,6 +54,8 @@ OPSET = 18
 #: What ``onnx_export.json`` says it is (``format``), read back by :mod:`transformer_xl.interop.onnx_runtime`.
 FORMAT = "txl-onnx-1"
 EXPORT_JSON = "onnx_export.json"
+#: What ``MANIFEST.json`` says the directory is (:mod:`transformer_xl.store.outputs`): an export may replace it.
+OUTPUT = "txl export onnx"
 GRAPHS = {"segment": "segment.onnx", "step": "step.onnx"}
 #: Largest batch, memory and segment length the graphs declare (the exporter's bounds of the dynamic axes).
 MAX_DIM = 1 << 16
@@ -206,21 +209,24 @@ def export_onnx(model: TransformerXLLM, out_dir: str | Path, *, vocab: str | Any
     ``vocab`` (a :class:`~transformer_xl.data.Vocab` or its JSON text, of ``n_token`` symbols) and ``tokenizer``
     (a subword tokenizer's JSON file, copied as ``tokenizer.json``) make the directory enough to generate text;
     ``text`` (e.g. ``{"level": "word"}``) is how text is split, recorded in ``onnx_export.json``. Both graphs pass
-    ``onnx.checker.check_model(full_check=True)`` before the directory appears."""
+    ``onnx.checker.check_model(full_check=True)`` before the directory appears. ``out_dir`` must be absent, empty or
+    an earlier export (:func:`transformer_xl.store.outputs.claim_output_dir`): anything else is refused in one line.
+    The model, and each of its modules, is left in the train or eval mode it was found in."""
     check_exportable(model)
     require_onnx()
     vocab_json = checked_vocab_json(vocab, model.config.n_token)
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]  # each module's own: a user may have frozen some
     model.eval()
     try:
-        with atomic_dir(out_dir) as tmp, torch.no_grad():
+        with claim_output_dir(out_dir, OUTPUT) as target, atomic_dir(target) as tmp, torch.no_grad():
             # the small files first: one that cannot be written fails in a moment, not after the graphs' export
             _write_beside(tmp, model, vocab_json=vocab_json, tokenizer=tokenizer, text=text or {}, opset=opset)
             module = _Segment(model)
             for name, file in GRAPHS.items():
                 _export_graph(module, tmp / file, qlen=1 if name == "step" else None, opset=opset)
                 check_graph(tmp / file)
-            write_manifest(tmp)
+            write_output_manifest(tmp, OUTPUT)
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
     return Path(out_dir)

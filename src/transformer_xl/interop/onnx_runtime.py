@@ -10,9 +10,12 @@ text, as :class:`transformer_xl.model.Recurrence` does for the PyTorch model, so
     lm = OnnxRuntimeLM("exported/")
     out = generate(lm, ids, max_new_tokens=50)          # the same tokens as generate(model, ids, ...)
 
-Tensors cross as NumPy arrays without a copy (``torch.from_numpy``). A directory that is missing, incomplete,
-changed after it was written or not an export, and graphs ONNX Runtime cannot load, are refused in one line
-(:class:`CheckpointError`).
+Tensors cross as NumPy arrays without a copy (``torch.from_numpy``). Refused in one line (:class:`CheckpointError`):
+a directory that is missing, not an export, or changed after it was written: its ``MANIFEST.json`` must list, with
+their SHA-256, every file txl reads from it (:data:`READ`, and ``vocab.json`` and the tokenizer when there), so a
+graph swapped in later is refused before ONNX Runtime sees it; a graph ONNX Runtime cannot load, or whose inputs and
+outputs are not this export's (:func:`check_graph_io`, also with ``verify=False``); a graph that fails as it runs.
+Token ids outside the vocabulary and memories of the wrong shape are a :class:`ConfigError` before the graph runs.
 """
 
 from __future__ import annotations
@@ -25,13 +28,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_xl.errors import CheckpointError, ConfigError, install_hint
+from transformer_xl.errors import CheckpointError, ConfigError, install_hint, one_line
 from transformer_xl.interop.onnx_export import EXPORT_JSON, FORMAT, GRAPHS, io_names
 from transformer_xl.model import Lengths, TXLConfig
-from transformer_xl.store.files import read_json
-from transformer_xl.store.manifest import verify_manifest
+from transformer_xl.store.files import check_plain_name, read_json
+from transformer_xl.store.layout import CONFIG, VOCAB
+from transformer_xl.store.manifest import MANIFEST, verify_manifest
 
 _INSTALL = install_hint("onnx")
+#: The files every load reads (the graphs, ``onnx_export.json``, ``config.json``): its manifest must list them, as it
+#: must list ``vocab.json`` and the tokenizer when the directory holds them (generation reads them).
+READ = (EXPORT_JSON, CONFIG, *GRAPHS.values())
 
 
 def _require_ort() -> Any:
@@ -65,27 +72,34 @@ class OnnxRuntimeLM:
         if not is_export_dir(directory):
             raise CheckpointError(f"{directory} is not an ONNX export (no {EXPORT_JSON}; make one with txl export "
                                   "onnx MODEL DIR)")
-        if verify:
-            verify_manifest(directory, required=True, what="ONNX export")
+        manifest = verify_manifest(directory, required=True, what="ONNX export") if verify else None
         self.info = read_json(directory / EXPORT_JSON, error=CheckpointError)
         if self.info.get("format") != FORMAT:
             raise CheckpointError(f"{directory / EXPORT_JSON} has format {self.info.get('format')!r}; this txl "
                                   f"reads {FORMAT!r} (export the model again)")
-        self.config = TXLConfig.from_dict(read_json(directory / "config.json", error=CheckpointError))
+        text = self.info.get("text") or {}
+        tokenizer = text.get("tokenizer") if isinstance(text, dict) else None
+        if tokenizer is not None:  # generation reads it from the directory: a name inside it
+            check_plain_name(tokenizer, f"{directory / EXPORT_JSON} (text.tokenizer)", CheckpointError)
+        if manifest is not None:
+            check_listed(directory, manifest, [*READ, *(n for n in (VOCAB, tokenizer) if n is not None
+                                                        and (directory / n).exists())])
+        self.config = TXLConfig.from_dict(read_json(directory / CONFIG, error=CheckpointError))
         self.inputs, self.outputs = io_names(self.config.n_layer)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         # equivalent: inter-op threads serve ONNX Runtime's parallel execution mode only; these sessions are sequential
         options.inter_op_num_threads = 1  # pragma: no mutate
         self.sessions = {name: self._session(ort, directory / file, options) for name, file in GRAPHS.items()}
+        for name, session in self.sessions.items():
+            check_graph_io(directory / GRAPHS[name], session, name, self.config)
 
     @staticmethod
     def _session(ort: Any, path: Path, options: Any) -> Any:
         try:
             return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own error types (InvalidProtobuf, Fail, NoSuchFile, ...)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CheckpointError(f"ONNX Runtime cannot load {path}: {first}") from None
+            raise CheckpointError(f"ONNX Runtime cannot load {path}: {one_line(exc, limit=1000)}") from None
 
     def empty_mems(self, batch: int) -> list[Tensor]:
         """Memories of no text: ``n_layer + 1`` tensors ``[batch, 0, d_model]``."""
@@ -101,12 +115,59 @@ class OnnxRuntimeLM:
         mems = list(mems) if mems else self.empty_mems(ids.size(0))
         if len(mems) != self.config.n_layer + 1:
             raise ConfigError(f"expected {self.config.n_layer + 1} memory tensors, got {len(mems)}")
+        check_inputs(ids, mems, self.config)
         feed = {self.inputs[0]: ids.numpy()}
         for name, m in zip(self.inputs[1:], mems):
             feed[name] = np.ascontiguousarray(m.detach().to("cpu", torch.float32).numpy())
         graph = "step" if ids.size(1) == 1 else "segment"
-        log_probs, *new = self.sessions[graph].run(self.outputs, feed)
+        try:
+            log_probs, *new = self.sessions[graph].run(self.outputs, feed)
+        except Exception as exc:  # onnxruntime's own error types: a graph that is not this export's
+            raise CheckpointError(f"ONNX Runtime failed running {self.directory / GRAPHS[graph]}: {one_line(exc)} "
+                                  "(export the model again)") from None
         return torch.from_numpy(log_probs), [torch.from_numpy(m[:, max(0, m.shape[1] - mem_len):]) for m in new]
+
+
+def check_listed(directory: Path, manifest: dict[str, Any], names: Iterable[str]) -> None:
+    """Refuse, in one line, an export whose manifest (just verified) does not list one of the files ``names`` that
+    txl reads from it: a file added or swapped in after the export would be read unchecked."""
+    for name in names:
+        if name not in manifest["files"]:
+            raise CheckpointError(f"{directory / MANIFEST} does not list {name}, which txl reads from the export (a "
+                                  "file added or replaced after the export): export the model again")
+
+
+def check_graph_io(path: Path, session: Any, graph: str, config: TXLConfig) -> None:
+    """Refuse, in one line, a graph whose inputs and outputs are not those the export of ``config`` has
+    (:func:`~transformer_xl.interop.onnx_export.io_names`): another model's graph, or the other graph of the pair."""
+    ins, outs = io_names(config.n_layer)
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    outputs = {o.name for o in session.get_outputs()}
+    if set(inputs) != set(ins) or not set(outs) <= outputs:
+        raise CheckpointError(f"{path} is not this export's {graph} graph: it takes {sorted(inputs)} and gives "
+                              f"{sorted(outputs)}, where config.json (n_layer {config.n_layer}) needs {ins} and "
+                              f"{outs}; export the model again")
+    ids_shape = inputs[ins[0]]
+    seq = ids_shape[1] if len(ids_shape) == 2 else 0  # an int: fixed; a name (or None): dynamic
+    dims = {n: inputs[n][2] for n in ins[1:] if len(inputs[n]) == 3}
+    wrong_dim = [n for n, d in dims.items() if isinstance(d, int) and d != config.d_model]
+    wrong_seq = isinstance(seq, int) and (graph == "segment" or seq != 1)  # the step reads 1 token, the segment any
+    if len(dims) != len(ins) - 1 or wrong_dim or wrong_seq:
+        raise CheckpointError(f"{path} is not this export's {graph} graph: its inputs have the shapes {inputs}, "
+                              f"where config.json needs input_ids [batch, {1 if graph == 'step' else 'seq'}] and "
+                              f"memories [batch, mem, {config.d_model}]; export the model again")
+
+
+def check_inputs(ids: Tensor, mems: list[Tensor], config: TXLConfig) -> None:
+    """Refuse, in one line (:class:`ConfigError`), token ids outside the vocabulary and memories that are not
+    ``[batch, M, d_model]`` with the ids' batch and one ``M``."""
+    if int(ids.min()) < 0 or int(ids.max()) >= config.n_token:
+        raise ConfigError(f"token ids must lie in [0, {config.n_token}), got {int(ids.min())}..{int(ids.max())}")
+    batch, lengths = ids.size(0), {m.size(1) if m.dim() == 3 else -1 for m in mems}
+    for i, m in enumerate(mems):
+        if m.dim() != 3 or m.size(0) != batch or m.size(2) != config.d_model or len(lengths) != 1:
+            raise ConfigError(f"memory {i} must be [batch {batch}, positions, d_model {config.d_model}] like the "
+                              f"others, got {tuple(m.shape)}")
 
 
 class OnnxRecurrence:

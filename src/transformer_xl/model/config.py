@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.errors import ConfigError, check_int, did_you_mean
-from transformer_xl.store.files import parse_json_object, read_json
+from transformer_xl.safejson import parse_object, read_object, short_repr
 
 #: ``attn_type`` values of the official code (paper Table 6 ablations).
 ATTN_TYPES = {
@@ -59,9 +59,10 @@ class Lengths:
         check_int("mem_len", self.mem_len, 0)
         check_int("ext_len", self.ext_len, 0)
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool) or self.clamp_len < -1:
-            raise ConfigError(f"clamp_len must be an integer >= -1 (-1 or 0: no clamping), got {self.clamp_len!r}")
+            raise ConfigError("clamp_len must be an integer >= -1 (-1 or 0: no clamping), got "
+                              f"{short_repr(self.clamp_len)}")
         if not isinstance(self.same_length, bool):
-            raise ConfigError(f"same_length must be true or false, got {self.same_length!r}")
+            raise ConfigError(f"same_length must be true or false, got {short_repr(self.same_length)}")
         if self.same_length and self.mem_len == 0:
             raise ConfigError("same_length=True needs mem_len > 0 (with mem_len 0 every query of the official "
                               "same-length mask would see no key)")
@@ -119,16 +120,16 @@ class TXLConfig:
         self.lengths()  # mem_len, ext_len, clamp_len, same_length
         for name in ("tie_weight", "pre_lnorm", "untie_r"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be true or false, got {short_repr(getattr(self, name))}")
         for name, low, high in (("dropout", 0.0, 1.0), ("dropatt", 0.0, 1.0), ("init_range", 0.0, math.inf),
                                 ("init_std", 0.0, math.inf), ("proj_init_std", 0.0, math.inf)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < high:
                 where = "in [0, 1)" if high == 1.0 else "a finite number >= 0"
-                raise ConfigError(f"{name} must be {where}, got {value!r}")
+                raise ConfigError(f"{name} must be {where}, got {short_repr(value)}")
         check_int("sample_softmax", self.sample_softmax, -1)  # -1 or 0: the full softmax
         if isinstance(self.attn_type, bool) or self.attn_type not in ATTN_TYPES:
-            raise ConfigError(f"attn_type must be one of {sorted(ATTN_TYPES)}, got {self.attn_type!r}")
+            raise ConfigError(f"attn_type must be one of {sorted(ATTN_TYPES)}, got {short_repr(self.attn_type)}")
         if self.attn_type in (0, 2) and self.d_model % 2:
             raise ConfigError(f"attn_type {self.attn_type} uses a sinusoid of size d_model, which must be even "
                               f"(got d_model={self.d_model})")
@@ -162,7 +163,7 @@ class TXLConfig:
                 raise ConfigError(f"sample_softmax ({self.sample_softmax}) must be smaller than n_token "
                                   f"({self.n_token})")
         if not isinstance(self.init, str) or self.init not in ("normal", "uniform"):
-            raise ConfigError(f"init must be 'normal' or 'uniform', got {self.init!r}")
+            raise ConfigError(f"init must be 'normal' or 'uniform', got {short_repr(self.init)}")
 
     # ------------------------------------------------------------------ derived
     def lengths(self, **changes: Any) -> Lengths:
@@ -235,12 +236,20 @@ class TXLConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TXLConfig:
-        """Build from a dict, rejecting unknown keys by name (with the closest known name)."""
+        """Build from a dict, rejecting unknown keys by name (with the closest known name), and a value that no
+        field takes (an object, a list of lists, a string of more than :data:`MAX_NAME` characters) in a short
+        line, before any field's check quotes it whole (a list only for :data:`LIST_FIELDS`)."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = [k for k in data if k not in known]
         if unknown:
             key = unknown[0]
-            raise ConfigError(f"unknown model config key {key!r}{did_you_mean(key, known)}")
+            hint = did_you_mean(key, known) if len(str(key)) <= MAX_NAME else ""
+            raise ConfigError(f"unknown model config key {short_repr(key)}{hint}")
+        for key, value in data.items():
+            listed = key in LIST_FIELDS and isinstance(value, (list, tuple)) and all(map(_plain, value))
+            if not (listed or _plain(value)):
+                kind = "a list of numbers" if key in LIST_FIELDS else "a number, true/false, null or a name"
+                raise ConfigError(f"model config key {key!r} must be {kind}, got {short_repr(value)}")
         if "n_token" not in data:
             raise ConfigError("model config lacks the required key 'n_token'")
         try:
@@ -256,8 +265,20 @@ class TXLConfig:
         """Read a config from a JSON file path or a JSON string."""
         text = str(path_or_text)
         if text.lstrip().startswith("{"):
-            return cls.from_dict(parse_json_object(text, "config"))
-        return cls.from_dict(read_json(Path(path_or_text), "config file"))
+            return cls.from_dict(parse_object(text, "config"))
+        return cls.from_dict(read_object(Path(path_or_text), "config file"))
+
+
+#: The fields whose value is a list (of integers, of true/false); the others are single values.
+LIST_FIELDS = ("cutoffs", "tie_projs")
+#: The longest string a model config's value may be (its names: ``init``'s ``normal``, ``uniform``).
+MAX_NAME = 100
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a JSON scalar a config field could take: null, a bool, a number, a short string."""
+    return value is None or isinstance(value, (bool, numbers.Number)) or (isinstance(value, str)
+                                                                          and len(value) <= MAX_NAME)
 
 
 def _check_list(name: str, value: Any, kind: type) -> tuple:
@@ -270,5 +291,5 @@ def _check_list(name: str, value: Any, kind: type) -> tuple:
 
     if not isinstance(value, (list, tuple)) or not all(fits(v) for v in value):
         what = "integers" if kind is int else "true/false values"
-        raise ConfigError(f"{name} must be a list of {what}, got {value!r}")
+        raise ConfigError(f"{name} must be a list of {what}, got {short_repr(value)}")
     return tuple(kind(v) for v in value)

@@ -3,7 +3,9 @@
 :class:`Completions` checks what needs the vocabulary (token ids in range, prompt length), queues a
 :class:`~transformer_xl.serve.engine.Job`, and turns its events into one ``text_completion`` object
 (:meth:`Completions.complete`) or into server-sent events (:meth:`Completions.stream`: ``data: {chunk}`` lines,
-then ``data: [DONE]``).
+then ``data: [DONE]``). Prompts are encoded and queued in a worker thread, so that a long prompt does not stall the
+event loop (other requests, streams); a text prompt is refused by its length before it is encoded. A request that
+names a ``session`` says whether it started empty (``"session_reset"``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +32,10 @@ from transformer_xl.serve.protocol import (
     error_body,
     usage_object,
 )
+from transformer_xl.serve.tokens import encode_text
 
 #: Seconds between two checks that the client of a whole completion is still there.
-POLL = 1.0
+POLL = 0.25
 
 
 @dataclass
@@ -48,18 +51,37 @@ class _Choice:
 
 
 class _Run:
-    """One queued job and the queue its events arrive on (in the server's event loop)."""
+    """One request's job and the queue its events arrive on (in the server's event loop ``loop``). The job is made
+    and queued in a worker thread (:meth:`submit`); the request may go away meanwhile (:meth:`leave`)."""
 
-    def __init__(self, job_args: dict, engine: Engine) -> None:
-        loop = asyncio.get_running_loop()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.events: asyncio.Queue = asyncio.Queue()
+        self.job: Job | None = None
+        self.gone = False
+        self.session_reset = False  # the session it names started empty: new, evicted or expired
+        self._lock = threading.Lock()
 
-        def emit(event: Any) -> None:  # called from the engine thread
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens any more
-                loop.call_soon_threadsafe(self.events.put_nowait, event)
+    def _emit(self, event: Any) -> None:  # called from the engine thread
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens any more
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
 
-        self.job = Job(emit=emit, **job_args)
-        engine.submit(self.job)
+    def submit(self, job_args: dict, engine: Engine) -> None:
+        """Queue the job (not when the request has gone already)."""
+        job = Job(emit=self._emit, **job_args)
+        with self._lock:
+            if self.gone:
+                return
+            engine.submit(job)
+            self.job = job
+        self.session_reset = job.session is not None and job.state is None
+
+    def leave(self) -> None:
+        """The request ended or went away: a job not yet queued never is; a queued one leaves at the next step."""
+        with self._lock:
+            self.gone = True
+            if self.job is not None:
+                self.job.cancelled = True  # nothing to do when it finished
 
 
 class Completions:
@@ -69,12 +91,19 @@ class Completions:
         self.engine, self.codec, self.model_name, self.limits = engine, codec, model_name, limits
 
     # ------------------------------------------------------------------ prompts
+    def check_chars(self, prompt: str | list[int]) -> None:
+        """400 for a text prompt longer than ``limits.max_prompt_chars`` (checked before it is encoded)."""
+        if isinstance(prompt, str) and len(prompt) > self.limits.max_prompt_chars:
+            raise RequestError(f"the prompt has {len(prompt)} characters; this server reads at most "
+                               f"{self.limits.max_prompt_chars} per prompt (--max-prompt-chars)", param="prompt",
+                               code="context_length_exceeded")
+
     def prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        """The ids of one prompt (words the vocabulary lacks become ``<unk>``); 400 when out of range or too long."""
+        """The ids of one prompt (words the vocabulary lacks become ``<unk>``); 400 when out of range or too long
+        (a text prompt's characters are counted before it is encoded). Runs in the caller's thread."""
+        self.check_chars(prompt)
         if isinstance(prompt, str):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ids = self.codec.encode(prompt)
+            ids = encode_text(self.codec, prompt)  # silently, one encoder at a time (worker threads share warnings)
         else:
             n_token = len(self.codec.vocab)
             if min(prompt) < 0 or max(prompt) >= n_token:
@@ -91,17 +120,31 @@ class Completions:
         """One token as text (a word, a character, or a byte's character)."""
         return self.codec.decode([token_id])
 
-    def _queue(self, req: CompletionRequest) -> tuple[_Run, list[list[int]]]:
+    def _queue(self, req: CompletionRequest, run: _Run) -> list[list[int]]:
         if req.model is not None and req.model != self.model_name:
             raise RequestError(f"the model {req.model!r} does not exist; this server holds {self.model_name!r}",
                                status=404, param="model", code="model_not_found")
+        for prompt in req.prompts:  # every prompt's length before any is encoded
+            self.check_chars(prompt)
         prompts = [self.prompt_ids(p) for p in req.prompts]
         sampling = Sampling(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
                             penalties=Penalties(req.repetition_penalty, req.no_repeat_ngram_size))
         args = dict(prompts=prompts, n=req.n, max_tokens=req.max_tokens, sampling=sampling, stop=req.stop,
                     seed=req.seed, top_logprobs=req.logprobs or 0, session=req.session,
                     score_prompt=req.echo and req.logprobs is not None)
-        return _Run(args, self.engine), prompts
+        run.submit(args, self.engine)
+        return prompts
+
+    async def _queued(self, req: CompletionRequest) -> tuple[_Run, list[list[int]]]:
+        """Encode and queue ``req`` in a worker thread: the event loop serves other requests meanwhile (a long prompt
+        takes a while to encode). A refusal raises here."""
+        run = _Run(asyncio.get_running_loop())
+        try:
+            prompts = await asyncio.to_thread(self._queue, req, run)
+        except asyncio.CancelledError:  # the request went away while its prompts were encoded
+            run.leave()
+            raise
+        return run, prompts
 
     # ------------------------------------------------------------------ events -> choices
     def _echo(self, req: CompletionRequest, prompts: list[list[int]], choices: list[_Choice]) -> None:
@@ -119,17 +162,25 @@ class Completions:
             choice.text_offset.append(at)
             at += len(decoder.feed([t]))
 
+    def _top(self, top: list[tuple[int, float]] | None) -> dict[str, float]:
+        """``top_logprobs`` of one position: token text -> log-probability, most likely first (of two ids with one
+        text, the likelier)."""
+        out: dict[str, float] = {}
+        for i, lp in top or []:
+            out.setdefault(self.token_text(i), lp)
+        return out
+
     def _apply(self, req: CompletionRequest, choices: list[_Choice], event: Any) -> dict | None:
         """Add ``event`` to ``choices``; the streamed choice delta it makes (None: nothing to send)."""
         if isinstance(event, PromptScores):
             for c in range(event.prompt * req.n, (event.prompt + 1) * req.n):
                 choices[c].token_logprobs[:0] = event.log_probs
-                choices[c].top_logprobs[:0] = [None] * len(event.log_probs)
+                choices[c].top_logprobs[:0] = [None if t is None else self._top(t) for t in event.top]
             return None
         choice = choices[event.choice]
         delta: dict[str, Any] = {"index": event.choice, "text": event.text, "logprobs": None, "finish_reason": None}
         if isinstance(event, Token) and req.logprobs is not None:
-            top = {self.token_text(i): lp for i, lp in (event.top or [])}
+            top = self._top(event.top)
             lp = {"tokens": [self.token_text(event.token_id)], "token_logprobs": [event.log_prob],
                   "top_logprobs": [top], "text_offset": [len(choice.text)]}
             for key, value in lp.items():
@@ -147,10 +198,10 @@ class Completions:
     # ------------------------------------------------------------------ the two response forms
     async def complete(self, req: CompletionRequest, disconnected: Callable[[], Awaitable[bool]]) -> dict:
         """The whole ``text_completion`` object (the job is cancelled when ``disconnected()`` turns true)."""
-        run, prompts = self._queue(req)
+        run, prompts = await self._queued(req)
         choices = [_Choice() for _ in range(len(prompts) * req.n)]
-        if req.echo:
-            self._echo(req, prompts, choices)
+        if req.echo:  # a long prompt's texts and offsets: in a worker thread, as is everything sized by a prompt
+            await asyncio.to_thread(self._echo, req, prompts, choices)
         try:
             checked = time.monotonic()
             while True:
@@ -168,25 +219,45 @@ class Completions:
                     raise RequestError(f"the completion failed: {event.message}", status=500, kind="server_error")
                 if isinstance(event, Done):
                     break
-                self._apply(req, choices, event)
+                if isinstance(event, PromptScores):
+                    await asyncio.to_thread(self._apply, req, choices, event)
+                else:
+                    self._apply(req, choices, event)
         finally:
-            run.job.cancelled = True  # nothing to do when it finished
+            run.leave()  # nothing to do when it finished
         out = [{"index": i, "text": c.text, "logprobs": self._logprobs(c) if req.logprobs is not None else None,
                 "finish_reason": c.finish_reason} for i, c in enumerate(choices)]
-        return completion_object(completion_id(), self.model_name, out,
-                                 usage_object(event.prompt_tokens, event.completion_tokens), int(time.time()))
+        doc = completion_object(completion_id(), self.model_name, out,
+                                usage_object(event.prompt_tokens, event.completion_tokens), int(time.time()))
+        return _mark_session(doc, req, run)
 
-    def stream(self, req: CompletionRequest) -> AsyncIterator[str]:
-        """Queue the request now (a refusal raises here, before any byte is sent); its server-sent events."""
-        run, prompts = self._queue(req)
+    async def stream(self, req: CompletionRequest) -> AsyncIterator[str]:
+        """Encode and queue the request (in a worker thread; a refusal raises on the await, before any byte is
+        sent); its server-sent events: ``events = await completions.stream(req)``."""
+        run, prompts = await self._queued(req)
         return self._sse(req, run, prompts)
 
     async def _sse(self, req: CompletionRequest, run: _Run, prompts: list[list[int]]) -> AsyncIterator[str]:
         cid, created = completion_id(), int(time.time())
         choices = [_Choice() for _ in range(len(prompts) * req.n)]
 
+        sent = [False]
+
         def chunk(deltas: list[dict], usage: dict | None = None) -> str:
-            return "data: " + json.dumps(completion_object(cid, self.model_name, deltas, usage, created)) + "\n\n"
+            doc = completion_object(cid, self.model_name, deltas, usage, created)
+            if not sent[0]:  # the first chunk says whether a session started empty
+                sent[0] = True
+                doc = _mark_session(doc, req, run)
+            return "data: " + json.dumps(doc) + "\n\n"
+
+        def prompt_chunk(event: PromptScores) -> str:
+            part = [_Choice() for _ in choices]
+            self._echo(req, prompts, part)
+            self._apply(req, part, event)
+            for c in range(event.prompt * req.n, (event.prompt + 1) * req.n):
+                choices[c].text = part[c].text  # the offsets of the new tokens count the prompt's text
+            return chunk([{"index": c, "text": part[c].text, "logprobs": self._logprobs(part[c]),
+                           "finish_reason": None} for c in range(event.prompt * req.n, (event.prompt + 1) * req.n)])
 
         try:
             if req.echo and not (req.logprobs is not None):
@@ -204,18 +275,19 @@ class Completions:
                         yield chunk([], usage_object(event.prompt_tokens, event.completion_tokens))
                     break
                 if isinstance(event, PromptScores) and req.echo:  # the prompt, with its scores, first
-                    part = [_Choice() for _ in choices]
-                    self._echo(req, prompts, part)
-                    self._apply(req, part, event)
-                    for c in range(event.prompt * req.n, (event.prompt + 1) * req.n):
-                        choices[c].text = part[c].text  # the offsets of the new tokens count the prompt's text
-                    yield chunk([{"index": c, "text": part[c].text, "logprobs": self._logprobs(part[c]),
-                                  "finish_reason": None} for c in range(event.prompt * req.n,
-                                                                         (event.prompt + 1) * req.n)])
+                    yield await asyncio.to_thread(prompt_chunk, event)  # sized by the prompt: off the loop
                     continue
                 delta = self._apply(req, choices, event)
                 if delta is not None:
                     yield chunk([delta])
             yield "data: [DONE]\n\n"
         finally:
-            run.job.cancelled = True  # a client that went away frees its rows at the next step
+            run.leave()  # a client that went away frees its rows at the next step
+
+
+def _mark_session(doc: dict, req: CompletionRequest, run: _Run) -> dict:
+    """``session_reset`` on a response (or the first chunk) of a request naming a session: true when the session
+    started empty (new, evicted or expired: nothing of an earlier text was remembered), false when it continued."""
+    if req.session is not None:
+        doc["session_reset"] = run.session_reset
+    return doc

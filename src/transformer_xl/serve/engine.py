@@ -25,9 +25,11 @@ from torch import Tensor
 from transformer_xl.data.codec import TextCodec
 from transformer_xl.errors import check_int
 from transformer_xl.inference.generate import advance
+from transformer_xl.inference.prompt_scores import score_prompt
 from transformer_xl.inference.sampling import Penalties, choose_next, penalize
 from transformer_xl.inference.text import SampleText
 from transformer_xl.model import TransformerXLLM
+from transformer_xl.serve.memory import release_free_memory
 from transformer_xl.serve.protocol import RequestError
 from transformer_xl.serve.sessions import TAIL, SessionState, SessionStore
 
@@ -67,10 +69,12 @@ class Finish:
 
 @dataclass
 class PromptScores:
-    """The log-probability of every prompt id after its predecessor (None for the first), for ``echo``."""
+    """The log-probability of every prompt id after its predecessor (None for the first), for ``echo``, and the
+    ``top_logprobs`` most likely ids and their log-probabilities at each of those positions (None for the first)."""
 
     prompt: int
     log_probs: list[float | None]
+    top: list[list[tuple[int, float]] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +146,7 @@ class Engine:
         self._rows: list[_Row] = []
         self._wake = threading.Condition()
         self._stopping = False
+        self._worked = False  # requests ran since the engine was last idle
         self.peak_batch = 0  # the most rows read as one step so far
         self.cancelled = 0  # requests ended because their client went away
         self._thread = threading.Thread(target=self._run, name="txl-serve-engine", daemon=True)
@@ -182,8 +187,12 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
+                if not (self._stopping or self._queue or self._rows) and self._worked:
+                    self._worked = False
+                    release_free_memory()  # idle: what the last requests freed goes back to the system
                 while not (self._stopping or self._queue or self._rows):
                     self._wake.wait()
+                self._worked = True
                 if self._stopping:
                     break
                 admitted = self._admit()
@@ -234,17 +243,19 @@ class Engine:
         generator = torch.Generator().manual_seed(job.seed) if job.seed is not None else None
         rows = []
         for p, ids in enumerate(job.prompts):
-            before = (state.pending if state else [])
-            log_probs, mems = advance(self.model, [before + ids], mems=state.mems if state else None,
-                                      every_position=job.score_prompt, **self.lengths)
-            if job.score_prompt:
-                scores = log_probs[0, len(before):-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
-                job.emit(PromptScores(p, [None, *scores]))
-                log_probs = log_probs[:, -1]
+            before, after = (state.pending, state.mems) if state else ([], None)
+            if job.score_prompt:  # segment by segment: never a [T, V] table (transformer_xl.inference.prompt_scores)
+                scored = score_prompt(self.model, ids, before=before, top=job.top_logprobs, mems=after,
+                                      **self.lengths)
+                job.emit(PromptScores(p, scored.log_probs, scored.top))
+                log_probs, mems = scored.next_log_probs, scored.mems
+            else:
+                table, mems = advance(self.model, [before + ids], mems=after, **self.lengths)
+                log_probs = table[0]  # [V] of a [1, V] table
             context = (state.tail if state else []) + ids  # the tail ends with the pending id
             read = (state.tokens if state else 0) + len(before) + len(ids)
             for k in range(job.n):
-                rows.append(_Row(job, p * job.n + k, mems, log_probs[0], list(context),
+                rows.append(_Row(job, p * job.n + k, mems, log_probs, list(context),
                                  SampleText(self.codec, context, job.stop), generator, read=read))
         self._rows.extend(rows)
         if job.max_tokens == 0:

@@ -5,12 +5,17 @@ Nothing here touches the model: :func:`parse_completion` turns a decoded JSON bo
 ``{"error": {"message", "type", "param", "code"}}``). Fields the protocol defines but this server does not
 implement are refused when they ask for something (``suffix``, ``best_of`` above ``n``, a ``logit_bias``,
 presence or frequency penalties); fields unknown to the protocol are ignored, as OpenAI-compatible servers do.
-Extensions: ``top_k``, ``min_p``, ``repetition_penalty``, ``no_repeat_ngram_size`` and ``session``.
+Extensions: ``top_k``, ``min_p``, ``repetition_penalty``, ``no_repeat_ngram_size`` and ``session`` (an id of
+:data:`SESSION_ID`'s alphabet). A body is JSON in UTF-8 (:func:`parse_json`: anything else, nesting too deep
+included, is a 400 ``invalid_json``); its strings are Unicode (no lone surrogate); each stop string is at most
+``Limits.max_stop_chars`` long.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +25,9 @@ from typing import Any
 MAX_LOGPROBS = 5
 #: The most stop strings (the protocol's limit).
 MAX_STOP = 4
+#: What a session id may be: 1 to 128 of ``A-Z a-z 0-9 . _ : -`` (safe in a URL path, a log line and a file name),
+#: but not ``.`` nor ``..`` (which a browser or an HTTP library would resolve away as a path segment).
+SESSION_ID = re.compile(r"(?!\.\.?$)[A-Za-z0-9._:-]{1,128}")
 
 
 class RequestError(Exception):
@@ -48,6 +56,9 @@ class Limits:
     max_prompt_tokens: int = 8192  # per prompt
     max_tokens: int = 2048  # new tokens per choice
     max_choices: int = 16  # prompts x n in one request
+    max_body_bytes: int = 4 * 2 ** 20  # a request body, counted while it arrives (413 beyond)
+    max_prompt_chars: int = 262_144  # a text prompt, refused by its length before it is encoded
+    max_stop_chars: int = 256  # each stop string
 
 
 @dataclass
@@ -71,6 +82,40 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     session: str | None = None
+
+
+def parse_json(body: bytes) -> Any:
+    """A request body as JSON: UTF-8 (RFC 8259), nested at most as deep as Python parses; 400 ``invalid_json``
+    otherwise (not a 500 for ``[`` x 100000, nor a body in another encoding read as if it were one)."""
+    try:
+        return json.loads(body.decode("utf-8-sig"))  # a byte order mark tolerated (RFC 8259 Sec. 8.1)
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"the request body is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                           code="invalid_json") from None
+    except RecursionError:
+        raise RequestError("the request body is JSON nested too deeply", code="invalid_json") from None
+    except ValueError as exc:
+        raise RequestError(f"the request body is not valid JSON ({exc})", code="invalid_json") from None
+
+
+def check_session_id(sid: Any) -> str:
+    """``sid`` when it is a valid session id (:data:`SESSION_ID`); 400 otherwise."""
+    if not isinstance(sid, str):
+        raise _type_error("session", "a string", sid)
+    if not SESSION_ID.fullmatch(sid):
+        raise RequestError(f"a session id is 1 to 128 of the characters A-Z a-z 0-9 . _ : - (not . nor ..), got "
+                           f"{sid!r:.60}", param="session", code="invalid_session_id")
+    return sid
+
+
+def check_unicode(text: str, param: str) -> str:
+    """``text`` when it can be written as UTF-8 (a JSON ``\\ud800`` escape makes a lone surrogate, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"'{param}' holds a lone surrogate ({text[exc.start]!r} at {exc.start}): not Unicode text",
+                           param=param, code="invalid_value") from None
+    return text
 
 
 def _type_error(name: str, want: str, value: Any) -> RequestError:
@@ -122,15 +167,15 @@ def _prompts(doc: dict) -> list[str | list[int]]:
     if "prompt" not in doc or value is None:
         raise RequestError("'prompt' is required", param="prompt", code="missing_field")
     if isinstance(value, str):
-        return [value]
+        return [check_unicode(value, "prompt")]
     if _is_ids(value):
         return [value]
     if isinstance(value, list) and value and all(isinstance(p, str) or _is_ids(p) for p in value):
-        return list(value)
+        return [check_unicode(p, "prompt") if isinstance(p, str) else p for p in value]
     raise _type_error("prompt", "a string, a list of strings, a list of token ids or a list of such lists", value)
 
 
-def _stop(doc: dict) -> list[str]:
+def _stop(doc: dict, max_chars: int) -> list[str]:
     value = doc.get("stop")
     if value is None:
         return []
@@ -140,7 +185,11 @@ def _stop(doc: dict) -> list[str]:
     if len(stops) > MAX_STOP:
         raise RequestError(f"'stop' takes at most {MAX_STOP} strings, got {len(stops)}", param="stop",
                            code="invalid_value")
-    return stops
+    longest = max(map(len, stops), default=0)
+    if longest > max_chars:
+        raise RequestError(f"a stop string has {longest} characters; this server takes at most {max_chars} "
+                           "(--max-stop-chars)", param="stop", code="invalid_value")
+    return [check_unicode(s, "stop") for s in stops]
 
 
 def _refuse_unsupported(doc: dict, n: int) -> None:
@@ -172,13 +221,13 @@ def parse_completion(doc: Any, limits: Limits = DEFAULT_LIMITS) -> CompletionReq
     if model is not None and not isinstance(model, str):
         raise _type_error("model", "a string", model)
     session = doc.get("session")
-    if session is not None and (not isinstance(session, str) or not 0 < len(session) <= 128):
-        raise _type_error("session", "a string of 1 to 128 characters", session)
+    if session is not None:
+        check_session_id(session)
     options = doc.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise _type_error("stream_options", "an object", options)
     req = CompletionRequest(
-        prompts=prompts, model=model, n=n, session=session, stop=_stop(doc),
+        prompts=prompts, model=model, n=n, session=session, stop=_stop(doc, limits.max_stop_chars),
         max_tokens=_get_int(doc, "max_tokens", min(16, limits.max_tokens), 0, limits.max_tokens),
         temperature=_get_float(doc, "temperature", 1.0, 0.0, 2.0),
         top_p=_get_float(doc, "top_p", 1.0, 0.0, 1.0, open_lo=True),

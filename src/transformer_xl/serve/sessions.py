@@ -7,6 +7,10 @@ is fixed however long the conversation grows: :func:`session_bytes`.
 
 :class:`SessionStore` keeps at most ``max_sessions`` of them (the least recently used is dropped first), drops a
 session idle for ``idle_timeout`` seconds, and lets one request at a time use a session (another gets 409).
+
+With API keys, each key has its own sessions: the store holds :func:`owned_id` ``(owner, sid)`` (``OWNER/SID``; a
+session id never holds ``/``, see :data:`~transformer_xl.serve.protocol.SESSION_ID`), so that key A's ``s1`` is not
+key B's; messages name the session as its client does (:func:`shown_id`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,16 @@ from transformer_xl.serve.protocol import RequestError
 
 #: How many of a session's last ids are kept to detokenize its next reply (a word's spacing, a UTF-8 sequence).
 TAIL = 8
+
+
+def owned_id(owner: str | None, sid: str) -> str:
+    """The store's id of session ``sid`` of the API key ``owner`` (None: a server without keys)."""
+    return sid if owner is None else f"{owner}/{sid}"
+
+
+def shown_id(key: str) -> str:
+    """The session id a client gave, from the store's id (:func:`owned_id`)."""
+    return key.rpartition("/")[2]
 
 
 @dataclass
@@ -75,8 +89,8 @@ class SessionStore:
         with self._lock:
             self._expire()
             if sid in self._busy:
-                raise RequestError(f"session {sid!r} is in use by another request", status=409, param="session",
-                                   code="session_busy")
+                raise RequestError(f"session {shown_id(sid)!r} is in use by another request", status=409,
+                                   param="session", code="session_busy")
             self._busy.add(sid)
             entry = self._states.get(sid)
             return None if entry is None else entry[0]
@@ -99,7 +113,7 @@ class SessionStore:
         """Forget ``sid``; False when there was no such session (409 while a request uses it)."""
         with self._lock:
             if sid in self._busy:
-                raise RequestError(f"session {sid!r} is in use by a request", status=409, code="session_busy")
+                raise RequestError(f"session {shown_id(sid)!r} is in use by a request", status=409, code="session_busy")
             return self._states.pop(sid, None) is not None
 
     def _expire(self) -> None:

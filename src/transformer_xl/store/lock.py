@@ -42,6 +42,7 @@ class RunLock:
         self.path = self.root / LOCK
         self._file: IO[str] | None = None
         self.created = False  # acquire() made the directory
+        self.created_file = False  # acquire() made the lock file
 
     @property
     def held(self) -> bool:
@@ -55,6 +56,7 @@ class RunLock:
             self.root.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
             raise RunLockedError(f"{self.root} exists and is not a directory") from None
+        self.created_file = not self.path.exists()
         # kept open while the lock is held; equivalent mutant: "UTF-8" names the same codec as "utf-8"
         f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115  # pragma: no mutate
         if fcntl is not None:
@@ -75,15 +77,16 @@ class RunLock:
         return self
 
     def release(self, *, discard: bool = False) -> None:
-        """Free the lock. ``discard``: also remove the directory if :meth:`acquire` made it and it holds nothing
-        but the lock file (a run refused before it wrote anything leaves no trace)."""
+        """Free the lock. ``discard``: also remove the lock file if :meth:`acquire` made it, and the directory if it
+        made that and it holds nothing else (a run refused before it wrote anything leaves no trace, in a new
+        directory or in one of the user's)."""
         f, self._file = self._file, None
         if f is None:
             return
-        if discard and self.created:
+        if discard and self.created_file:
             with contextlib.suppress(OSError):
-                if [p.name for p in self.root.iterdir()] == [LOCK]:
-                    self.path.unlink()
+                self.path.unlink()
+                if self.created and not any(self.root.iterdir()):
                     self.root.rmdir()
         with contextlib.suppress(OSError):
             f.close()  # closing the file drops the flock

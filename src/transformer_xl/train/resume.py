@@ -22,6 +22,9 @@ and starts it when it is empty or absent. It is what a job relaunched unchanged 
 after a lost worker, or a scheduler's next launch after a preemption. Without it a directory that holds a run is
 refused as before (the protection of a user at a terminal); under a ``torchrun`` restart the refusal says to add
 ``--resume auto`` (:func:`restart_hint`).
+
+A new run starts only in an absent or empty ``--out-dir`` (:func:`plan_run`): a directory holding anything else (the
+user's files, a model directory, another tool's output) is refused in one line before anything is written there.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from typing import Any
 from transformer_xl.errors import CheckpointError, ConfigError, DataError
 from transformer_xl.store.checkpoint import list_checkpoints, read_checkpoint_meta, verify_checkpoint
 from transformer_xl.store.files import read_json
-from transformer_xl.store.layout import RunDir, is_checkpoint_dir
+from transformer_xl.store.layout import CHECKPOINTS, RunDir, is_checkpoint_dir
+from transformer_xl.store.lock import LOCK
 from transformer_xl.train.config import TrainConfig
 
 #: ``--resume auto``: continue ``--out-dir`` if it holds a run, start it otherwise.
@@ -160,7 +164,19 @@ def plan_run(resume: str | Path | None, run: RunDir) -> ResumePlan | None:
     if plan is None and holds_run(run):
         raise ConfigError(f"{run.root} already holds a run: continue it with `txl train --resume {run.root}`, or give "
                           f"another --out-dir{restart_hint()}")
+    if plan is None:  # a new run: in a directory of its own (it writes config.json, vocab.json, best/ ... there)
+        foreign = sorted(p.name for p in run.root.iterdir() if not _fresh(p)) if run.root.is_dir() else []
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise ConfigError(f"{run.root} is not empty ({shown}): a new run starts in a new or empty --out-dir, "
+                              "so that it writes over nothing of yours; give another --out-dir")
     return plan
+
+
+def _fresh(entry: Path) -> bool:
+    """Whether a new run may start beside ``entry``: the run's lock (taken before the directory is read), or an
+    empty checkpoints folder (a killed writer's temporaries were just cleared from it)."""
+    return entry.name == LOCK or (entry.name == CHECKPOINTS and entry.is_dir() and not any(entry.iterdir()))
 
 
 def restart_hint() -> str:

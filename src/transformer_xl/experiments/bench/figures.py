@@ -68,11 +68,16 @@ def render(path: str, root: Path) -> str:
         from transformer_xl.experiments.bench.report import to_markdown
 
         return to_markdown(report, command).rstrip("\n")
+    from transformer_xl.experiments.bench.soak import is_soak_report, soak_markdown
+
+    if is_soak_report(report):
+        return soak_markdown(report, command)
     if "rows" in report and "read_rate_bytes_per_s" in report:
         return decode_kernels_markdown(report, command)
     if "rows" in report and all("cold_s" in row for row in report["rows"]):
         return compile_time_markdown(report, command)
-    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels or compile-time report")
+    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels, compile-time or soak "
+                      "report")
 
 
 def compile_time_markdown(report: dict[str, Any], command: str) -> str:

@@ -1,0 +1,136 @@
+"""The guards in front of the routes, against a live server on 127.0.0.1 over real sockets: request bodies bounded in
+size and time and only JSON, the Host and Origin checks, API keys."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.serve.conftest import Served, read_status, save_served_model, start_server
+from transformer_xl.serve.guard import KeyGuard, host_name, is_json
+from transformer_xl.serve.protocol import Limits
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+LIMIT = 64 * 1024
+JSON = {"Content-Type": "application/json"}
+ASK = {"prompt": "the cat", "max_tokens": 2, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A server without a key, bodies of at most 64 KiB within 0.5 s, one proxy name allowed."""
+    yield from start_server(save_served_model(tmp_path_factory.mktemp("guard")), limits=Limits(max_body_bytes=LIMIT),
+                            body_timeout=0.5, allowed_hosts=("proxy.example",))
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A server with two API keys."""
+    yield from start_server(save_served_model(tmp_path_factory.mktemp("keyed")), api_key=["key-one", "key-two"])
+
+
+def _head(method: str, path: str, **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k.replace('_', '-')}: {v}"
+                                                               for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_a_body_announced_over_the_limit_is_refused_before_it_is_sent(small) -> None:
+    sock = small.raw(_head("POST", "/v1/completions", Content_Type="application/json", Content_Length="100000000"))
+    start = time.monotonic()
+    status, data = read_status(sock, 5)
+    assert status == 413 and time.monotonic() - start < 2, data[:200]
+    assert b'"code":"body_too_large"' in data.replace(b" ", b"") and b"--max-body-bytes" in data
+
+
+def test_a_chunked_body_is_counted_as_it_arrives(small) -> None:
+    chunk = b"%x\r\n%s\r\n" % (16 * 1024, b"x" * 16 * 1024)
+    sock = small.raw(_head("POST", "/v1/completions", Content_Type="application/json",
+                           Transfer_Encoding="chunked") + chunk * 5)  # 80 KiB, and no end: refused all the same
+    status, data = read_status(sock, 5)
+    assert status == 413, data[:200]
+
+
+def test_an_unused_field_over_the_limit_is_refused_and_one_under_it_is_not(small) -> None:
+    status, doc = small.post("/v1/completions", {**ASK, "unused": "x" * LIMIT})
+    assert status == 413 and doc["error"]["code"] == "body_too_large"
+    status, doc = small.post("/v1/completions", {**ASK, "unused": "x" * (LIMIT - 100)})
+    assert status == 200 and doc["usage"]["completion_tokens"] == 2
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408(small) -> None:
+    sock = small.raw(_head("POST", "/v1/completions", Content_Type="application/json", Content_Length="100")
+                     + b'{"prompt": ')
+    start = time.monotonic()
+    status, data = read_status(sock, 5)
+    assert status == 408 and time.monotonic() - start < 2.5, data[:200]
+    assert b"--body-timeout" in data
+
+
+@pytest.mark.parametrize("content_type, status", [
+    (None, 415), ("text/plain", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; b=x", 415),
+    ("application/jsonp", 415), ("application/json", 200), ("application/json; charset=utf-8", 200),
+    ("Application/JSON ;charset=UTF-8", 200)])
+def test_a_post_body_is_taken_only_as_json(small, content_type, status) -> None:
+    """What a web page may send to any site without a CORS preflight (a form, text/plain) runs nothing."""
+    import json
+
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    got, _, doc = small.request("POST", "/v1/completions", json.dumps(ASK).encode(), headers)
+    assert got == status, doc
+    if status == 415:
+        assert doc["error"]["code"] == "unsupported_media_type" and "application/json" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("host, status", [
+    ("evil.example", 421), ("evil.example:{port}", 421), ("localhost.evil.example", 421), ("127.0.0.1.nip.io", 421),
+    ("localhost", 200), ("localhost:{port}", 200), ("LOCALHOST:{port}", 200), ("127.0.0.1:{port}", 200),
+    ("[::1]:{port}", 200), ("10.1.2.3:80", 200), ("proxy.example", 200), ("proxy.example:443", 200)])
+def test_without_a_key_only_requests_naming_this_server_are_answered(small, host, status) -> None:
+    """A page whose name has been pointed at 127.0.0.1 (DNS rebinding) sends its own name as the Host."""
+    got, doc = small.post("/v1/completions", ASK, {"Host": host.format(port=small.port)})
+    assert got == status, doc
+    if status == 421:
+        assert doc["error"]["code"] == "invalid_host" and "--allowed-host" in doc["error"]["message"]
+    got, _, _ = small.request("GET", "/", headers={"Host": host.format(port=small.port)})
+    assert got == status
+
+
+@pytest.mark.parametrize("origin, status", [
+    ("http://evil.example", 403), ("https://evil.example:{port}", 403), ("null", 403), ("file://", 403),
+    ("http://127.0.0.1:{port}", 200), ("http://localhost:3000", 200), ("https://proxy.example", 200)])
+def test_a_request_from_another_sites_page_is_refused(small, origin, status) -> None:
+    got, doc = small.post("/v1/completions", ASK, {"Origin": origin.format(port=small.port)})
+    assert got == status, doc
+    if status == 403:
+        assert doc["error"]["code"] == "cross_origin"
+
+
+def test_with_keys_any_key_in_any_case_of_the_scheme_and_no_host_check(keyed) -> None:
+    for auth in ("Bearer key-one", "bearer key-two", "BEARER   key-one "):
+        got, doc = keyed.post("/v1/completions", ASK, {"Authorization": auth, "Host": "models.example"})
+        assert got == 200, (auth, doc)
+    for auth in (None, "Bearer key-three", "Basic key-one", "Bearer", "key-one", "Bearer key-one key-two"):
+        got, head, doc = keyed.request("GET", "/v1/models", headers={} if auth is None else {"Authorization": auth})
+        assert got == 401 and doc["error"]["code"] == "invalid_api_key", auth
+        assert head["www-authenticate"] == "Bearer"
+    got, doc = keyed.post("/v1/completions", ASK, {"Authorization": "Bearer key-one", "Origin": "http://evil.example"})
+    assert got == 403
+    for path in ("/", "/health"):  # open without a key
+        assert keyed.request("GET", path)[0] == 200
+    for path in ("/tokenizer_info", "/v1/tokenizer_info", "/nowhere"):  # everything else wants one
+        assert keyed.request("GET", path)[0] == 401
+
+
+def test_the_helpers() -> None:
+    assert [host_name(h) for h in ("A.Example:80", "[::1]:8000", "::1", "127.0.0.1", "[fe80::1]")] == [
+        "a.example", "::1", "::1", "127.0.0.1", "fe80::1"]
+    assert is_json("application/json") and is_json(" application/JSON ; charset=utf-8")
+    assert not is_json(None) and not is_json("text/plain") and not is_json("application/json-patch+json")
+    guard = KeyGuard(None, ["a", "b"])
+    assert [guard.owner(v) for v in ("Bearer a", "bearer b", "Bearer c", None, "Token a")] == [
+        "key1", "key2", None, None, None]
