@@ -80,6 +80,8 @@ def test_a_user_corpus_edited_in_place_is_rebuilt_by_content(tmp_path: Path) -> 
     (lambda m: m["splits"].update(train=["train.npy"]), "entry 'train' has the wrong structure"),
 ])
 def test_a_manifest_of_the_wrong_shape_is_refused_before_opening_anything(tmp_path: Path, edit, message) -> None:
+    """A damaged manifest is refused; ``--rebuild`` replaces the folder, whose files a cache's names still vouch for
+    (``*.npy``, the vocabulary, the manifest)."""
     corpus, first = _user_cache(tmp_path)
     path = first.cache_dir / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -173,3 +175,25 @@ def test_a_cache_folder_holding_other_files_is_never_replaced(tmp_path: Path) ->
     (first.cache_dir / "notes.txt").unlink()
     rebuilt = load_corpus(str(corpus), cache_dir=tmp_path / "c", rebuild=True)
     assert rebuilt.cache_dir == first.cache_dir and rebuilt.manifest["created"] >= first.manifest["created"]
+
+
+def test_a_users_own_arrays_in_a_cache_folder_are_never_deleted(tmp_path: Path) -> None:
+    """Only what the cache's own manifest lists is the cache's: a ``.npy`` of the user's beside it, or a folder of
+    arrays with no manifest at all, makes a rebuild refuse in one line naming the folder and its files; nothing is
+    deleted (a ``*.npy`` or ``vocab.json`` used to be taken for the cache's and replaced with it)."""
+    import numpy as np
+
+    corpus, first = _user_cache(tmp_path)
+    mine = first.cache_dir / "mine.npy"
+    np.save(mine, np.arange(5))
+    with pytest.raises(DataError, match=rf"^{first.cache_dir} holds what txl data prepare did not write "
+                                        r"\(mine\.npy\): refusing to replace it"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c", rebuild=True)
+    assert np.load(mine).tolist() == [0, 1, 2, 3, 4]
+    (first.cache_dir / "manifest.json").unlink()  # no manifest: none of these files is proven the cache's
+    held = sorted(p.name for p in first.cache_dir.iterdir())
+    assert held == ["mine.npy", "test.npy", "train.npy", "valid.npy", "vocab.json"]
+    with pytest.raises(DataError, match=rf"^{first.cache_dir} holds what txl data prepare did not write "
+                                        r"\(mine\.npy, test\.npy, train\.npy and 2 more\)"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")
+    assert sorted(p.name for p in first.cache_dir.iterdir()) == held and np.load(mine).size == 5

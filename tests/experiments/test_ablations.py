@@ -199,8 +199,9 @@ def test_a_variant_run_stopped_before_its_first_checkpoint_is_cleared_but_never_
     also holds a file of the user's is refused in one line and kept whole (it was removed whole before)."""
     run = tmp_path / "seed0" / "variant"
     (run / "checkpoints").mkdir(parents=True)
-    for name in ("config.json", "metrics.jsonl", ".lock"):
+    for name in ("config.json", "metrics.jsonl", ".lock", ".config.json.9x_k2q0a.tmp", ".metrics.jsonl.old"):
         (run / name).write_text("{}")
+    (run / ".best.ab12cd34.tmp").mkdir()  # atomic_dir's temporary folder
     A.clear_unstarted_run(run)
     assert not run.exists()
     (run / "checkpoints").mkdir(parents=True)
@@ -209,3 +210,33 @@ def test_a_variant_run_stopped_before_its_first_checkpoint_is_cleared_but_never_
     with pytest.raises(ConfigError, match=r"notes\.txt.*did not write|did not write.*notes\.txt"):
         A.clear_unstarted_run(run)
     assert (run / "notes.txt").read_text() == "mine" and (run / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("hidden", [".git", ".env", ".notes.old", ".mine.ab12cd34.tmp", ".config.json.tmp",
+                                    ".lock.old"])
+def test_a_hidden_name_of_the_users_keeps_an_unstarted_run_whole(tmp_path, hidden) -> None:
+    """Hidden names are the user's too (a ``.git``, an ``.env``): only the run lock and txl's temporaries of a
+    run's own entries are cleared with the run; anything else is refused in one line and nothing is removed."""
+    run = tmp_path / "variant"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / ".lock").write_text("")
+    if hidden == ".git":
+        (run / hidden).mkdir()
+        (run / hidden / "HEAD").write_text("ref: refs/heads/main\n")
+    else:
+        (run / hidden).write_text("SECRET=1\n")
+    with pytest.raises(ConfigError, match=rf"^{run} holds files a training run did not write \({hidden}\): move "
+                                          r"them, or give the experiment another --out$"):
+        A.clear_unstarted_run(run)
+    assert sorted(p.name for p in run.iterdir()) == sorted([hidden, ".lock", "checkpoints", "config.json"])
+
+
+def test_an_unstarted_run_path_that_is_a_file_is_one_line(tmp_path) -> None:
+    """A file where the variant's run directory goes is refused in one line (it was a NotADirectoryError
+    traceback), and kept."""
+    run = tmp_path / "variant"
+    run.write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^{run} is not a directory: give the experiment another --out$"):
+        A.clear_unstarted_run(run)
+    assert run.read_text() == "mine"

@@ -351,6 +351,66 @@ def test_waiting_and_running_completions_end_with_the_server(tmp_path) -> None:
     assert status == 200 and chunks[-1] == error and all("error" not in c for c in chunks[:-1]) and len(chunks) > 1
 
 
+def _request(served, body: dict) -> bytes:
+    """The raw bytes of ``POST /v1/completions`` with ``body``."""
+    data = json.dumps(body).encode()
+    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+def test_a_completion_whose_client_leaves_while_it_waits_frees_its_session_at_once(tmp_path) -> None:
+    """One row, held by a stream; a whole completion naming a session waits behind it, and its client goes away: it
+    leaves the queue (after a quiet poll) though the stream still holds the row, so a retry naming the session waits
+    in its turn instead of being refused with 409 (session busy). The old engine kept it queued until a row freed."""
+    from tests.serve.conftest import read_status, save_served_model, start_server
+    from transformer_xl.serve.protocol import Limits
+
+    gen = start_server(save_served_model(tmp_path), max_batch=1, limits=Limits(max_tokens=10 ** 6))
+    served = next(gen)
+    stats = served.engine.stats
+
+    def until(check) -> bool:
+        deadline = time.monotonic() + 5
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return check()
+
+    turn = {"prompt": "the", "max_tokens": 2, "session": "s"}
+    try:
+        stream = served.raw(_request(served, {"prompt": "the", "max_tokens": 10 ** 6, "stream": True}))
+        assert until(lambda: stats()["running"] == 1)
+        waiting = served.raw(_request(served, turn))
+        assert until(lambda: stats()["waiting"] == 1)
+        waiting.close()
+        assert until(lambda: stats()["waiting"] == 0) and stats()["cancelled"] == 1
+        retry = served.raw(_request(served, turn))
+        assert until(lambda: stats()["waiting"] == 1)  # queued behind the stream, not refused
+        assert read_status(retry, 0.3)[0] == 0  # no answer yet
+        stream.close()
+    finally:
+        gen.close()
+
+
+def test_a_streamed_echo_with_logprobs_makes_each_prompts_texts_once(served, monkeypatch) -> None:
+    """Echo with log-probabilities, streamed, of P prompts x n choices of L tokens, k alternatives: each prompt's
+    scores echo that prompt's n choices only (the old server echoed every prompt again for each prompt: P * P * n),
+    and its ``top_logprobs`` texts are made once for its n choices (the old: n times), so P * (n * L + (L - 1) * k)
+    token texts are made in all; the stream adds up to the whole response."""
+    from transformer_xl.serve.completions import Completions
+
+    made: list[int] = []
+    token_text = Completions.token_text
+    monkeypatch.setattr(Completions, "token_text", lambda self, i: (made.append(i), token_text(self, i))[1])
+    body = {"model": "tiny", "prompt": ["the cat sat", "a big dog", "the dog ran", "a red mat"], "n": 2,
+            "max_tokens": 0, "echo": True, "logprobs": 2}
+    whole = json.loads(_post(served, body)[1])["choices"]
+    made.clear()
+    chunks = _events(_post(served, {**body, "stream": True})[1])
+    assert len(made) == 4 * (2 * 3 + (3 - 1) * 2)
+    merged = _merge(chunks)
+    assert [merged[i] for i in range(8)] == [{k: c[k] for k in ("text", "logprobs", "finish_reason")} for c in whole]
+
+
 # ---------------------------------------------------------------------------------------------- echoed prompt scores
 def test_lm_evaluation_harness_reads_an_echoed_prompts_scores_and_greediness(served) -> None:
     """lm-evaluation-harness's ``local-completions`` loglikelihood request (context + continuation ids, echo,
@@ -573,3 +633,27 @@ def test_session_reset_says_when_a_session_started_empty(served) -> None:
         assert resp.status == 200
     assert streamed()[0] is True and whole() is False
     assert "session_reset" not in json.loads(_post(served, {k: v for k, v in body.items() if k != "session"})[1])
+
+
+def test_a_stream_closed_before_its_first_event_ends_its_job(served) -> None:
+    """``events = await completions.stream(req)`` queues the job; closing the events unread (a response that failed
+    before iterating them) must end it: an async generator closed before it started runs no ``finally``."""
+    import asyncio
+
+    from transformer_xl.serve.completions import Completions
+    from transformer_xl.serve.protocol import Limits, parse_completion
+
+    limits = Limits(max_tokens=10 ** 6)
+    comp = Completions(served.engine, served.codec, "tiny", limits)
+    before = served.engine.stats()["cancelled"]
+
+    async def unread() -> None:
+        events = await comp.stream(parse_completion({"prompt": "the", "max_tokens": 10 ** 6, "stream": True},
+                                                    limits))
+        await events.aclose()
+
+    asyncio.run(unread())
+    deadline = time.monotonic() + 10
+    while served.engine.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.engine.stats()["cancelled"] == before + 1 and served.engine.stats()["running"] == 0

@@ -439,3 +439,51 @@ def test_one_samples_stop_string_ends_that_sample_only(parts) -> None:
     assert any(len(tokens[c]) == 12 for c in (1, 2))  # (seed 7: both run to max_tokens)
     assert seen[-1] == Done(prompt_tokens=3, completion_tokens=sum(map(len, tokens.values())))
     assert all(not isinstance(e, Done) for e in seen[:-1])
+
+
+def test_a_request_cancelled_while_it_waits_leaves_the_queue_though_the_batch_is_full(parts) -> None:
+    """One row, held by a long request: the waiting request whose client went away (``Engine.cancel``) ends at once,
+    not when a row frees; its session can be named again (no 409) and its queue place taken (``max_queue`` 1: no
+    503)."""
+    model, codec = parts
+    engine = Engine(model, codec, max_batch=1, max_queue=1, sessions=SessionStore(4)).start()
+    try:
+        running, long = _run(engine, prompts=[[1, 2]], max_tokens=10 ** 6, sampling=Sampling(temperature=0))
+        assert isinstance(running.get(timeout=60), Token)
+        waiting, job = _run(engine, prompts=[[3]], max_tokens=2, session="s")
+        assert engine.stats()["waiting"] == 1
+        engine.cancel(job)
+        assert waiting.get(timeout=5) == Failed("cancelled")  # the old engine: only once the long request ended
+        assert engine.stats()["waiting"] == 0 and engine.stats()["cancelled"] == 1
+        again, _ = _run(engine, prompts=[[3]], max_tokens=2, session="s")  # the session and the queue place: free
+        engine.cancel(long)
+        assert _collect(again)[1][-1] == Done(1, 2) and _collect(running)[1][-1] == Failed("cancelled")
+        assert engine.stats()["cancelled"] == 2
+    finally:
+        engine.stop()
+
+
+def test_the_idle_memory_release_does_not_hold_up_submit(parts, monkeypatch) -> None:
+    """When the engine goes idle it gives freed memory back (``malloc_trim``, which may take a while) without holding
+    the lock ``submit`` takes: a request submitted meanwhile is queued at once, and runs."""
+    model, codec = parts
+    engine = Engine(model, codec)
+    later: queue.Queue = queue.Queue()
+    queued: list[bool] = []
+
+    def release() -> bool:  # on the engine thread, when it went idle
+        if not queued:
+            submit = threading.Thread(target=engine.submit, args=(Job(prompts=[[4]], emit=later.put, max_tokens=1),))
+            submit.start()
+            submit.join(timeout=2)
+            queued.append(not submit.is_alive())
+        return True
+
+    monkeypatch.setattr("transformer_xl.serve.engine.release_free_memory", release)
+    engine.start()
+    try:
+        assert _collect(_run(engine, prompts=[[1]], max_tokens=1)[0])[1][-1] == Done(1, 1)
+        assert _collect(later)[1][-1] == Done(1, 1)
+    finally:
+        engine.stop()
+    assert queued == [True]

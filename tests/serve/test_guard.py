@@ -127,8 +127,9 @@ def test_with_keys_any_key_in_any_case_of_the_scheme_and_no_host_check(keyed) ->
 
 
 def test_the_helpers() -> None:
-    assert [host_name(h) for h in ("A.Example:80", "[::1]:8000", "::1", "127.0.0.1", "[fe80::1]")] == [
-        "a.example", "::1", "::1", "127.0.0.1", "fe80::1"]
+    assert [host_name(h) for h in ("A.Example:80", "[::1]:8000", "::1", "127.0.0.1", "[fe80::1]", "localhost.:80",
+                                   "proxy.example.")] == [
+        "a.example", "::1", "::1", "127.0.0.1", "fe80::1", "localhost", "proxy.example"]
     assert is_json("application/json") and is_json(" application/JSON ; charset=utf-8")
     assert not is_json(None) and not is_json("text/plain") and not is_json("application/json-patch+json")
     guard = KeyGuard(None, ["a", "b"])

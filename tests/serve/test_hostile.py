@@ -144,3 +144,60 @@ def test_every_limit_and_bound_is_a_flag_with_its_default_in_help(capsys) -> Non
         assert flag in text
     fields = set(Limits.__dataclass_fields__)
     assert all(f"--{name.replace('_', '-')}" in text for name in fields), fields
+
+
+def test_large_bodies_are_parsed_in_a_worker_thread_and_small_ones_at_once(served, monkeypatch) -> None:
+    """Parsing and checking megabytes of JSON (a million token ids) would hold every other request and stream: a
+    body over SMALL_BODY is parsed off the event loop."""
+    import threading as threading_module
+
+    from transformer_xl.serve import app as app_module
+
+    threads: list[str] = []
+    real = app_module.parse_completion
+
+    def spy(doc, limits):
+        threads.append(threading_module.current_thread().name)
+        return real(doc, limits)
+
+    monkeypatch.setattr(app_module, "parse_completion", spy)
+    small = {"prompt": "the", "max_tokens": 1}
+    assert served.post("/v1/completions", small)[0] == 200
+    assert served.post("/v1/completions", {**small, "pad": "x" * (app_module.SMALL_BODY + 1)})[0] == 200
+    loop_thread, worker = threads
+    assert worker != loop_thread
+
+
+def test_an_event_stream_cancels_its_job_even_when_it_never_started() -> None:
+    """A streamed response that fails before its first event (its client gone as the head is sent) still closes its
+    events, whose closing ends the job."""
+    import asyncio
+
+    from transformer_xl.serve.app import EventStream
+
+    closed: list[bool] = []
+
+    class Events:
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            return "data: x\n\n"
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    async def receive() -> dict:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        raise OSError("the client went away")
+
+    async def run() -> None:
+        stream = EventStream(Events(), media_type="text/event-stream")
+        with pytest.raises(Exception):  # noqa: B017 (Starlette turns the OSError into its ClientDisconnect)
+            await stream({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+
+    asyncio.run(run())
+    assert closed == [True]

@@ -56,10 +56,21 @@ def test_the_heap_is_cleaned_once_a_second_after_the_last_request_and_health_pol
     released: list[bool] = []
     monkeypatch.setattr("transformer_xl.serve.app.release_free_memory", lambda: released.append(True) or True)
     log = RequestLog(_answer)
-    log.IDLE_S = 0.05
+    log.IDLE_S, log.EVERY_S = 0.05, 0.05
     _serve(log, ["/v1/models", "/v1/models"], 0.01)  # requests closer than IDLE_S: no clean-up between them
     assert log.cleanups == 0
     _serve(log, ["/v1/models", "/health", "/health", "/health"], 0.03)  # polls every 30 ms do not postpone it
     assert log.cleanups == 1 and released == [True]
     _serve(log, ["/health"], 0.1)  # a poll alone is no request to clean up after
     assert log.cleanups == 1
+
+
+def test_clean_ups_are_at_least_every_s_apart(monkeypatch) -> None:
+    """A client asking about once a second would otherwise cost a full collection per request."""
+    monkeypatch.setattr("transformer_xl.serve.app._collect", lambda: None)  # a collection of this test process
+    log = RequestLog(_answer)  # would take long enough to upset the timings below
+    log.IDLE_S, log.EVERY_S = 0.02, 1.0
+    _serve(log, ["/v1/models", "/v1/models", "/v1/models"], 0.06)  # idle 60 ms after each: one clean-up, not three
+    assert log.cleanups == 1
+    _serve(log, ["/v1/models"], 1.2)  # the next one waits out EVERY_S, then comes
+    assert log.cleanups == 2

@@ -126,7 +126,9 @@ BIG = 2 ** 63
     ({"prompt": "a", "logprobs": 6}, "logprobs", "invalid_value", "'logprobs' must be between 0 and 5, got 6"),
     ({"prompt": "a", "n": 0}, "n", "invalid_value", "'n' must be >= 1, got 0"),
     ({"prompt": "a", "stream": "y" * 100}, "stream", "invalid_type",
-     "'stream' must be a boolean, got str " + repr("y" * 100)[:60]),
+     "'stream' must be a boolean, got str '" + "y" * 27 + "..." + "y" * 28 + "'"),  # cut, not built whole
+    ({"prompt": "a", "stream": [[[[[1]]]]]}, "stream", "invalid_type",
+     "'stream' must be a boolean, got list [[[[...]]]]"),
     ({"prompt": "a", "echo": 1}, "echo", "invalid_type", "'echo' must be a boolean, got int 1"),
     ({"prompt": "a", "stream_options": {"include_usage": "y"}}, "include_usage", "invalid_type",
      "'include_usage' must be a boolean, got str 'y'"),

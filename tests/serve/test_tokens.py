@@ -46,6 +46,8 @@ def test_tokenize_gives_txl_scores_ids_which_a_completion_reads_and_detokenize_t
     ("/detokenize", {"tokens": [1, True]}, "tokens", "invalid_type"),
     ("/detokenize", {"tokens": [1, 10 ** 6]}, "tokens", "invalid_value"),
     ("/detokenize", {"tokens": [-1]}, "tokens", "invalid_value"),
+    ("/detokenize", {"tokens": [1] * 8193}, "tokens", "context_length_exceeded"),  # counted before anything else
+    ("/detokenize", {"tokens": ["x"] * 8193}, "tokens", "context_length_exceeded"),
 ])
 def test_bad_tokenizer_requests_are_400(served, path, body, param, code) -> None:
     status, doc = served.post(path, body)

@@ -61,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="longest stop string in characters (default: 256)")
     p.add_argument("--max-body-bytes", type=positive_int, default=4 * 2 ** 20, metavar="BYTES",
                    help="largest request body, refused with 413 as it arrives (default: 4194304, 4 MiB)")
+    p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="close a connection that has not sent a whole request line and headers this long after "
+                        "opening or after its last answer (default: 10)")
     p.add_argument("--body-timeout", type=positive_float, default=30.0, metavar="SECONDS",
                    help="time a request body may take to arrive, 408 beyond (default: 30)")
     p.add_argument("--timeout-keep-alive", type=positive_float, default=5.0, metavar="SECONDS",
@@ -96,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                         max_sessions=args.max_sessions, session_timeout=args.session_timeout, mem_len=args.mem_len,
                         clamp_len=args.clamp_len, limits=limits, level=args.level, vocab=args.vocab,
                         device=args.device, verify=not args.no_verify, body_timeout=args.body_timeout,
+                        header_timeout=args.header_timeout,
                         timeout_keep_alive=args.timeout_keep_alive, limit_concurrency=args.limit_concurrency or None,
                         timeout_graceful_shutdown=args.timeout_graceful_shutdown)
     serve(args.model_dir, opts, note=stderr_note("txl serve"))

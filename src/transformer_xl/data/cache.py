@@ -96,9 +96,20 @@ def _write_cache(cache_dir: Path, built: Built, *, dataset: str, config: dict[st
 
 
 def _cache_files(cache_dir: Path) -> set[str]:
-    """The entries of ``cache_dir`` a cache holds: its manifest, its vocabulary and ``.npy`` arrays (files)."""
-    return {p.name for p in cache_dir.iterdir()
-            if p.is_file() and (p.name in (MANIFEST, VOCAB) or p.suffix == ".npy")}
+    """The entries of ``cache_dir`` a cache holds: its manifest and the files that manifest lists (arrays and
+    vocabulary), and nothing else -- not a ``.npy`` it does not list, not any file where there is no manifest. A
+    manifest damaged beyond reading (a crash, a bad disk: the cache must be rebuilt) vouches for what a cache holds by
+    its names: ``*.npy``, the vocabulary and itself."""
+    try:
+        manifest = read_manifest(cache_dir)
+    except DataError:
+        return {p.name for p in cache_dir.iterdir()
+                if p.is_file() and not p.is_symlink() and (p.suffix == ".npy" or p.name in (MANIFEST, VOCAB))}
+    if manifest is None:
+        return set()
+    entries = [manifest.get("vocab", {}), *manifest.get("splits", {}).values(), *manifest.get("extras", {}).values()]
+    listed = {MANIFEST, *(e["file"] for e in entries if "file" in e)}  # plain names: read_manifest checked them
+    return {n for n in listed if (cache_dir / n).is_symlink() or not (cache_dir / n).is_dir()}
 
 
 def read_manifest(cache_dir: Path) -> dict[str, Any] | None:

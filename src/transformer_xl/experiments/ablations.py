@@ -179,10 +179,25 @@ RUN_ENTRIES = frozenset({L.CONFIG, L.VOCAB, L.METRICS, L.RESULTS, L.CHECKPOINTS,
 
 
 def clear_unstarted_run(root: Path) -> None:
-    """Remove a variant's run that stopped before its first checkpoint -- only what a run writes: a directory that
-    also holds anything else is a one-line :class:`ConfigError`, and nothing is removed."""
-    foreign = sorted(p.name for p in root.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith("."))
-    if foreign or not root.is_dir():
+    """Remove a variant's run that stopped before its first checkpoint -- only what a run writes: the entries of
+    :data:`RUN_ENTRIES`, the run lock and txl's temporaries of them (``.NAME.*.tmp``, ``.NAME.old``). A path that
+    is not a directory, or one that holds anything else (a ``.git``, an ``.env``), is a one-line
+    :class:`ConfigError`, and nothing is removed."""
+    from transformer_xl.store.lock import LOCK
+
+    def ours(name: str) -> bool:
+        if name in RUN_ENTRIES or name == LOCK:
+            return True
+        if name[:1] != "." or not name.endswith((".tmp", ".old")):  # a hidden name is the user's (.git, .env)
+            return False
+        stem, _, rand = name[1:-4].rpartition(".")  # .NAME.old, or .NAME.RANDOM.tmp (mkstemp/mkdtemp)
+        if name.endswith(".old"):
+            return name[1:-4] in RUN_ENTRIES
+        return stem in RUN_ENTRIES and rand.replace("_", "a").isalnum()
+
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a directory: give the experiment another --out")
+    if foreign := sorted(p.name for p in root.iterdir() if not ours(p.name)):
         raise ConfigError(f"{root} holds files a training run did not write ({', '.join(foreign[:3])}): "
                           "move them, or give the experiment another --out")
     shutil.rmtree(root)

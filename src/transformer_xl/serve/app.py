@@ -25,7 +25,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -61,28 +61,38 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() and c != "\\" else ascii(c)[1:-1] for c in text)
 
 
+def _collect() -> None:
+    gc.collect()
+    release_free_memory()
+
+
 class RequestLog:
     """ASGI middleware: one log line per HTTP request when its response has been sent (streams included). A second
-    after the last request in flight ended (none but ``/health`` came since), the requests' garbage is collected and
-    the heap's free pages go back to the system (:mod:`~transformer_xl.serve.memory`): a server left idle returns to
-    its size."""
+    after the last request in flight ended (none but ``/health`` came since; at most once in ``EVERY_S`` seconds),
+    the requests' garbage is collected and the heap's free pages go back to the system, in a worker thread
+    (:mod:`~transformer_xl.serve.memory`): a server left idle returns to its size."""
 
-    #: Seconds without a request before the idle clean-up.
-    IDLE_S = 1.0
+    #: Seconds without a request before the idle clean-up, and the least seconds between two clean-ups.
+    IDLE_S, EVERY_S = 1.0, 10.0
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.in_flight = 0
         self.cleanups = 0
         self._idle: Any = None
+        self._last = -float("inf")
 
     def clean_up(self) -> None:
         """Collect cyclic garbage (a refused body's buffers stay alive through its exception's frames) and hand the
-        free pages back."""
+        free pages back, in a worker thread."""
         self._idle = None
-        gc.collect()
-        release_free_memory()
+        self._last = time.monotonic()
         self.cleanups += 1
+        asyncio.get_running_loop().run_in_executor(None, _collect)
+
+    def _schedule(self) -> None:
+        wait = max(self.IDLE_S, self._last + self.EVERY_S - time.monotonic())
+        self._idle = asyncio.get_running_loop().call_later(wait, self.clean_up)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -104,12 +114,40 @@ class RequestLog:
         finally:
             self.in_flight -= counted
             if counted and not self.in_flight:
-                self._idle = asyncio.get_running_loop().call_later(self.IDLE_S, self.clean_up)
+                self._schedule()
             note = scope.get("state", {}).get("log_note", "")
             raw = scope.get("raw_path")  # the path as sent (percent-escapes kept), else as decoded
             path = raw.decode("latin-1") if isinstance(raw, bytes) else scope["path"]
             log.info("%s %s %d %.0fms%s", printable(scope["method"]), printable(path), status[0] or 499,
                      1000 * (time.perf_counter() - start), f" {note}" if note else "")
+
+
+#: Bodies larger than this are parsed (and their answers serialized) in a worker thread, not on the event loop.
+SMALL_BODY = 64 * 1024
+
+
+async def off_loop(body: bytes, work: Callable[[bytes], Any]) -> Any:
+    """``work(body)``: at once for a small body, else in a worker thread (parsing megabytes of JSON, checking a
+    million ids, would hold every other request and stream)."""
+    return work(body) if len(body) <= SMALL_BODY else await asyncio.to_thread(work, body)
+
+
+async def json_off_loop(body: bytes, work: Callable[[bytes], Any]) -> Response:
+    """The JSON response of ``work(body)``, computed and serialized in a worker thread (sized by the request)."""
+    return Response(await asyncio.to_thread(lambda: json.dumps(work(body))), media_type="application/json")
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose job is cancelled however the response ends: also when it fails or is cancelled
+    before its first event (the events' own ``finally`` runs only once they have been iterated)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()  # runs the events' finally: the job leaves at the engine's next step
 
 
 def _error(exc: RequestError) -> JSONResponse:
@@ -158,14 +196,14 @@ def create_app(completions: Completions, *, api_key: str | Sequence[str] | None 
 
     @app.post("/v1/completions")
     async def complete(request: Request) -> Any:
-        req = parse_completion(parse_json(await request.body()), limits)
+        req = await off_loop(await request.body(), lambda body: parse_completion(parse_json(body), limits))
         if req.session is not None:
             req.session = owned_id(owner(request), req.session)  # each key its own sessions
         if req.stream:
             events = await completions.stream(req)  # a refusal raises here, before any byte is sent
             request.state.log_note = "stream"
-            return StreamingResponse(events, media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return EventStream(events, media_type="text/event-stream",
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         out = await completions.complete(req, request.is_disconnected)
         request.state.log_note = f"{out['usage']['prompt_tokens']}+{out['usage']['completion_tokens']} tokens"
         # serialized in a worker thread: an echoed prompt's log-probabilities are megabytes of JSON
@@ -179,15 +217,16 @@ def create_app(completions: Completions, *, api_key: str | Sequence[str] | None 
 
     codec = completions.codec
     scoring = scoring_encoder(codec)
+    about = tokenizer_info(codec, limits)  # once: it encodes (which waits for any other encoding)
 
     async def tokenizer() -> dict:
-        return tokenizer_info(codec, limits)
+        return about
 
-    async def encode(request: Request) -> dict:
-        return await tokenize(scoring, limits, await request.body())
+    async def encode(request: Request) -> Response:
+        return await json_off_loop(await request.body(), lambda body: tokenize(scoring, limits, body))
 
-    async def decode(request: Request) -> dict:
-        return await detokenize(codec, await request.body())
+    async def decode(request: Request) -> Response:
+        return await json_off_loop(await request.body(), lambda body: detokenize(codec, limits, body))
 
     for prefix in ("", "/v1"):  # where vLLM has them (lm-evaluation-harness asks at the root), and under /v1/
         app.add_api_route(prefix + "/tokenizer_info", tokenizer, methods=["GET"])

@@ -58,6 +58,7 @@ class _Run:
         self.loop = loop
         self.events: asyncio.Queue = asyncio.Queue()
         self.job: Job | None = None
+        self.engine: Engine | None = None
         self.gone = False
         self.session_reset = False  # the session it names started empty: new, evicted or expired
         self._lock = threading.Lock()
@@ -73,15 +74,36 @@ class _Run:
             if self.gone:
                 return
             engine.submit(job)
-            self.job = job
+            self.job, self.engine = job, engine
         self.session_reset = job.session is not None and job.state is None
 
     def leave(self) -> None:
-        """The request ended or went away: a job not yet queued never is; a queued one leaves at the next step."""
+        """The request ended or went away: a job not yet queued never is; a waiting one leaves the queue at once, a
+        running one the batch at the next step (:meth:`Engine.cancel`)."""
         with self._lock:
             self.gone = True
-            if self.job is not None:
-                self.job.cancelled = True  # nothing to do when it finished
+            if self.job is not None and self.engine is not None:
+                self.engine.cancel(self.job)  # nothing to do when it finished
+
+
+class _Events:
+    """A request's server-sent events whose closing always ends its job: also before the first event (an async
+    generator closed before it started never runs its ``finally``)."""
+
+    def __init__(self, events: AsyncIterator[str], run: _Run) -> None:
+        self.events, self.run = events, run
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self.events.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self.events.aclose()  # type: ignore[attr-defined]
+        finally:
+            self.run.leave()
 
 
 class Completions:
@@ -147,8 +169,10 @@ class Completions:
         return run, prompts
 
     # ------------------------------------------------------------------ events -> choices
-    def _echo(self, req: CompletionRequest, prompts: list[list[int]], choices: list[_Choice]) -> None:
-        for c, choice in enumerate(choices):
+    def _echo(self, req: CompletionRequest, prompts: list[list[int]], choices: list[_Choice], first: int = 0) -> None:
+        """Put its prompt (text, and tokens and offsets with ``logprobs``) in each of ``choices``, the choices from
+        index ``first`` on."""
+        for c, choice in enumerate(choices, first):
             p = c // req.n
             given = req.prompts[p]
             choice.text = given if isinstance(given, str) else self.codec.decode(given)
@@ -170,12 +194,18 @@ class Completions:
             out.setdefault(self.token_text(i), lp)
         return out
 
+    def _scores(self, event: PromptScores, choices: list[_Choice]) -> None:
+        """Put the scores of a prompt before what each of its ``choices`` holds: a list of its own for each choice,
+        the ``top_logprobs`` dicts built once per prompt and shared by its choices (nothing changes them later)."""
+        tops = [None if t is None else self._top(t) for t in event.top]
+        for choice in choices:
+            choice.token_logprobs[:0] = event.log_probs
+            choice.top_logprobs[:0] = tops
+
     def _apply(self, req: CompletionRequest, choices: list[_Choice], event: Any) -> dict | None:
         """Add ``event`` to ``choices``; the streamed choice delta it makes (None: nothing to send)."""
         if isinstance(event, PromptScores):
-            for c in range(event.prompt * req.n, (event.prompt + 1) * req.n):
-                choices[c].token_logprobs[:0] = event.log_probs
-                choices[c].top_logprobs[:0] = [None if t is None else self._top(t) for t in event.top]
+            self._scores(event, choices[event.prompt * req.n:(event.prompt + 1) * req.n])
             return None
         choice = choices[event.choice]
         delta: dict[str, Any] = {"index": event.choice, "text": event.text, "logprobs": None, "finish_reason": None}
@@ -235,7 +265,7 @@ class Completions:
         """Encode and queue the request (in a worker thread; a refusal raises on the await, before any byte is
         sent); its server-sent events: ``events = await completions.stream(req)``."""
         run, prompts = await self._queued(req)
-        return self._sse(req, run, prompts)
+        return _Events(self._sse(req, run, prompts), run)
 
     async def _sse(self, req: CompletionRequest, run: _Run, prompts: list[list[int]]) -> AsyncIterator[str]:
         cid, created = completion_id(), int(time.time())
@@ -250,14 +280,15 @@ class Completions:
                 doc = _mark_session(doc, req, run)
             return "data: " + json.dumps(doc) + "\n\n"
 
-        def prompt_chunk(event: PromptScores) -> str:
-            part = [_Choice() for _ in choices]
-            self._echo(req, prompts, part)
-            self._apply(req, part, event)
-            for c in range(event.prompt * req.n, (event.prompt + 1) * req.n):
-                choices[c].text = part[c].text  # the offsets of the new tokens count the prompt's text
-            return chunk([{"index": c, "text": part[c].text, "logprobs": self._logprobs(part[c]),
-                           "finish_reason": None} for c in range(event.prompt * req.n, (event.prompt + 1) * req.n)])
+        def prompt_chunk(event: PromptScores) -> str:  # the choices of event.prompt only: linear in the prompts
+            first = event.prompt * req.n
+            part = [_Choice() for _ in range(req.n)]
+            self._echo(req, prompts, part, first)
+            self._scores(event, part)
+            for c, choice in enumerate(part, first):
+                choices[c].text = choice.text  # the offsets of the new tokens count the prompt's text
+            return chunk([{"index": c, "text": choice.text, "logprobs": self._logprobs(choice),
+                           "finish_reason": None} for c, choice in enumerate(part, first)])
 
         try:
             if req.echo and not (req.logprobs is not None):

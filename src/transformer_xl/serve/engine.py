@@ -7,7 +7,8 @@ token of every row from its own log-probabilities and sampling settings and send
 the chosen tokens of all rows whose memories have the same length as **one** ``[G, 1]`` step over their memories
 stacked on the batch axis (continuous batching over the one-token step: a request joins or leaves the batch at any
 step). Rows with shorter memories (prompts shorter than ``mem_len``, for their first tokens) form their own groups,
-so no padding or mask is needed. A cancelled request (a client that went away) leaves the batch at the next step.
+so no padding or mask is needed. A cancelled request (a client that went away, :meth:`Engine.cancel`) leaves the
+queue at once, wherever it waits, and the batch at the next step.
 """
 
 from __future__ import annotations
@@ -178,6 +179,13 @@ class Engine:
             self._queue.append(job)
             self._wake.notify()
 
+    def cancel(self, job: Job) -> None:
+        """The client of ``job`` went away: a waiting job leaves the queue at once (its session and queue place are
+        free again), a running one leaves the batch at the next step; nothing happens to a job that has ended."""
+        with self._wake:
+            job.cancelled = True
+            self._wake.notify()
+
     def stats(self) -> dict[str, int]:
         """Running rows, waiting requests, kept sessions."""
         return {"running": len(self._rows), "waiting": len(self._queue), "sessions": len(self.sessions),
@@ -187,20 +195,35 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                if not (self._stopping or self._queue or self._rows) and self._worked:
-                    self._worked = False
-                    release_free_memory()  # idle: what the last requests freed goes back to the system
-                while not (self._stopping or self._queue or self._rows):
-                    self._wake.wait()
-                self._worked = True
+                self._drop_cancelled()
+                busy = bool(self._stopping or self._queue or self._rows)
+                if not (busy or self._worked):
+                    self._wake.wait()  # a submit, a cancel or stop() wakes it
+                    continue
+                release, self._worked = not busy, busy
                 if self._stopping:
                     break
-                admitted = self._admit()
+                admitted = [] if release else self._admit()
+            if release:  # idle: what the last requests freed goes back to the system (unlocked: submit() goes on)
+                release_free_memory()
+                continue
             for job in admitted:
                 self._guard([job], self._start, job)
             self._guard({id(r.job): r.job for r in self._rows}.values(), self._step)
         for job in [*self._queue, *{id(r.job): r.job for r in self._rows}.values()]:  # each job once, not per row
             self._end(job, Failed("the server is stopping"))
+
+    def _drop_cancelled(self) -> None:
+        """End every waiting job whose client went away, wherever it waits and whether or not the batch has room,
+        releasing its session and its queue place (called holding ``_wake``)."""
+        kept: deque[Job] = deque()
+        gone: list[Job] = []
+        for job in self._queue:  # one read of each flag: a job is either kept or ended
+            (gone if job.cancelled else kept).append(job)
+        self._queue = kept
+        for job in gone:
+            self.cancelled += 1
+            self._end(job, Failed("cancelled"))
 
     def _admit(self) -> list[Job]:
         running = len(self._rows)

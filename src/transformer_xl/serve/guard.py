@@ -65,7 +65,8 @@ def host_name(value: str) -> str:
     value = value.strip().lower()
     if value.startswith("["):
         return value[1:].partition("]")[0]
-    return value if value.count(":") > 1 else value.partition(":")[0]  # a bare IPv6 address keeps its colons
+    name = value if value.count(":") > 1 else value.partition(":")[0]  # a bare IPv6 address keeps its colons
+    return name.rstrip(".")  # "localhost." is the fully qualified "localhost"
 
 
 def is_ip(name: str) -> bool:
@@ -158,18 +159,17 @@ class BodyGuard:
 
     async def read(self, receive: Any) -> bytes | None:
         """The whole body, counted as it arrives (None: the client went away)."""
-        chunks, size = [], 0
+        body = bytearray()  # one buffer: many small chunks cost no more than their bytes
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
+            if len(body) + len(chunk) > self.max_bytes:
                 raise BodyTooLarge
-            chunks.append(chunk)
+            body += chunk
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                return bytes(body)
 
     def too_large(self) -> RequestError:
         """The 413 of a body over the limit."""
@@ -184,7 +184,7 @@ class BodyGuard:
                 f"a request body must be JSON, sent as Content-Type: application/json (got "
                 f"{header(scope, b'content-type')!r:.60})", status=415, code="unsupported_media_type"))
         length = (header(scope, b"content-length") or "").strip()
-        if length.isdigit() and int(length) > self.max_bytes:
+        if length.isascii() and length.isdigit() and int(length) > self.max_bytes:
             return await refuse(send, self.too_large())
         try:
             body = await asyncio.wait_for(self.read(receive), self.timeout)

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformer_xl.safejson import short_repr
+
 #: The most top alternatives ``logprobs`` may ask for (the protocol's limit).
 MAX_LOGPROBS = 5
 #: The most stop strings (the protocol's limit).
@@ -119,7 +121,7 @@ def check_unicode(text: str, param: str) -> str:
 
 
 def _type_error(name: str, want: str, value: Any) -> RequestError:
-    return RequestError(f"'{name}' must be {want}, got {type(value).__name__} {value!r:.60}", param=name,
+    return RequestError(f"'{name}' must be {want}, got {type(value).__name__} {short_repr(value)}", param=name,
                         code="invalid_type")
 
 

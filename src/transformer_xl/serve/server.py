@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_xl.errors import ConfigError, check_int
+from transformer_xl.serve.connections import header_deadline_protocol
 from transformer_xl.serve.memory import fix_mmap_threshold
 from transformer_xl.serve.protocol import DEFAULT_LIMITS, Limits
 from transformer_xl.serve.sessions import SessionStore, session_bytes
@@ -54,6 +55,7 @@ class ServeOptions:
     device: str = "cpu"
     verify: bool = True
     body_timeout: float = 30.0  # seconds a request body may take to arrive (408 beyond)
+    header_timeout: float = 10.0  # seconds a connection may take to send a request's head (closed beyond)
     timeout_keep_alive: float = 5.0  # seconds an idle connection is kept open
     limit_concurrency: int | None = 512  # connections at once (503 beyond); None: no bound
     timeout_graceful_shutdown: float | None = 10.0  # seconds a stop waits for open responses; None: for ever
@@ -135,7 +137,8 @@ def uvicorn_config(app: Any, opts: ServeOptions) -> Any:
 
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                           timeout_keep_alive=opts.timeout_keep_alive, limit_concurrency=opts.limit_concurrency,
-                          timeout_graceful_shutdown=opts.timeout_graceful_shutdown)
+                          timeout_graceful_shutdown=opts.timeout_graceful_shutdown,
+                          http=header_deadline_protocol(opts.header_timeout))
 
 
 def serve(model_path: str | Path, opts: ServeOptions, *, note: Callable[[str], None] = print) -> None:

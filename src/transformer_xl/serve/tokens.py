@@ -20,7 +20,6 @@ document into windows by these very ids). Encoding and decoding run off the even
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import warnings
 from collections.abc import Callable
@@ -74,9 +73,13 @@ def text_field(doc: Any, limits: Limits) -> str:
     return check_unicode(text, "prompt")
 
 
-def ids_field(doc: Any, n_token: int) -> list[int]:
-    """The ``tokens`` of a ``POST /detokenize`` body, checked against the vocabulary's size."""
+def ids_field(doc: Any, n_token: int, most: int) -> list[int]:
+    """The ``tokens`` of a ``POST /detokenize`` body, checked: at most ``most`` ids (counted first), each in the
+    vocabulary."""
     ids = doc.get("tokens") if isinstance(doc, dict) else None
+    if isinstance(ids, list) and len(ids) > most:
+        raise RequestError(f"'tokens' has {len(ids)} ids; this server decodes at most {most} (--max-prompt-tokens)",
+                           param="tokens", code="context_length_exceeded")
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise RequestError("'tokens' must be a list of token ids", param="tokens", code="invalid_type")
     if ids and (min(ids) < 0 or max(ids) >= n_token):
@@ -100,14 +103,12 @@ def scoring_encoder(codec: Any) -> Callable[[str], list[int]]:
     return encode
 
 
-async def tokenize(encode: Callable[[str], list[int]], limits: Limits, body: bytes) -> dict[str, Any]:
-    """``POST /tokenize`` of a request ``body`` (encoded by ``encode`` in a worker thread)."""
-    text = text_field(parse_json(body), limits)
-    ids = await asyncio.to_thread(encode, text)
+def tokenize(encode: Callable[[str], list[int]], limits: Limits, body: bytes) -> dict[str, Any]:
+    """``POST /tokenize`` of a request ``body`` (the app runs it in a worker thread)."""
+    ids = encode(text_field(parse_json(body), limits))
     return {"tokens": ids, "count": len(ids), "max_model_len": limits.max_prompt_tokens}
 
 
-async def detokenize(codec: Any, body: bytes) -> dict[str, str]:
-    """``POST /detokenize`` of a request ``body`` (decoded in a worker thread)."""
-    ids = ids_field(parse_json(body), len(codec.vocab))
-    return {"prompt": await asyncio.to_thread(codec.decode, ids)}
+def detokenize(codec: Any, limits: Limits, body: bytes) -> dict[str, str]:
+    """``POST /detokenize`` of a request ``body`` (the app runs it in a worker thread)."""
+    return {"prompt": codec.decode(ids_field(parse_json(body), len(codec.vocab), limits.max_prompt_tokens))}
