@@ -136,3 +136,22 @@ def test_a_file_is_moved_aside_by_force_too(tmp_path) -> None:
     with claim_output_dir(tmp_path / "out", KIND, force=True) as target:
         target.joinpath("x").write_text("x")
     assert _tree(tmp_path) == {"out.old-1": b"a file", "out/x": b"x"}
+
+
+def test_an_earlier_output_is_replaced_but_a_file_added_meanwhile_is_kept(tmp_path) -> None:
+    """The command's own earlier output is written beside and then replaced; a file of the user's that appears in it
+    while the command writes (a long export) moves the old directory aside instead of being removed with it."""
+    out = _earlier_output(tmp_path / "out")
+    with claim_output_dir(out, KIND) as target:
+        assert target != out and (out / "a.bin").exists()  # the old output stays while the new one is written
+        (target / "new.bin").write_bytes(b"n")
+    assert _tree(out) == {"new.bin": b"n"} and not list(tmp_path.glob(".out*")) and not backup_path(out).exists()
+    out = _earlier_output(tmp_path / "again")
+    notes: list[str] = []
+    with claim_output_dir(out, KIND, note=notes.append) as target:
+        (out / "mine.txt").write_text("mine")  # the user's, meanwhile
+        (target / "new.bin").write_bytes(b"n")
+    assert _tree(out) == {"new.bin": b"n"}
+    assert (tmp_path / "again.old-1" / "mine.txt").read_text() == "mine"
+    assert notes == [f"moved the old {out} aside to {tmp_path / 'again.old-1'} (files it did not write appeared in "
+                     "it meanwhile)"]

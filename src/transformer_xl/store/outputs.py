@@ -106,17 +106,18 @@ def claim_output_dir(out: str | Path, kind: str, *, force: bool = False, protect
                      note: Callable[[str], Any] | None = None) -> Iterator[Path]:
     """The path the command ``kind`` writes its output ``out`` to, inside the block.
 
-    ``out`` itself when the command may write it (:func:`refusal`). Otherwise a one-line :class:`ConfigError`
-    naming ``--force``, unless ``force``: then the block writes a new, empty directory beside ``out``, and when it
-    ends normally the old ``out`` is moved aside to :func:`backup_path` (said with ``note``) and the new one takes
-    its place. The old ``out`` stays where it was while the block runs (it may be the command's input), and stays
-    there if the block raises."""
+    ``out`` itself when it is new or empty. The command's own earlier output (:func:`refusal`) is replaced: the block
+    writes a new directory beside it, which takes its place when the block ends normally -- and when files the
+    command did not write appeared in it meanwhile, the old one is moved aside to :func:`backup_path` rather than
+    removed. Anything else is a one-line :class:`ConfigError` naming ``--force``, unless ``force``: then the block
+    writes beside ``out`` too, and the old ``out`` is moved aside (said with ``note``). The old ``out`` stays where
+    it was while the block runs (it may be the command's input), and stays there if the block raises."""
     why = refusal(out, kind, protect=protect, sealed=sealed, written=written)
     out = Path(out)
-    if why is None:
+    if why is None and not (out.is_dir() and any(out.iterdir())):  # new or empty: written in place
         yield out
         return
-    if not force:
+    if why is not None and not force:
         raise ConfigError(f"{why}: refusing to write there; give a new or empty directory, or --force to move it "
                           f"aside to {backup_path(out)}")
     if not out.exists() and not out.is_symlink():  # refused for where it lies (sealed): nothing to move
@@ -130,8 +131,15 @@ def claim_output_dir(out: str | Path, kind: str, *, force: bool = False, protect
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)  # the block's own partial output
         raise
-    backup = backup_path(out)
+    if why is None and refusal(out, kind, protect=protect, sealed=sealed, written=written) is None:
+        old = where.with_name(f".{where.name}.old-{uuid.uuid4().hex[:8]}")  # still the command's own: replaced
+        os.rename(out, old)
+        os.rename(stage, out)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    backup = backup_path(out)  # --force, or files that are not the command's appeared while it wrote: kept
     os.rename(out, backup)
     os.rename(stage, out)
     if note is not None:
-        note(f"moved the old {out} aside to {backup} (--force)")
+        why_moved = "--force" if why is not None else "files it did not write appeared in it meanwhile"
+        note(f"moved the old {out} aside to {backup} ({why_moved})")
