@@ -27,6 +27,7 @@ from transformer_xl.serve.protocol import (
     CompletionRequest,
     Limits,
     RequestError,
+    check_prompt_chars,
     completion_id,
     completion_object,
     error_body,
@@ -115,10 +116,8 @@ class Completions:
     # ------------------------------------------------------------------ prompts
     def check_chars(self, prompt: str | list[int]) -> None:
         """400 for a text prompt longer than ``limits.max_prompt_chars`` (checked before it is encoded)."""
-        if isinstance(prompt, str) and len(prompt) > self.limits.max_prompt_chars:
-            raise RequestError(f"the prompt has {len(prompt)} characters; this server reads at most "
-                               f"{self.limits.max_prompt_chars} per prompt (--max-prompt-chars)", param="prompt",
-                               code="context_length_exceeded")
+        if isinstance(prompt, str):
+            check_prompt_chars(prompt, self.limits)
 
     def prompt_ids(self, prompt: str | list[int]) -> list[int]:
         """The ids of one prompt (words the vocabulary lacks become ``<unk>``); 400 when out of range or too long

@@ -120,6 +120,16 @@ def check_unicode(text: str, param: str) -> str:
     return text
 
 
+def check_prompt_chars(text: str, limits: Limits) -> str:
+    """``text`` when it has at most ``limits.max_prompt_chars`` characters (counted before it is encoded); 400
+    ``context_length_exceeded`` otherwise."""
+    if len(text) > limits.max_prompt_chars:
+        raise RequestError(f"the prompt has {len(text)} characters; this server reads at most "
+                           f"{limits.max_prompt_chars} per prompt (--max-prompt-chars)", param="prompt",
+                           code="context_length_exceeded")
+    return text
+
+
 def _type_error(name: str, want: str, value: Any) -> RequestError:
     return RequestError(f"'{name}' must be {want}, got {type(value).__name__} {short_repr(value)}", param=name,
                         code="invalid_type")

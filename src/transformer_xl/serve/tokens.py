@@ -27,7 +27,7 @@ from typing import Any
 
 from transformer_xl.errors import DataError
 from transformer_xl.inference.lines import LineEncoder
-from transformer_xl.serve.protocol import Limits, RequestError, check_unicode, parse_json
+from transformer_xl.serve.protocol import Limits, RequestError, check_prompt_chars, check_unicode, parse_json
 
 #: ``warnings.catch_warnings`` swaps the process's filter list: two threads inside it at once could leave the
 #: ``ignore`` behind for good, so the encoders of this module take turns.
@@ -66,11 +66,7 @@ def text_field(doc: Any, limits: Limits) -> str:
     if not isinstance(text, str):
         raise RequestError(f"'prompt' must be a string, got {type(text).__name__}", param="prompt",
                            code="invalid_type")
-    if len(text) > limits.max_prompt_chars:
-        raise RequestError(f"the prompt has {len(text)} characters; this server reads at most "
-                           f"{limits.max_prompt_chars} (--max-prompt-chars)", param="prompt",
-                           code="context_length_exceeded")
-    return check_unicode(text, "prompt")
+    return check_unicode(check_prompt_chars(text, limits), "prompt")
 
 
 def ids_field(doc: Any, n_token: int, most: int) -> list[int]:
