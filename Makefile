@@ -1,6 +1,7 @@
 # One command for each job; each sets itself up from a fresh clone (Python >= 3.10 needed).
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
 #   make test   lint + the documentation site + the test suite (CPU, a few minutes)
+#   make test-hf4   the tests checked against Hugging Face's TransfoXL of transformers 4 (their own environment)
 #   make test-avx2   the test suite again with PyTorch's CPU kernels held to AVX2 (what an AVX2-only CPU runs)
 #   make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it
 #   make mutate MODULE=src/transformer_xl/train/resume.py   mutation testing of one module (minutes; not in `make test`)
@@ -16,7 +17,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-avx2 test-all lint docs docs-serve figures demo clean mutate
+.PHONY: install test test-avx2 test-hf4 test-all lint docs docs-serve figures demo clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,13 +56,29 @@ figures: $(RUNTIME)
 	$(BIN)/python benchmarks/render_docs.py
 
 test: lint docs
-	bash .ci/pytest.sh -m "not slow"
+	bash .ci/pytest.sh -m "not slow and not hf4"
 
 # The suite with PyTorch's CPU kernels held to AVX2 (no AVX-512, no bf16 or AMX instructions: a bf16 product ~100x
 # slower than fp32), as on most laptops and AMD Zen 2/3 servers; CI runs it after `make test` on an AVX-512 machine.
 AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 test-avx2: $(TESTDEPS)
-	$(AVX2_ENV) bash .ci/pytest.sh -m "not slow"
+	$(AVX2_ENV) bash .ci/pytest.sh -m "not slow and not hf4"
+
+# The tests whose oracle is Hugging Face's deprecated TransfoXL (transformers 4.35-4.57; the test extra has
+# transformers 5, which removed it), in their own environment (.venv-hf4, pinned by constraints-hf4.txt): every one
+# of them runs (TXL_REQUIRE_HF4: none may skip for want of the oracle).
+HF4 := .venv-hf4
+HF4DEPS := $(HF4)/.txl-oracle
+$(HF4)/bin/python:
+	$(PYTHON) -m venv $(HF4)
+
+$(HF4DEPS): pyproject.toml constraints-hf4.txt | $(HF4)/bin/python
+	$(HF4)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-hf4.txt -e ".[oracle]"
+	touch $@
+
+HF4_TESTS = $(shell grep -rlE 'mark\.hf4' tests | sort)
+test-hf4: $(HF4DEPS)
+	TXL_REQUIRE_HF4=1 PYTEST_VENV=$(HF4) bash .ci/pytest.sh -m "hf4 and not slow" $(HF4_TESTS)
 
 test-all: lint docs
 	bash .ci/pytest.sh
@@ -91,4 +108,4 @@ demo: $(RUNTIME)
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache site .mutation  # never runs/
+	rm -rf $(VENV) $(HF4) .pytest_cache .ruff_cache site .mutation  # never runs/

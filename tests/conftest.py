@@ -118,7 +118,14 @@ def _export_onnx_once(root: Path) -> tuple[TransformerXLLM, Path, Path]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """The ``exports`` marker; and, for ``make test-hf4`` (TXL_REQUIRE_HF4=1), which runs the tests whose oracle is
+    transformers 4's TransfoXL, a stop at once where the oracle is missing, rather than each test skipping."""
     config.addinivalue_line("markers", "exports: exports a model to ONNX itself (tens of seconds); runs last")
+    if os.environ.get("TXL_REQUIRE_HF4"):
+        from transformer_xl.interop.hf import hf_available
+
+        if not hf_available():
+            pytest.exit("TXL_REQUIRE_HF4 is set but transformers 4 with TransfoXL is not installed", returncode=3)
 
 
 #: The time budget of a test marked ``slow`` (the default run's is ``timeout`` in pyproject.toml): a whole small

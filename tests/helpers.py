@@ -4,6 +4,7 @@ tiny training run. ``conftest.py`` exposes them as fixtures; modules that need t
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -134,14 +135,10 @@ def txl_repo(tmp_path: Path, cache: Path, repo_id: str = "org/tiny") -> tuple[Tr
 
 
 def hf_repo(tmp_path: Path, cache: Path, repo_id: str = "transfo-xl/tiny-wt103") -> tuple[TransformerXLLM, str]:
-    """A tiny Hugging Face TransfoXL checkpoint as transfo-xl-wt103 has it (config.json, pytorch_model.bin written
-    by transformers' save_pretrained, the tokenizer's pickled vocab.pkl) in the Hub cache."""
+    """A tiny Hugging Face TransfoXL checkpoint as transfo-xl-wt103 has it (config.json, pytorch_model.bin, the
+    tokenizer's pickled vocab.pkl: :func:`hf_checkpoint_dir`) in the Hub cache."""
     model = tiny_model(5, n_token=len(HF_SYMS), untie_r=True)
-    from transformer_xl.interop.hf import build_hf
-
-    build_hf(model).save_pretrained(tmp_path / "hf-src", safe_serialization=False)
-    (tmp_path / "hf-src" / "vocab.pkl").write_bytes(pickle.dumps(hf_tokenizer_dict()))
-    return model, hub_repo(cache, repo_id, tmp_path / "hf-src")
+    return model, hub_repo(cache, repo_id, hf_checkpoint_dir(tmp_path / "hf-src", model))
 
 
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -377,3 +374,25 @@ def saved_bytes(fn: Callable[[], object]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(storages.values())
+
+
+def hf_checkpoint_dir(root: Path, model: TransformerXLLM, *, weights: str = "pytorch_model.bin",
+                      vocab: Any = None) -> Path:
+    """A Hugging Face TransfoXL directory as ``transfo-xl/transfo-xl-wt103`` has it, written without transformers
+    (which no longer has TransfoXL): its ``config.json`` (with the evaluation lengths), the weights in its key names
+    (``pytorch_model.bin`` as ``torch.save`` writes it, or ``model.safetensors``) and the tokenizer's pickled
+    ``vocab.pkl`` (``vocab``: the pickled object, by default :func:`hf_tokenizer_dict`)."""
+    from safetensors.torch import save_file
+
+    from transformer_xl.interop.hf import hf_config_dict, to_hf_state_dict
+
+    root.mkdir(parents=True, exist_ok=True)
+    config = {**hf_config_dict(model), "tgt_len": model.config.tgt_len, "ext_len": 0}
+    (root / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    state = {k: v.clone().contiguous() for k, v in to_hf_state_dict(model).items()}  # tied: copies
+    if weights == "model.safetensors":
+        save_file(state, str(root / weights))
+    else:
+        torch.save(state, root / weights)  # the old checkpoint's format; read back with weights_only=True
+    (root / "vocab.pkl").write_bytes(pickle.dumps(hf_tokenizer_dict() if vocab is None else vocab))
+    return root

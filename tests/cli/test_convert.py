@@ -66,6 +66,7 @@ def _nll(model, seed=0):
     return model(x, x).nll
 
 
+@pytest.mark.hf4
 @pytest.mark.parametrize("untie_r", [True, False])
 def test_convert_hf_export_loads_in_transformers_and_back(tmp_path, untie_r) -> None:
     transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
@@ -173,6 +174,7 @@ def _hf_tokenizer(export, monkeypatch):
     return tokenization.TransfoXLTokenizer.from_pretrained(export)
 
 
+@pytest.mark.hf4
 def test_convert_hf_export_writes_a_tokenizer_that_encodes_like_txl(tmp_path, capsys, monkeypatch) -> None:
     import warnings
 
@@ -218,6 +220,7 @@ def test_convert_hf_export_without_a_vocabulary_says_so(tmp_path, capsys) -> Non
     assert not (tmp_path / "hf" / "vocab.txt").exists()
 
 
+@pytest.mark.hf4
 def test_convert_hf_export_takes_vocab_and_refuses_a_wrong_size(tmp_path, capsys, monkeypatch) -> None:
     from tests.helpers import word_vocab
 
@@ -262,6 +265,7 @@ def test_convert_from_hf_hub_id(tmp_path, hub_cache, capsys) -> None:
     assert main(["convert", "--to", "hf", "org/tiny", "--out", str(tmp_path / "o3")]) == 0
 
 
+@pytest.mark.hf4
 def test_convert_vocab_may_name_a_dataset(tmp_path, capsys, monkeypatch) -> None:
     """``--vocab ptb``: the vocabulary of ptb's prepared cache (60 symbols, as the model); none prepared: one line."""
     from tests.data.test_named_vocab import ptb_dir

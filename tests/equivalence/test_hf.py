@@ -25,6 +25,7 @@ from transformer_xl import TransformerXLLM, TXLConfig
 from transformer_xl.interop.hf import config_from_hf, from_hf, from_hf_state_dict, to_hf_state_dict
 from transformer_xl.interop.hf import hf_compat as hf_type_as_patch
 
+pytestmark = pytest.mark.hf4
 transfo = pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
 from transformers.models.deprecated.transfo_xl import TransfoXLConfig  # noqa: E402
 

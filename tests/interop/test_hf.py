@@ -181,6 +181,7 @@ def test_build_hf_without_transformers(monkeypatch) -> None:
         build_hf(adaptive_model())
 
 
+@pytest.mark.hf4
 @pytest.mark.parametrize("untie_r", [False, True], ids=["tied-r", "untied-r"])
 def test_build_hf_gives_the_same_nll(untie_r: bool) -> None:
     pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")

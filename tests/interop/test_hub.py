@@ -7,16 +7,24 @@ from __future__ import annotations
 import pickle
 import socket
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from tests.helpers import HF_SYMS, assert_same_outputs, hf_repo, hf_tokenizer_dict, hub_repo, tiny_model, txl_repo
+from tests.helpers import (
+    HF_SYMS,
+    assert_same_outputs,
+    hf_checkpoint_dir,
+    hf_repo,
+    hf_tokenizer_dict,
+    hub_repo,
+    tiny_model,
+    txl_repo,
+)
 from transformer_xl import CheckpointError, ConfigError, TransformerXLLM
 from transformer_xl.errors import install_hint
 from transformer_xl.interop import hub
-from transformer_xl.interop.hf import build_hf, hf_available
 
-needs_transformers = pytest.mark.skipif(not hf_available(), reason="transformers with TransfoXL not installed")
 CONNECT = socket.create_connection
 
 
@@ -178,7 +186,6 @@ def test_txl_layout_manifest_is_checked(tmp_path, hub_cache) -> None:
         TransformerXLLM.from_pretrained("org/tiny")
 
 
-@needs_transformers
 def test_hf_layout_is_converted_once_and_kept_by_commit(tmp_path, hub_cache, monkeypatch) -> None:
     model, commit = hf_repo(tmp_path, hub_cache)
     notes: list[str] = []
@@ -201,15 +208,13 @@ def test_hf_layout_is_converted_once_and_kept_by_commit(tmp_path, hub_cache, mon
     assert not again.training
 
 
-@needs_transformers
 def test_hf_layout_pickles_run_no_code(tmp_path, hub_cache) -> None:
     """A vocab.pkl that would run a command is refused, in one line, and the command does not run."""
     from tests.helpers import HostilePickle
 
-    model = tiny_model(5, n_token=len(HF_SYMS))
-    build_hf(model).save_pretrained(tmp_path / "evil", safe_serialization=False)
     marker = tmp_path / "ran"
-    (tmp_path / "evil" / "vocab.pkl").write_bytes(pickle.dumps({**hf_tokenizer_dict(), "x": HostilePickle(marker)}))
+    hf_checkpoint_dir(tmp_path / "evil", tiny_model(5, n_token=len(HF_SYMS)),
+                      vocab={**hf_tokenizer_dict(), "x": HostilePickle(marker)})
     hub_repo(hub_cache, "bad/evil", tmp_path / "evil")
     with pytest.raises(CheckpointError, match=r"(posix|os)\.system") as err:
         TransformerXLLM.from_pretrained("bad/evil")
@@ -290,7 +295,6 @@ def test_a_model_is_fetched_at_the_commit_its_config_came_from(tmp_path, hub_cac
     assert_same_outputs(TransformerXLLM.from_pretrained(snap.path), model)
 
 
-@needs_transformers
 def test_a_conversion_stopped_before_its_manifest_is_made_again(tmp_path, hub_cache) -> None:
     """The manifest is written last: a conversion directory without one (the process killed while it wrote the
     weights) is converted again, never loaded as it is."""
@@ -335,12 +339,16 @@ def test_what_is_missing_says_whether_the_hub_was_offline_or_unreachable(tmp_pat
 
 
 def test_the_layout_is_told_by_the_config() -> None:
+    hf_arch = {"architectures": ["TransfoXLLMHeadModel"]}
     for config, layout in (({"model_type": "transfo-xl"}, "hf"), ({"vocab_size": 10}, "hf"), ({"n_token": 10}, "txl"),
-                           ({"model_type": "transfo-xl", "n_token": 3}, "hf")):
+                           ({"model_type": "transfo-xl", "n_token": 3, "vocab_size": 3}, "hf"),
+                           ({"model_type": "transfo-xl", "n_token": 3, **hf_arch}, "hf"),
+                           # txl's own, saved through transformers (transformer_xl.hf)
+                           ({"model_type": "transfo-xl", "n_token": 3, "architectures": ["TransfoXLForCausalLM"]},
+                            "txl")):
         assert hub._layout(config, "org/x") == layout, config
 
 
-@needs_transformers
 def test_a_hf_repository_without_a_vocabulary_converts_its_weights_alone(tmp_path, hub_cache) -> None:
     model, commit = hf_repo(tmp_path, hub_cache)
     (hub_cache / "models--transfo-xl--tiny-wt103" / "snapshots" / commit / "vocab.pkl").unlink()
@@ -366,6 +374,11 @@ def _answers(hub_cache, errors: dict, asked: list | None = None):
     return download
 
 
+def _http(cls: type, message: str) -> Exception:
+    """huggingface_hub's HTTP error ``cls`` (from 1.0 on it needs the response it came with)."""
+    return cls(message, response=SimpleNamespace(headers={}, request=None))
+
+
 def test_each_hub_failure_is_one_line_naming_it(tmp_path, hub_cache, monkeypatch) -> None:
     import huggingface_hub
     from huggingface_hub import constants
@@ -380,10 +393,10 @@ def test_each_hub_failure_is_one_line_naming_it(tmp_path, hub_cache, monkeypatch
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     cases = [
         (EntryNotFoundError("404"), "and the Hub repository org/tiny has no config.json"),
-        (RevisionNotFoundError("404"), "and the Hub repository org/tiny has no revision None"),
-        (RepositoryNotFoundError("401"), "and the Hugging Face Hub has no model org/tiny (or it is private or gated: "
-                                         "log in or set HF_TOKEN)"),
-        (HfHubHTTPError("500 Server Error\nmore"), "and the Hugging Face Hub gave: 500 Server Error"),
+        (_http(RevisionNotFoundError, "404"), "and the Hub repository org/tiny has no revision None"),
+        (_http(RepositoryNotFoundError, "401"), "and the Hugging Face Hub has no model org/tiny (or it is private or "
+                                                "gated: log in or set HF_TOKEN)"),
+        (_http(HfHubHTTPError, "500 Server Error\nmore"), "and the Hugging Face Hub gave: 500 Server Error"),
         (OSError(""), "and the Hugging Face Hub gave: OSError"),
     ]
     for exc, why in cases:
@@ -460,7 +473,6 @@ def test_a_torn_or_empty_manifest_on_the_hub_is_one_line(tmp_path, hub_cache, te
     assert "\n" not in str(err.value)
 
 
-@needs_transformers
 def test_a_hf_vocabulary_of_another_size_than_the_model_is_refused(tmp_path, hub_cache) -> None:
     _, commit = hf_repo(tmp_path, hub_cache)
     short = hf_tokenizer_dict()

@@ -380,3 +380,56 @@ def test_generate_and_stream_methods_are_the_inference_functions() -> None:
     assert torch.equal(torch.stack(steps, 1), torch.stack([s.tokens for s in stream(model, ids, **kw)], 1))
     assert torch.equal(torch.stack(steps, 1), ours.new_tokens)
     assert model.generate(ids[0].tolist(), max_new_tokens=2).sequences.shape == (1, 7)
+
+
+def _read(model: TransformerXLLM, ids: torch.Tensor, step: int, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probabilities of ``ids`` read ``step`` tokens at a time with the memory (and ``key_mask`` from ``real``)."""
+    mems, mask, out = model.init_mems(ids.size(0)), torch.zeros(ids.size(0), 0, dtype=torch.bool), []
+    for beg in range(0, ids.size(1), step):
+        part = ids[:, beg:beg + step]
+        key_mask = None if real is None else torch.cat([mask, real[:, beg:beg + step]], dim=1)
+        res = model(part, mems=mems, key_mask=key_mask, return_log_probs=True)
+        mems, mask = res.mems, res.mem_mask
+        out.append(res.log_probs)
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("attn_type,same_length", [(0, False), (0, True), (1, False)])
+@pytest.mark.parametrize("side,step", [("right", 3), ("right", 1), ("left", 7)])
+def test_padded_rows_score_as_they_do_alone(tiny_model, attn_type, same_length, side, step) -> None:
+    """A key mask (paper Sec. 3.2's memory per row): a shorter row padded on the right (read in segments, the memory
+    keeping its real positions only) or on the left (one segment) gets the log-probabilities it gets alone."""
+    model = tiny_model(attn_type=attn_type, same_length=same_length, clamp_len=4, mem_len=5)
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randint(0, 50, (1, 7), generator=gen), torch.randint(0, 50, (1, 4), generator=gen)
+    real_b = torch.tensor([[True] * 4 + [False] * 3])
+    if side == "left":
+        real_b = real_b.flip(1)
+    padded_b = torch.zeros(1, 7, dtype=torch.long)
+    padded_b[real_b] = b[0]
+    batch = _read(model, torch.cat([a, padded_b]), step, torch.cat([torch.ones(1, 7, dtype=torch.bool), real_b]))
+    torch.testing.assert_close(batch[0], _read(model, a, step)[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(batch[1][real_b[0]], _read(model, b, step)[0], rtol=0, atol=1e-5)
+
+
+def test_a_right_padded_row_continues_from_its_last_real_token(tiny_model) -> None:
+    model = tiny_model(mem_len=5)
+    b, nxt = torch.tensor([[3, 4, 5]]), torch.tensor([[6]])
+    padded = torch.tensor([[3, 4, 5, 0, 0]])
+    first = model(padded, mems=model.init_mems(1), key_mask=torch.tensor([[True] * 3 + [False] * 2]))
+    assert first.mem_mask.tolist() == [[False, False, True, True, True]]
+    then = model(nxt, mems=first.mems, key_mask=torch.cat([first.mem_mask, torch.ones(1, 1, dtype=torch.bool)], 1),
+                 return_log_probs=True)
+    alone = _read(model, torch.cat([b, nxt], 1), 4)[:, -1]
+    torch.testing.assert_close(then.log_probs[:, 0], alone, rtol=0, atol=1e-5)
+
+
+def test_a_key_mask_is_refused_where_it_cannot_hold(tiny_model) -> None:
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    ok = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ConfigError, match="padding needs relative positions: attn_type 2"):
+        tiny_model(attn_type=2)(ids, key_mask=ok)
+    with pytest.raises(ConfigError, match="ext_len > 0"):
+        tiny_model()(ids, key_mask=ok, lengths=tiny_model().config.lengths(ext_len=1))
+    with pytest.raises(ConfigError, match=r"key_mask must be bool \[batch=2, memory \+ segment=3\]"):
+        tiny_model()(ids, key_mask=ok[:, :2])

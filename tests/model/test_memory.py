@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_xl.model.memory import additive_mask, causal_mask, episode_mask, kept_range, update_mems
+from transformer_xl.model.memory import (
+    additive_mask,
+    causal_mask,
+    episode_mask,
+    kept_range,
+    padded_mask_bias,
+    update_mems,
+    update_padded_mems,
+)
 
 
 @pytest.mark.parametrize("mlen,qlen,mem_len,ext_len", [(0, 4, 6, 0), (6, 4, 6, 0), (3, 4, 6, 0), (6, 4, 3, 0),
@@ -65,3 +73,29 @@ def test_episode_mask_window_limits_each_step_to_mem_len_steps_back() -> None:
     reset = torch.zeros(1, 3, dtype=torch.bool)
     masked, _ = episode_mask(reset=reset, valid=torch.ones(1, 2, dtype=torch.bool), mem_len=2, window=True)
     assert (~masked[0]).int().tolist() == [[1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
+
+
+def test_padded_mask_bias_masks_padding_keys_but_never_a_query_itself() -> None:
+    base = additive_mask(causal_mask(qlen=3, mlen=2, mem_len=4, same_length=False, device=torch.device("cpu")),
+                         torch.float32)
+    key_mask = torch.tensor([[True, True, True, True, True], [False, False, False, True, True]])
+    bias = padded_mask_bias(base, key_mask, mlen=2)
+    assert bias.shape == (2, 1, 3, 5)
+    assert torch.equal(bias[0, 0], base)  # nothing padded: the causal mask as it was
+    allowed = bias[1, 0] == 0
+    # row 1: keys 0-2 are padding; query 0 (key 2, itself padding) sees only itself, queries 1-2 the real keys
+    assert allowed.tolist() == [[False, False, True, False, False], [False, False, False, True, False],
+                                [False, False, False, True, True]]
+
+
+def test_update_padded_mems_keeps_each_rows_last_real_positions_right_aligned() -> None:
+    mems = [torch.arange(2 * 2 * 1, dtype=torch.float32).view(2, 2, 1)]  # rows: [0, 1], [2, 3]
+    hids = [torch.arange(10, 16, dtype=torch.float32).view(2, 3, 1)]  # rows: [10, 11, 12], [13, 14, 15]
+    key_mask = torch.tensor([[True, True, True, False, False],  # row 0: memory, then one token and padding
+                             [False, True, True, True, True]])
+    new, mask = update_padded_mems(hids, mems, key_mask, mem_len=3)
+    assert new[0].squeeze(-1).tolist() == [[0, 1, 10], [13, 14, 15]]
+    assert mask.tolist() == [[True, True, True], [True, True, True]]
+    new, mask = update_padded_mems(hids, mems, key_mask, mem_len=5)  # more room than real positions
+    assert new[0].squeeze(-1).tolist() == [[11, 12, 0, 1, 10], [2, 3, 13, 14, 15]]
+    assert mask.tolist() == [[False, False, True, True, True], [False, True, True, True, True]]

@@ -176,3 +176,22 @@ def test_weights_digest_is_the_weights_file_sha256(tmp_path) -> None:
     a, c = _write(tmp_path / "a"), _write(tmp_path / "c", seed=1)
     assert weights_digest(a) == hashlib.sha256((a / WEIGHTS).read_bytes()).hexdigest()[:16]
     assert weights_digest(a) != weights_digest(c)
+
+
+def test_a_model_config_is_read_past_the_keys_that_name_it_for_transformers(tmp_path) -> None:
+    from transformer_xl import ConfigError, TXLConfig
+    from transformer_xl.store.layout import MODEL_TYPE, model_fields, read_model_config
+
+    cfg = TXLConfig(n_token=10, n_layer=1, n_head=1, d_model=4, d_head=4, d_inner=8)
+    written = json.loads(cfg.to_json())
+    assert written["model_type"] == MODEL_TYPE == "transfo-xl"  # what AutoConfig recognises
+    assert TXLConfig.from_dict(written) == cfg == TXLConfig.from_json(cfg.to_json())
+    with_arch = {**written, "architectures": ["TransfoXLForCausalLM"]}
+    assert model_fields(with_arch) == cfg.to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(with_arch))
+    assert read_model_config(tmp_path) == cfg.to_dict()
+    assert model_fields(cfg.to_dict()) == cfg.to_dict()  # written before model_type was: as it is
+    with pytest.raises(ConfigError, match="model_type 'gpt2', not 'transfo-xl'"):
+        model_fields({**written, "model_type": "gpt2"})
+    with pytest.raises(ConfigError, match="'architectures' must be a list of names"):
+        model_fields({**written, "architectures": "TransfoXLForCausalLM"})

@@ -144,6 +144,9 @@ def fetch(name: str, revision: str | None = None) -> HubSnapshot:
 
 
 def _layout(config: dict[str, Any], repo: str) -> str:
+    hf_arch = "TransfoXLLMHeadModel" in (config.get("architectures") or [])
+    if "n_token" in config and "vocab_size" not in config and not hf_arch:  # txl's (through transformers too)
+        return "txl"
     if config.get("model_type") == "transfo-xl" or "vocab_size" in config:
         return "hf"
     if "n_token" in config:

@@ -27,6 +27,7 @@ from typing import Any
 
 from transformer_xl.errors import ConfigError, check_int, did_you_mean
 from transformer_xl.safejson import parse_object, read_object, short_repr
+from transformer_xl.store.layout import MODEL_TYPE, model_fields
 
 #: ``attn_type`` values of the official code (paper Table 6 ablations).
 ATTN_TYPES = {
@@ -238,7 +239,10 @@ class TXLConfig:
     def from_dict(cls, data: dict[str, Any]) -> TXLConfig:
         """Build from a dict, rejecting unknown keys by name (with the closest known name), and a value that no
         field takes (an object, a list of lists, a string of more than :data:`MAX_NAME` characters) in a short
-        line, before any field's check quotes it whole (a list only for :data:`LIST_FIELDS`)."""
+        line, before any field's check quotes it whole (a list only for :data:`LIST_FIELDS`). The keys that name the
+        model for transformers' Auto classes (``model_type``, ``architectures``) are read past
+        (:func:`transformer_xl.store.layout.model_fields`)."""
+        data = model_fields(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = [k for k in data if k not in known]
         if unknown:
@@ -258,7 +262,10 @@ class TXLConfig:
             raise ConfigError(f"bad model config: {exc}") from exc
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        """The fields as JSON, with ``model_type`` (:data:`~transformer_xl.store.layout.MODEL_TYPE`): a model
+        directory's ``config.json``, which transformers' Auto classes also read once :mod:`transformer_xl.hf` has
+        registered the type."""
+        return json.dumps({"model_type": MODEL_TYPE, **self.to_dict()}, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> TXLConfig:

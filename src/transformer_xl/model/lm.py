@@ -38,7 +38,7 @@ from transformer_xl.model.config import Lengths, TXLConfig
 from transformer_xl.model.dispatch import mask_bias
 from transformer_xl.model.fastpath import CompactDropout
 from transformer_xl.model.int8 import check_scheme, quantize_linears
-from transformer_xl.model.memory import kept_range, update_mems
+from transformer_xl.model.memory import kept_range, padded_mask_bias, update_mems, update_padded_mems
 from transformer_xl.model.positional import build_positional
 from transformer_xl.model.pretrained import SupportsToJson, check_weights_header, checked_vocab_json, mismatch
 from transformer_xl.model.segment import Segment
@@ -58,6 +58,7 @@ class LMOutput:
     loss: Tensor | None = None  # mean of nll
     log_probs: Tensor | None = None  # [B, T, n_token] next-token log-probabilities
     hidden: Tensor | None = None  # [B, Q, D] final hidden states (after the output dropout), detached
+    mem_mask: Tensor | None = None  # [B, M'] which memory positions are real (a forward given ``key_mask`` only)
 
 
 class TransformerXLLM(nn.Module):
@@ -196,7 +197,7 @@ class TransformerXLLM(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None, *,
                 lengths: Lengths | None = None, cache: InferenceCache | None = None,
-                return_log_probs: bool = False) -> LMOutput:
+                return_log_probs: bool = False, key_mask: Tensor | None = None) -> LMOutput:
         """Run one segment (paper Sec. 3.2-3.3).
 
         Args:
@@ -210,6 +211,12 @@ class TransformerXLLM(nn.Module):
                 the memory's keys/values and ``W_kR R`` are reused from the previous forward (same values).
             return_log_probs: also return the next-token log-probabilities of the last ``T`` positions
                 (all ``Q`` positions without targets).
+            key_mask: ``[B, M + Q]`` bool, False at padding (of the memory, then of this segment), for batches of
+                texts of different lengths: padding keys are masked
+                (:func:`~transformer_xl.model.memory.padded_mask_bias`) and each row's memory keeps its real
+                positions only, right-aligned, with ``LMOutput.mem_mask`` saying which positions are real (the next
+                call's memory part of ``key_mask``). Relative encodings only (a padded row's absolute positions
+                would differ from its own), no ``ext_len``, no inference cache.
         """
         lengths = self.config.lengths() if lengths is None else lengths
         bsz, qlen = self._check_inputs(input_ids, targets, mems)
@@ -217,13 +224,18 @@ class TransformerXLLM(nn.Module):
         mlen = mems[0].size(1) if mems else 0
         if not self.pos_enc.memory_position_free:
             cache = None  # absolute encodings: a memory position's keys depend on where it sits
+        if key_mask is not None:
+            self._check_key_mask(key_mask, bsz, mlen + qlen, lengths)
+            cache = None
         if cache is not None:
             cache.begin(self, mems, qlen=qlen, mem_len=lengths.mem_len)
         word_emb = self.word_emb(input_ids)  # [B, Q, D], sqrt(D) E[w]
         dtype, device = word_emb.dtype, word_emb.device
-        seg = Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=self.pos_enc,
-                      mask_bias=mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len,
-                                          same_length=lengths.same_length, device=device, dtype=dtype),  # [Q, K]
+        bias = mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len, same_length=lengths.same_length,
+                         device=device, dtype=dtype)  # [Q, K]
+        if key_mask is not None:
+            bias = padded_mask_bias(bias, key_mask.to(device), mlen=mlen)  # [B, 1, Q, K]
+        seg = Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=self.pos_enc, mask_bias=bias,
                       make_table=lambda: self.pos_enc.table(qlen + mlen, lengths.clamp_len, dtype, device),
                       cache=cache)
         if cache is None:  # made now: in training R's dropout draws come before those of h, as always
@@ -245,14 +257,18 @@ class TransformerXLLM(nn.Module):
             h = self.drop(h)
 
         new_mems: list[Tensor] = []
-        if mems and cache is not None:  # the same positions, written once into the cache's buffers (views)
+        new_mask = None
+        if mems and key_mask is not None:
+            new_mems, new_mask = update_padded_mems(hids, [*mems_in, mems[-1]], key_mask.to(device),
+                                                    mem_len=lengths.mem_len)
+        elif mems and cache is not None:  # the same positions, written once into the cache's buffers (views)
             beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
             new_mems = cache.commit(hids, mems, beg=beg, end=end)
         elif mems:  # m^n_{tau+1} = SG(h^n_tau), the last mem_len positions (paper Sec. 3.2)
             new_mems = update_mems(hids, [*mems_in, mems[-1]], mlen=mlen, qlen=qlen, mem_len=lengths.mem_len,
                                    ext_len=lengths.ext_len)
 
-        out = LMOutput(mems=new_mems, hidden=h.detach())
+        out = LMOutput(mems=new_mems, hidden=h.detach(), mem_mask=new_mask)
         tlen = targets.size(1) if targets is not None else qlen
         pred = h[:, qlen - tlen:]  # [B, T, D]
         if targets is not None:
@@ -272,6 +288,17 @@ class TransformerXLLM(nn.Module):
         if mems and len(mems) != self.config.n_layer + 1:
             raise ConfigError(f"expected {self.config.n_layer + 1} memory tensors, got {len(mems)}")
         return bsz, qlen
+
+    def _check_key_mask(self, key_mask: Tensor, bsz: int, klen: int, lengths: Lengths) -> None:
+        """A one-line :class:`ConfigError` for a ``key_mask`` this model cannot honour or of the wrong shape."""
+        if not self.pos_enc.memory_position_free:
+            raise ConfigError(f"padding needs relative positions: attn_type {self.config.attn_type} gives a padded "
+                              "row other absolute positions than it has alone")
+        if lengths.ext_len > 0:
+            raise ConfigError("padding (key_mask) is not supported with ext_len > 0")
+        if key_mask.dtype != torch.bool or tuple(key_mask.shape) != (bsz, klen):
+            raise ConfigError(f"key_mask must be bool [batch={bsz}, memory + segment={klen}], got "
+                              f"{key_mask.dtype} {tuple(key_mask.shape)}")
 
     def _nll(self, hidden: Tensor, target: Tensor) -> Tensor:
         if self.config.sample_softmax > 0:

@@ -81,3 +81,41 @@ def episode_mask(*, reset: Tensor, valid: Tensor, mem_len: int, window: bool) ->
     if window:
         masked = masked | torch.tril(torch.ones_like(masked), diagonal=mlen - mem_len - 1)  # j < M + i - mem_len
     return masked | (key_episode[:, None, :] != query_episode[:, :, None]), key_episode  # [B, Q, K], [B, K]
+
+
+# ---------------------------------------------------------------------------------------------- padded rows
+def padded_mask_bias(mask_bias: Tensor, key_mask: Tensor, *, mlen: int) -> Tensor:
+    """The additive mask ``[B, 1, Q, K]`` of a batch whose rows hold padding: ``mask_bias [Q, K]`` (the causal mask
+    of :func:`causal_mask`, as 0 / -inf) with every key that is padding (``key_mask [B, K]`` False) masked as well.
+
+    A query always sees its own key, so that a padding query, whose every key may be padding, keeps a finite
+    softmax (its output is never read); a real query never sees a padding key. Relative encodings depend only on
+    the distance between a query and its keys, so with the padding masked a real token gets the value it gets in a
+    batch of its row alone (up to float rounding).
+    """
+    qlen = mask_bias.size(0)
+    pads = torch.zeros(key_mask.shape, dtype=mask_bias.dtype, device=mask_bias.device)
+    pads.masked_fill_(~key_mask, float("-inf"))
+    bias = mask_bias[None, None] + pads[:, None, None, :]  # [B, 1, Q, K]
+    rows = torch.arange(qlen, device=mask_bias.device)
+    bias[:, :, rows, mlen + rows] = 0.0  # the diagonal: query i is key mlen + i
+    return bias
+
+
+def update_padded_mems(hids: list[Tensor], mems: list[Tensor], key_mask: Tensor, *,
+                       mem_len: int) -> tuple[list[Tensor], Tensor]:
+    """New memories of a batch with padding, and which of their positions are real: ``([B, M', D] per layer,
+    [B, M'] bool)`` with ``M' = min(mem_len, K)``.
+
+    Each row keeps its last ``mem_len`` *real* positions of ``[mems; hids]``, in order and right-aligned, the padding
+    moved in front of them (and masked by ``key_mask``'s successor): a row padded on the right (a shorter text in a
+    batch) remembers its own last tokens, not the padding after them, so the next segment stands at distance 1
+    from its last real token, as it does alone (paper Sec. 3.2's memory, per row)."""
+    keep = min(mem_len, key_mask.size(1))
+    order = torch.argsort(key_mask.to(torch.int8), dim=1, stable=True)[:, -keep:]  # padding first, order kept
+    with torch.no_grad():
+        new = []
+        for m, h in zip(mems, hids):
+            both = torch.cat([m, h], dim=1)
+            new.append(both.gather(1, order[..., None].expand(-1, -1, both.size(-1))))
+    return new, key_mask.gather(1, order)

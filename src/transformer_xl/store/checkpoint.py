@@ -29,6 +29,7 @@ from transformer_xl.store.layout import (
     TRAIN_STATE_JSON,
     TRAIN_STATE_TENSORS,
     load_model_dir,
+    model_fields,
     save_model_dir,
     step_dir,
     step_dirs,
@@ -124,7 +125,7 @@ def prune_checkpoints(root: str | Path, keep: int) -> None:
 def read_checkpoint_meta(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model config and the JSON part of the trainer state of a checkpoint, without reading any tensor."""
     path = Path(path)
-    config = read_json(path / CONFIG, f"checkpoint config {path / CONFIG}", CheckpointError)
+    config = model_fields(read_json(path / CONFIG, f"checkpoint config {path / CONFIG}", CheckpointError))
     meta = read_json(path / TRAIN_STATE_JSON, f"checkpoint state {path / TRAIN_STATE_JSON}", CheckpointError)
     return config, meta
 

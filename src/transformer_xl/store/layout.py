@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from transformer_xl.errors import CheckpointError
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.safejson import short_repr
 from transformer_xl.store.files import read_json, sha256_file, write_text
 from transformer_xl.store.manifest import MANIFEST as MANIFEST  # re-exported: every file name can be imported from here
 from transformer_xl.store.manifest import verify_manifest, write_manifest
@@ -114,6 +115,26 @@ def save_model_dir(directory: str | Path, state_dict: dict[str, torch.Tensor], c
     return directory
 
 
+#: What a txl ``config.json`` calls its model for transformers' ``AutoConfig`` (Hugging Face TransfoXL's name).
+MODEL_TYPE = "transfo-xl"
+#: Longest name ``architectures`` may list.
+_MAX_NAME = 100
+
+
+def model_fields(data: Any) -> Any:
+    """A model ``config.json`` dict without the keys that name the model for transformers: ``model_type`` (when it
+    is :data:`MODEL_TYPE`) and ``architectures`` (a list of names) beside it; another model type is a one-line
+    :class:`ConfigError`. Anything else is returned as it is."""
+    if not isinstance(data, dict) or "model_type" not in data:
+        return data
+    if data["model_type"] != MODEL_TYPE:
+        raise ConfigError(f"model config has model_type {short_repr(data['model_type'])}, not {MODEL_TYPE!r}")
+    names = data.get("architectures", [])
+    if not (isinstance(names, list) and all(isinstance(n, str) and len(n) <= _MAX_NAME for n in names)):
+        raise ConfigError(f"model config key 'architectures' must be a list of names, got {short_repr(names)}")
+    return {k: v for k, v in data.items() if k not in ("model_type", "architectures")}
+
+
 def read_model_config(directory: str | Path, *, verify: bool = True) -> dict[str, Any]:
     """The ``config.json`` dict of a model directory, after checking the directory's files against its
     manifest when it has one (``verify``); one-line :class:`CheckpointError` for what is missing or bad."""
@@ -126,7 +147,7 @@ def read_model_config(directory: str | Path, *, verify: bool = True) -> dict[str
     cfg_path = directory / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
-    return read_json(cfg_path, error=CheckpointError)
+    return model_fields(read_json(cfg_path, error=CheckpointError))
 
 
 def load_weights(directory: str | Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

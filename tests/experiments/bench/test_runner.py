@@ -10,6 +10,7 @@ from transformer_xl.experiments.bench.runner import Runner, check_equal, setup, 
 from transformer_xl.interop.hf import build_hf
 
 
+@pytest.mark.hf4
 def test_hf_copy_gives_the_same_nll() -> None:
     pytest.importorskip("transformers.models.deprecated.transfo_xl.modeling_transfo_xl")
     ours = adaptive_model(n_token=30, cutoffs=[10, 20], tgt_len=5, mem_len=5)
