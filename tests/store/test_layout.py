@@ -195,3 +195,6 @@ def test_a_model_config_is_read_past_the_keys_that_name_it_for_transformers(tmp_
         model_fields({**written, "model_type": "gpt2"})
     with pytest.raises(ConfigError, match="'architectures' must be a list of names"):
         model_fields({**written, "architectures": "TransfoXLForCausalLM"})
+    (tmp_path / "config.json").write_text(json.dumps({**written, "model_type": "gpt2"}))
+    with pytest.raises(CheckpointError, match="model_type 'gpt2', not 'transfo-xl'"):  # a file: CheckpointError
+        read_model_config(tmp_path)

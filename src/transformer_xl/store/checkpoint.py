@@ -125,7 +125,8 @@ def prune_checkpoints(root: str | Path, keep: int) -> None:
 def read_checkpoint_meta(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model config and the JSON part of the trainer state of a checkpoint, without reading any tensor."""
     path = Path(path)
-    config = model_fields(read_json(path / CONFIG, f"checkpoint config {path / CONFIG}", CheckpointError))
+    config = model_fields(read_json(path / CONFIG, f"checkpoint config {path / CONFIG}", CheckpointError),
+                          CheckpointError)
     meta = read_json(path / TRAIN_STATE_JSON, f"checkpoint state {path / TRAIN_STATE_JSON}", CheckpointError)
     return config, meta
 

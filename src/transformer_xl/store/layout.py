@@ -121,17 +121,17 @@ MODEL_TYPE = "transfo-xl"
 _MAX_NAME = 100
 
 
-def model_fields(data: Any) -> Any:
+def model_fields(data: Any, error: type[Exception] = ConfigError) -> Any:
     """A model ``config.json`` dict without the keys that name the model for transformers: ``model_type`` (when it
     is :data:`MODEL_TYPE`) and ``architectures`` (a list of names) beside it; another model type is a one-line
-    :class:`ConfigError`. Anything else is returned as it is."""
+    ``error`` (:class:`CheckpointError` for a file read from disk). Anything else is returned as it is."""
     if not isinstance(data, dict) or "model_type" not in data:
         return data
     if data["model_type"] != MODEL_TYPE:
-        raise ConfigError(f"model config has model_type {short_repr(data['model_type'])}, not {MODEL_TYPE!r}")
+        raise error(f"model config has model_type {short_repr(data['model_type'])}, not {MODEL_TYPE!r}")
     names = data.get("architectures", [])
     if not (isinstance(names, list) and all(isinstance(n, str) and len(n) <= _MAX_NAME for n in names)):
-        raise ConfigError(f"model config key 'architectures' must be a list of names, got {short_repr(names)}")
+        raise error(f"model config key 'architectures' must be a list of names, got {short_repr(names)}")
     return {k: v for k, v in data.items() if k not in ("model_type", "architectures")}
 
 
@@ -147,7 +147,7 @@ def read_model_config(directory: str | Path, *, verify: bool = True) -> dict[str
     cfg_path = directory / CONFIG
     if not cfg_path.is_file():
         raise CheckpointError(f"{cfg_path} not found (a txl model directory holds {CONFIG} and {WEIGHTS})")
-    return model_fields(read_json(cfg_path, error=CheckpointError))
+    return model_fields(read_json(cfg_path, error=CheckpointError), CheckpointError)
 
 
 def load_weights(directory: str | Path, map_location: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

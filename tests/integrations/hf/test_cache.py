@@ -24,7 +24,7 @@ def test_rows_move_with_their_mask() -> None:
     assert memory.mems[1][:, 0, 0].tolist() == [1] and memory.mask.tolist() == [[False, True]]
     memory.batch_repeat_interleave(2)
     assert memory.mems[0].shape == (2, 2, 4) and memory.mask.tolist() == [[False, True]] * 2
-    assert memory.get_seq_length() == 5 and memory.has_previous_state() and memory.is_linear == [True]
+    assert memory.get_seq_length() == 5 and memory.has_previous_state() and memory.is_linear == [False]
 
 
 def test_an_empty_memory_and_a_reset() -> None:

@@ -170,3 +170,119 @@ def test_saved_directory_is_a_txl_model_directory_and_loads_through_the_auto_cla
         AutoModelForCausalLM.from_pretrained(tmp_path / "m", load_in_8bit=True)
     with pytest.raises(ValueError, match="push_to_hub is not supported"):
         hf.save_pretrained(tmp_path / "n", push_to_hub=True)
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_left_padding_by_any_count_gives_every_real_token_its_score_alone(same_length: bool) -> None:
+    """Rows padded in front by 1, 2 and 3 positions (no multiple of tgt_len 4), longer than mem_len 6: each reads
+    its segments from its own first token, as it does alone."""
+    hf = _wrapped(same_length=same_length)
+    rows = [_ids(1, 13, seed=8)[0], _ids(1, 12, seed=9)[0], _ids(1, 11, seed=10)[0], _ids(1, 10, seed=11)[0]]
+    batch = torch.full((4, 13), PAD)
+    mask = torch.zeros(4, 13, dtype=torch.long)
+    for i, row in enumerate(rows):
+        batch[i, 13 - len(row):], mask[i, 13 - len(row):] = row, 1
+    with torch.no_grad():
+        out = hf(batch, attention_mask=mask)
+        last = hf(batch, attention_mask=mask, logits_to_keep=2).logits
+        for i, row in enumerate(rows):
+            alone = hf(row[None]).logits[0]
+            torch.testing.assert_close(out.logits[i, 13 - len(row):], alone, rtol=0, atol=1e-5)
+            torch.testing.assert_close(last[i], alone[-2:], rtol=0, atol=1e-5)
+        labels = batch.clone()  # the common idiom: labels = input_ids, the padding id among them
+        loss = hf(batch, attention_mask=mask, labels=labels).loss
+    nll = [-hf(row[None]).logits[0, :-1].gather(1, row[1:, None]).sum() for row in rows]
+    torch.testing.assert_close(loss, sum(nll) / sum(len(r) - 1 for r in rows), rtol=1e-5, atol=1e-5)
+
+
+def test_labels_outside_the_vocabulary_or_of_another_shape_are_refused() -> None:
+    hf = _wrapped(cutoffs=[10, 30])
+    ids = _ids(2, 5)
+    with pytest.raises(ValueError, match=r"label 60 is outside the model's vocabulary of 50 \(and is not -100"):
+        hf(ids, labels=ids.masked_fill(ids == ids[0, 2], 60))
+    with pytest.raises(ValueError, match=r"labels must have the shape of input_ids \(2, 5\), got \(2, 4\)"):
+        hf(ids, labels=ids[:, :4])
+
+
+def test_generate_continues_a_memory_it_is_given() -> None:
+    hf = _wrapped()
+    prompt = _ids(1, 6, seed=12)
+    whole = hf.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    with torch.no_grad():
+        memory = _memory(hf(prompt[:, :4]))
+    # the text so far as the mask, the ids the memory has not read: what transformers allows after a cache
+    more = hf.generate(prompt[:, 4:], attention_mask=torch.ones(1, 6, dtype=torch.long), max_new_tokens=4,
+                       do_sample=False, pad_token_id=PAD, **{CACHE_NAME: memory})
+    assert more[0, -4:].tolist() == whole[0, -4:].tolist()
+    with torch.no_grad():
+        shared = _memory(hf(prompt[:, :4]))
+    samples = hf.generate(prompt, max_new_tokens=2, do_sample=True, num_return_sequences=3, pad_token_id=PAD,
+                          **{CACHE_NAME: shared})
+    assert samples.shape == (3, 8) and shared.mems[0].size(0) == 3  # the memory repeated for each sequence
+    with pytest.raises(ValueError, match="the memory has read all 6 ids of input_ids: nothing new to read"):
+        hf.generate(prompt, max_new_tokens=1, pad_token_id=PAD, **{CACHE_NAME: _memory(hf(prompt))})
+
+
+def test_which_ids_are_new_to_the_memory() -> None:
+    hf = _wrapped()
+    ids = _ids(1, 6, seed=13)
+    memory = _memory(hf(ids[:, :4]))
+    mask = torch.ones(1, 6, dtype=torch.long)
+
+    def new(input_ids, **kw):
+        return hf.prepare_inputs_for_generation(input_ids, cache=memory, past_key_values=memory, **kw)["input_ids"]
+
+    assert new(ids).tolist() == ids[:, 4:].tolist()  # the whole text: past the memory's
+    assert new(ids[:, 4:]).tolist() == ids[:, 4:].tolist()  # the ids after the memory alone
+    assert new(ids[:, 4:], attention_mask=mask).tolist() == ids[:, 4:].tolist()  # a mask of the whole text
+    assert new(ids, next_sequence_length=1).tolist() == ids[:, 5:].tolist()  # generate's loop
+    with pytest.raises(ValueError, match=r"read 4 tokens of a text of 9 \(the attention mask's length\): input_ids "
+                                         r"\(2 ids\) must hold the 5 after them"):
+        new(ids[:, 4:], attention_mask=torch.ones(1, 9, dtype=torch.long))
+
+
+def test_a_right_padded_batch_of_prompts_is_refused_by_generate() -> None:
+    hf = _wrapped()
+    batch = torch.tensor([[1, 2, 3], [4, 5, PAD]])
+    with pytest.raises(ValueError, match="pad prompts on the left"):
+        hf.generate(batch, attention_mask=(batch != PAD).long(), max_new_tokens=2, pad_token_id=PAD)
+
+
+def test_loading_with_other_lengths_and_saving_safely(tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers import hf_checkpoint_dir, word_vocab
+
+    hf = _wrapped()
+    hf.save_pretrained(tmp_path / "m")
+    longer = AutoModelForCausalLM.from_pretrained(tmp_path / "m", mem_len=12, same_length=True)
+    assert (longer.transformer.config.mem_len, longer.transformer.config.same_length) == (12, True)
+    assert_same_outputs(longer.transformer, hf.transformer)  # the same weights
+    other = TransfoXLConfig.from_txl(hf.transformer.config.replace(d_inner=64))
+    with pytest.raises(ValueError, match=r"other weights than the checkpoint's \(d_inner: 64, the checkpoint has 32"):
+        TransfoXLForCausalLM.from_pretrained(tmp_path / "m", config=other)
+    hf_dir = hf_checkpoint_dir(tmp_path / "hf", tiny_model(5, n_token=10, untie_r=True))
+    before = sorted(p.name for p in hf_dir.iterdir())
+    with pytest.raises(ValueError, match="holds a Hugging Face TransfoXL checkpoint: save into another directory"):
+        hf.save_pretrained(hf_dir)
+    assert sorted(p.name for p in hf_dir.iterdir()) == before
+    with pytest.raises(ValueError, match="vocabulary"):
+        hf.save_pretrained(tmp_path / "v", vocab=word_vocab())  # of another size than the model's 50
+    hf.transformer.quantize()
+    with pytest.raises(ValueError, match="int8-quantized model is not saved"):
+        hf.save_pretrained(tmp_path / "q")
+
+
+def test_a_directory_written_before_model_type_loads_by_class_not_by_auto_class(tmp_path) -> None:
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    hf = _wrapped()
+    hf.transformer.save_pretrained(tmp_path / "old")
+    config = tmp_path / "old" / "config.json"
+    config.write_text(json.dumps(hf.transformer.config.to_dict()))  # no model_type, as txl wrote before
+    (tmp_path / "old" / "MANIFEST.json").unlink()  # (and a manifest of the config.json written now)
+    assert_same_outputs(TransfoXLForCausalLM.from_pretrained(tmp_path / "old").transformer, hf.transformer)
+    with pytest.raises(ValueError, match="model_type"):  # transformers' own message: the key is needed
+        AutoModelForCausalLM.from_pretrained(tmp_path / "old")

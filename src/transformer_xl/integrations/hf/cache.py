@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import Cache
 
+from transformer_xl.errors import ConfigError
+
 
 class TransfoXLMemory(Cache):
     """``mems``: ``n_layer + 1`` tensors ``[B, M, d_model]`` (empty list before the first segment); ``mask``:
@@ -36,11 +38,13 @@ class TransfoXLMemory(Cache):
 
     @property
     def is_linear(self) -> list[bool]:
-        """A recurrent state (transformers' test for caches it may not slice by length)."""
-        return [True]
+        """Not a recurrent state: attention over cached positions, so ``generate`` tells the model how many of the
+        ids it is given are new (``next_sequence_length``), from :meth:`get_seq_length`."""
+        return [False]
 
     @property
     def memory_length(self) -> int:
+        """Positions the memory holds (at most ``mem_len``)."""
         return self.mems[0].size(1) if self.mems else 0
 
     def key_mask(self, batch: int, device: torch.device) -> Tensor:
@@ -54,15 +58,19 @@ class TransfoXLMemory(Cache):
         self.mems, self.mask, self.seen = list(mems), mask, self.seen + tokens
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens of the text read so far (what ``generate`` counts), not the positions kept."""
         return self.seen
 
     def get_max_length(self, layer_idx: int | None = None) -> int:
+        """-1: a text has no length limit (the memory keeps the last ``mem_len`` positions)."""
         return -1
 
     def has_previous_state(self, layer_idx: int | None = None, state_idx: int | None = None) -> bool:
+        """Whether anything has been read."""
         return self.seen > 0
 
     def reset(self) -> None:
+        """Start the text over: nothing read, nothing kept."""
         self.mems, self.mask, self.seen = [], None, 0
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
@@ -70,15 +78,18 @@ class TransfoXLMemory(Cache):
         self._select(beam_idx)
 
     def batch_select_indices(self, indices: Tensor) -> None:
+        """Keep the rows ``indices``."""
         self._select(indices)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Each row ``repeats`` times in a row (``num_return_sequences``, beams)."""
         self.mems = [m.repeat_interleave(repeats, dim=0) for m in self.mems]
         if self.mask is not None:
             self.mask = self.mask.repeat_interleave(repeats, dim=0)
 
     def crop(self, max_length: int) -> None:
-        raise ValueError("a Transformer-XL memory cannot be cropped (it holds hidden states, not keys per position): "
+        """Refused: the memory is hidden states, it cannot go back to an earlier length."""
+        raise ConfigError("a Transformer-XL memory cannot be cropped (it holds hidden states, not keys per position): "
                          "assisted and speculative decoding are not supported")
 
     def _select(self, index: Tensor) -> None:

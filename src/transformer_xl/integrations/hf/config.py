@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
+from transformer_xl.errors import ConfigError
 from transformer_xl.interop.hf import config_from_hf
 from transformer_xl.model import TXLConfig
 
@@ -72,7 +73,7 @@ class TransfoXLConfig(PretrainedConfig):
     def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, **kwargs: Any) -> None:
         """Write ``config.json`` in txl's form (:meth:`txl_config_json`); pushing to the Hub is refused."""
         if push_to_hub:
-            raise ValueError("push_to_hub is not supported here: save, then upload the directory with huggingface_hub")
+            raise ConfigError("push_to_hub is not supported here: save, then upload the directory with huggingface_hub")
         path = Path(save_directory)
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(self.txl_config_json(), encoding="utf-8")

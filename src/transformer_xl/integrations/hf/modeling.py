@@ -30,15 +30,16 @@ from torch import Tensor
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from transformer_xl.errors import ConfigError
 from transformer_xl.integrations.hf.cache import TransfoXLMemory
 from transformer_xl.integrations.hf.config import TransfoXLConfig
 from transformer_xl.integrations.hf.padding import real_tokens
-from transformer_xl.integrations.hf.resolve import load_directory_vocab, load_model, model_dir
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.integrations.hf.reading import left_aligned, read, targets_of
+from transformer_xl.integrations.hf.resolve import is_hf_layout, load_directory_vocab, load_model, model_dir
+from transformer_xl.model import TransformerXLLM, TXLConfig
 
 #: What this transformers release calls the cache in ``forward`` and in a model's output (5.24 renamed it).
 CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
-IGNORE_INDEX = -100
 #: ``from_pretrained`` options that only matter to transformers' own loader (accepted and not needed here).
 _LOADER_OPTIONS = {"return_dict", "trust_remote_code", "low_cpu_mem_usage", "use_safetensors", "cache_dir",
                    "local_files_only", "token", "subfolder", "attn_implementation", "force_download", "proxies",
@@ -69,9 +70,11 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
         """Nothing: :class:`TransformerXLLM` initializes its weights as the official code does."""
 
     def get_input_embeddings(self) -> torch.nn.Module:
+        """The adaptive input embedding."""
         return self.transformer.word_emb
 
     def get_output_embeddings(self) -> None:
+        """None: the adaptive softmax is no single matrix to tie or resize."""
         return None  # the adaptive softmax is no single matrix to tie or resize
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
@@ -90,60 +93,44 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
                 **kwargs: Any) -> CausalLMOutputWithPast:
         """Log-probabilities (``logits``), the loss with ``labels``, and the memory (see the module docstring)."""
         if inputs_embeds is not None:
-            raise ValueError("inputs_embeds is not supported: Transformer-XL's adaptive input embedding reads ids")
+            raise ConfigError("inputs_embeds is not supported: Transformer-XL's adaptive input embedding reads ids")
         if input_ids is None or input_ids.dim() != 2:
-            raise ValueError("input_ids must be given as [batch, length]")
+            raise ConfigError("input_ids must be given as [batch, length]")
         memory = cache if cache is not None else past_key_values
         if memory is not None and not isinstance(memory, TransfoXLMemory):
-            raise ValueError(f"the cache of a Transformer-XL model is a TransfoXLMemory, got {type(memory).__name__}")
+            raise ConfigError(f"the cache of a Transformer-XL model is a TransfoXLMemory, got {type(memory).__name__}")
         memory = memory if memory is not None else TransfoXLMemory()
         txl = self.transformer
         bsz, qlen = input_ids.shape
         if memory.mems and memory.mems[0].size(0) != bsz:
-            raise ValueError(f"the memory holds {memory.mems[0].size(0)} rows, input_ids {bsz}")
+            raise ConfigError(f"the memory holds {memory.mems[0].size(0)} rows, input_ids {bsz}")
         ids, real = real_tokens(input_ids, attention_mask, memory, n_token=txl.config.n_token,
                                 pad_id=self.config.pad_token_id)
-        lengths = txl.config.lengths()
-        device = ids.device
-        mems = memory.mems or (txl.init_mems(bsz) if lengths.mem_len > 0 else [])
-        padded = real is not None or (memory.mask is not None and not bool(memory.mask.all()))
-        mem_mask = memory.key_mask(bsz, device) if padded else None
-        targets = _shifted(labels) if labels is not None else None
-        keep = qlen - logits_to_keep if logits_to_keep else 0
-        form_logits = not (self.training and labels is not None)
-        logps: list[Tensor] = []
-        nll_sum, count = ids.new_zeros((), dtype=torch.float32), 0
-        for beg in range(0, qlen, txl.config.tgt_len):
-            part = ids[:, beg:beg + txl.config.tgt_len]
-            end = beg + part.size(1)
-            key_mask = None
-            if padded:
-                now = real[:, beg:end] if real is not None else torch.ones_like(part, dtype=torch.bool)
-                key_mask = torch.cat([mem_mask, now], dim=1)
-            tgt = None
-            if targets is not None:
-                tgt_part = targets[:, beg:end]
-                valid = tgt_part != IGNORE_INDEX
-                tgt = tgt_part.masked_fill(~valid, 0)
-            out = txl(part, tgt, mems, lengths=lengths, key_mask=key_mask,
-                      return_log_probs=form_logits and end > keep)
-            if out.log_probs is not None:
-                logps.append(out.log_probs[:, max(0, keep - beg):])
-            if tgt is not None:
-                nll_sum = nll_sum + (out.nll * valid).sum()
-                count += int(valid.sum())
-            if lengths.mem_len > 0:
-                mems = out.mems
-                mem_mask = out.mem_mask if padded else None
+        targets = None
+        if labels is not None:
+            targets = targets_of(labels.to(ids.device), input_ids, n_token=txl.config.n_token,
+                                 pad_id=self.config.pad_token_id)
+        order = left_aligned(real)  # rows padded in front read as rows padded at the end
+        if order is not None:
+            ids, real = ids.gather(1, order), real.gather(1, order)
+            targets = targets.gather(1, order) if targets is not None else None
+        keep = qlen - logits_to_keep if logits_to_keep and order is None else 0
+        got = read(txl, ids, real, targets, memory, keep=keep,
+                   form_log_probs=not (self.training and labels is not None))
+        logits = got.log_probs
+        if logits is not None and order is not None:  # back to the rows' own positions
+            back = (torch.arange(qlen, device=ids.device) - order[:, :1]) % qlen
+            logits = logits.gather(1, back[..., None].expand(-1, -1, logits.size(-1)))
+            logits = logits[:, qlen - logits_to_keep:] if logits_to_keep else logits
         loss = None
         if targets is not None:
-            denom = num_items_in_batch if num_items_in_batch is not None else max(count, 1)
-            loss = nll_sum / (denom.to(nll_sum.device) if isinstance(denom, Tensor) else denom)
+            denom = num_items_in_batch if num_items_in_batch is not None else max(got.count, 1)
+            loss = got.nll_sum / (denom.to(got.nll_sum.device) if isinstance(denom, Tensor) else denom)
+        kept = None
         if use_cache is not False:
-            memory.update_memory(mems if lengths.mem_len > 0 else [], mem_mask, qlen)
-        kept = memory if use_cache is not False else None
-        return CausalLMOutputWithPast(loss=loss, logits=torch.cat(logps, dim=1) if logps else None,
-                                      **{CACHE_NAME: kept})
+            memory.update_memory(got.mems, got.mem_mask, qlen)
+            kept = memory
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_NAME: kept})
 
     # -- generation ---------------------------------------------------------------------------------------------
     def prepare_inputs_for_generation(self, input_ids: Tensor, next_sequence_length: int | None = None,
@@ -152,18 +139,42 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
                                       attention_mask: Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
         """The ids the memory has not read yet, the attention mask and the memory (a new one at the start)."""
         if self.transformer.config.mem_len == 0:
-            raise ValueError("this model has mem_len 0: generation uses the memory as its cache; set "
+            raise ConfigError("this model has mem_len 0: generation uses the memory as its cache; set "
                              "model.transformer.config.mem_len >= 1")
         memory = cache if cache is not None else past_key_values
         memory = memory if memory is not None else TransfoXLMemory()
-        new = input_ids[:, memory.seen:]
-        if new.size(1) == 0:
-            raise ValueError(f"the memory has read {memory.seen} tokens, input_ids holds no more")
+        rows = input_ids.size(0)
+        if memory.mems and memory.mems[0].size(0) != rows and rows % memory.mems[0].size(0) == 0:
+            memory.batch_repeat_interleave(rows // memory.mems[0].size(0))  # num_return_sequences after a memory
+        new = self._unread(input_ids, memory, next_sequence_length, attention_mask)
+        if memory.seen == 0 and attention_mask is not None and not bool(attention_mask[:, -1].bool().all()):
+            raise ConfigError("a batch of prompts padded on the right: generate continues from each row's last "
+                              "position, so pad prompts on the left (tokenizer.padding_side = 'left')")
         inputs: dict[str, Any] = {"input_ids": new, "attention_mask": attention_mask, CACHE_NAME: memory,
                                   "use_cache": True}
         if kwargs.get("logits_to_keep") is not None:
             inputs["logits_to_keep"] = kwargs["logits_to_keep"]
         return inputs
+
+    @staticmethod
+    def _unread(input_ids: Tensor, memory: TransfoXLMemory, next_sequence_length: int | None,
+                attention_mask: Tensor | None) -> Tensor:
+        """The ids after the memory, by transformers' conventions: the last ``next_sequence_length`` when
+        ``generate`` says so; else, with an attention mask (as long as the whole text), the ids past the memory's;
+        else ``input_ids`` past the memory's when it is the whole text, or all of it when it is shorter (the ids
+        after a memory the caller passed)."""
+        if next_sequence_length is not None:
+            if next_sequence_length <= 0:
+                raise ConfigError(f"the memory has read all {memory.seen} ids of input_ids: nothing new to read")
+            return input_ids[:, input_ids.size(1) - next_sequence_length:]
+        if attention_mask is not None:
+            fresh = attention_mask.size(1) - memory.seen
+            if not 0 < fresh <= input_ids.size(1):
+                raise ConfigError(f"the memory has read {memory.seen} tokens of a text of {attention_mask.size(1)} "
+                                  f"(the attention mask's length): input_ids ({input_ids.size(1)} ids) must hold "
+                                  f"the {max(fresh, 0)} after them")
+            return input_ids[:, input_ids.size(1) - fresh:]
+        return input_ids[:, memory.seen:] if input_ids.size(1) > memory.seen else input_ids
 
     # -- files --------------------------------------------------------------------------------------------------
     @classmethod
@@ -174,9 +185,11 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
         read by txl's safe readers (:mod:`~transformer_xl.integrations.hf.resolve`), in eval mode."""
         unknown = sorted(set(kwargs) - _LOADER_OPTIONS)
         if model_args or unknown:
-            raise ValueError(f"TransfoXLForCausalLM.from_pretrained does not take {(unknown or ['positional'])[0]}")
+            raise ConfigError(f"TransfoXLForCausalLM.from_pretrained does not take {(unknown or ['positional'])[0]}")
         directory = model_dir(pretrained_model_name_or_path, revision)
         txl = load_model(directory)
+        if config is not None:  # e.g. AutoModelForCausalLM.from_pretrained(NAME, mem_len=1600): other lengths
+            txl.config = with_lengths(txl.config, config.to_txl())
         hf_config = TransfoXLConfig.from_txl(txl.config, name_or_path=str(pretrained_model_name_or_path))
         vocab = load_directory_vocab(directory)
         set_token_ids(hf_config, vocab)
@@ -191,17 +204,32 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
         return model.eval()
 
     def save_pretrained(self, save_directory: str | Path, *args: Any, vocab: Any = None, **kwargs: Any) -> None:
-        """A txl model directory (``config.json`` with ``model_type``, ``model.safetensors``, ``MANIFEST.json``; and
-        ``vocab`` as ``vocab.json`` when given): ``txl`` commands and :meth:`from_pretrained` read it. Trainer's
-        arguments (``state_dict``, ``safe_serialization``, ...) are accepted; the weights are always the model's
-        own, as safetensors."""
-        from transformer_xl.store.layout import save_model_dir
-
+        """A txl model directory, as :meth:`TransformerXLLM.save_pretrained` writes it (``config.json`` with
+        ``model_type``, ``model.safetensors``, ``MANIFEST.json``; ``vocab`` as ``vocab.json`` when given, of the
+        model's size): ``txl`` commands and :meth:`from_pretrained` read it. Trainer's arguments (``state_dict``,
+        ``safe_serialization``, ...) are accepted; the weights are always the model's own, as safetensors. A
+        directory holding a Hugging Face TransfoXL checkpoint is refused (its files would be left beside ours)."""
         if kwargs.get("push_to_hub"):
-            raise ValueError("push_to_hub is not supported here: save, then upload the directory with huggingface_hub")
-        config_json = TransfoXLConfig.from_txl(self.transformer.config).txl_config_json()
-        save_model_dir(save_directory, self.transformer.state_dict(), config_json,
-                       vocab_json=vocab.to_json() if vocab is not None else None)
+            raise ConfigError("push_to_hub is not supported here: save, then upload the directory with huggingface_hub")
+        if is_hf_layout(Path(save_directory)):
+            raise ConfigError(f"{save_directory} holds a Hugging Face TransfoXL checkpoint: save into another "
+                              "directory")
+        self.transformer.save_pretrained(save_directory, vocab=vocab)
+
+
+def with_lengths(config: TXLConfig, wanted: TXLConfig) -> TXLConfig:
+    """``config`` with the lengths of ``wanted`` (``tgt_len``, ``mem_len``, ``ext_len``, ``clamp_len``,
+    ``same_length``: how a text is read, not the weights); a one-line :class:`ConfigError` when ``wanted`` describes
+    other weights."""
+    names = ("tgt_len", "mem_len", "ext_len", "clamp_len", "same_length")
+    ignored = (*names, "dropout", "dropatt")
+    differ = [f for f in TXLConfig.__dataclass_fields__ if f not in ignored
+              and getattr(config, f) != getattr(wanted, f)]
+    if differ:
+        raise ConfigError(f"the config given describes other weights than the checkpoint's ({differ[0]}: "
+                          f"{getattr(wanted, differ[0])!r}, the checkpoint has {getattr(config, differ[0])!r}); only "
+                          f"the lengths ({', '.join(names)}) may differ")
+    return config.replace(**{n: getattr(wanted, n) for n in names})
 
 
 def set_token_ids(config: TransfoXLConfig, vocab: Any) -> None:
@@ -213,8 +241,3 @@ def set_token_ids(config: TransfoXLConfig, vocab: Any) -> None:
         from transformer_xl.inference.lines import LineEncoder
 
         config.bos_token_id = LineEncoder(vocab).start_ids()[0]
-
-
-def _shifted(labels: Tensor) -> Tensor:
-    """``[B, T]`` targets: position ``t`` predicts ``labels[t + 1]``; the last position predicts nothing."""
-    return torch.cat([labels[:, 1:], labels.new_full((labels.size(0), 1), IGNORE_INDEX)], dim=1)

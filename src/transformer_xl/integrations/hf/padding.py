@@ -13,24 +13,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transformer_xl.errors import ConfigError
 from transformer_xl.integrations.hf.cache import TransfoXLMemory
 
 
 def real_tokens(input_ids: Tensor, attention_mask: Tensor | None, memory: TransfoXLMemory, *, n_token: int,
                 pad_id: int | None) -> tuple[Tensor, Tensor | None]:
-    """``(ids the model reads, [B, T] bool real tokens or None when every token is real)``; a ValueError in one line
-    for ids out of the vocabulary or a mask the memory cannot honour."""
+    """``(ids the model reads, [B, T] bool real tokens or None when every token is real)``; a one-line
+    :class:`ConfigError` (a ValueError) for ids out of the vocabulary or a mask the memory cannot honour."""
     bsz, qlen = input_ids.shape
     if attention_mask is not None and (attention_mask.dim() != 2 or attention_mask.size(0) != bsz
                                        or attention_mask.size(1) < qlen):
-        raise ValueError(f"attention_mask must be [batch={bsz}, length>={qlen}] (the tokens read so far and "
+        raise ConfigError(f"attention_mask must be [batch={bsz}, length>={qlen}] (the tokens read so far and "
                          f"these), got {tuple(attention_mask.shape)}")
     real = None if attention_mask is None else attention_mask[:, -qlen:].to(device=input_ids.device).bool()
     ids = input_ids if pad_id is None else input_ids.masked_fill(input_ids == pad_id, 0)
     outside = (ids < 0) | (ids >= n_token)
     if bool((outside if real is None else outside & real).any()):
         bad = input_ids[outside if real is None else outside & real]
-        raise ValueError(f"token id {int(bad[0])} is outside the model's vocabulary of {n_token}")
+        raise ConfigError(f"token id {int(bad[0])} is outside the model's vocabulary of {n_token}")
     ids = ids.masked_fill(outside, 0)  # masked padding of another id
     if real is None or bool(real.all()):
         return ids, None
@@ -39,12 +40,12 @@ def real_tokens(input_ids: Tensor, attention_mask: Tensor | None, memory: Transf
     last = qlen - 1 - real.flip(1).int().argmax(1)
     gaps = (count > 0) & (last - first + 1 != count)
     if bool(gaps.any()):
-        raise ValueError(f"row {int(gaps.nonzero()[0])} of attention_mask has padding between real tokens: pad on "
+        raise ConfigError(f"row {int(gaps.nonzero()[0])} of attention_mask has padding between real tokens: pad on "
                          "the left or on the right only")
     remembered = _remembers(memory, bsz, ids.device)
     front = (count > 0) & (first > 0) & remembered
     if bool(front.any()):
-        raise ValueError(f"row {int(front.nonzero()[0])} is padded on the left after text in its memory: left "
+        raise ConfigError(f"row {int(front.nonzero()[0])} is padded on the left after text in its memory: left "
                          "padding is for the first segment of a text (pad on the right to continue one)")
     return ids, real
 
