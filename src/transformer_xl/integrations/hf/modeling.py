@@ -75,7 +75,7 @@ class TransfoXLForCausalLM(PreTrainedModel, GenerationMixin):
 
     def get_output_embeddings(self) -> None:
         """None: the adaptive softmax is no single matrix to tie or resize."""
-        return None  # the adaptive softmax is no single matrix to tie or resize
+        return None
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """Also takes a txl state dict (keys without ``transformer.``: a saved directory's ``model.safetensors``)."""
