@@ -143,14 +143,24 @@ def fetch(name: str, revision: str | None = None) -> HubSnapshot:
     return HubSnapshot(repo, commit, folder, layout)
 
 
-def _layout(config: dict[str, Any], repo: str) -> str:
+def config_layout(config: Any) -> str | None:
+    """Whose ``config.json`` this is: ``"txl"`` (``n_token``; saved through transformers too, with ``model_type``),
+    ``"hf"`` (Hugging Face TransfoXL: ``vocab_size``, or its ``model_type`` / architecture without ``n_token``), or
+    None (neither)."""
+    if not isinstance(config, dict):
+        return None
     hf_arch = "TransfoXLLMHeadModel" in (config.get("architectures") or [])
-    if "n_token" in config and "vocab_size" not in config and not hf_arch:  # txl's (through transformers too)
+    if "n_token" in config and "vocab_size" not in config and not hf_arch:
         return "txl"
     if config.get("model_type") == "transfo-xl" or "vocab_size" in config:
         return "hf"
-    if "n_token" in config:
-        return "txl"
+    return "txl" if "n_token" in config else None
+
+
+def _layout(config: dict[str, Any], repo: str) -> str:
+    layout = config_layout(config)
+    if layout is not None:
+        return layout
     raise CheckpointError(f"the Hub repository {repo} is not a Transformer-XL model (config.json has model_type "
                           f"{config.get('model_type')!r}, not transfo-xl, and no n_token)")
 

@@ -234,7 +234,8 @@ class TransformerXLLM(nn.Module):
         bias = mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len, same_length=lengths.same_length,
                          device=device, dtype=dtype)  # [Q, K]
         if key_mask is not None:
-            bias = padded_mask_bias(bias, key_mask.to(device), mlen=mlen)  # [B, 1, Q, K]
+            key_mask = key_mask.to(device)
+            bias = padded_mask_bias(bias, key_mask, mlen=mlen)  # [B, 1, Q, K]
         seg = Segment(qlen=qlen, mlen=mlen, lengths=lengths, pos=self.pos_enc, mask_bias=bias,
                       make_table=lambda: self.pos_enc.table(qlen + mlen, lengths.clamp_len, dtype, device),
                       cache=cache)
@@ -259,8 +260,7 @@ class TransformerXLLM(nn.Module):
         new_mems: list[Tensor] = []
         new_mask = None
         if mems and key_mask is not None:
-            new_mems, new_mask = update_padded_mems(hids, [*mems_in, mems[-1]], key_mask.to(device),
-                                                    mem_len=lengths.mem_len)
+            new_mems, new_mask = update_padded_mems(hids, [*mems_in, mems[-1]], key_mask, mem_len=lengths.mem_len)
         elif mems and cache is not None:  # the same positions, written once into the cache's buffers (views)
             beg, end = kept_range(mlen=mlen, qlen=qlen, mem_len=lengths.mem_len, ext_len=lengths.ext_len)
             new_mems = cache.commit(hids, mems, beg=beg, end=end)

@@ -236,7 +236,7 @@ def set_token_ids(config: TransfoXLConfig, vocab: Any) -> None:
     """The special ids of a model's vocabulary in its config: padding one past the vocabulary, the start symbol as
     ``bos``; ``eos_token_id`` stays unset, so ``generate`` does not stop at ``<eos>`` (a line end in Transformer-XL's
     corpora), as ``txl generate`` does not: pass ``eos_token_id=`` to stop at one."""
-    config.pad_token_id = config.to_txl().n_token
+    config.pad_token_id = config.vocab_size  # the model's n_token
     if vocab is not None:
         from transformer_xl.inference.lines import LineEncoder
 

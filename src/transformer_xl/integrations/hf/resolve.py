@@ -19,6 +19,7 @@ from transformer_xl.errors import CheckpointError
 from transformer_xl.inference.loading import load_vocab
 from transformer_xl.interop.hf import HF_CONFIG, from_hf
 from transformer_xl.interop.hf_vocab import find_hf_vocab, load_hf_vocab
+from transformer_xl.interop.hub import config_layout
 from transformer_xl.model import TransformerXLLM
 from transformer_xl.store.files import read_json
 from transformer_xl.store.layout import find_vocab
@@ -36,13 +37,10 @@ def model_dir(name: str | Path, revision: str | None = None) -> Path:
 
 
 def is_hf_layout(directory: Path) -> bool:
-    """Whether ``directory`` holds a Hugging Face TransfoXL model (``vocab_size``, no ``n_token``) rather than txl's."""
+    """Whether ``directory`` holds a Hugging Face TransfoXL model rather than txl's (by its ``config.json``, as the
+    Hub's files are told apart: :func:`transformer_xl.interop.hub.config_layout`)."""
     cfg = directory / HF_CONFIG
-    if not cfg.is_file():
-        return False
-    data = read_json(cfg, error=CheckpointError)
-    return isinstance(data, dict) and "n_token" not in data and ("vocab_size" in data
-                                                                 or data.get("model_type") == "transfo-xl")
+    return cfg.is_file() and config_layout(read_json(cfg, error=CheckpointError)) == "hf"
 
 
 def load_model(directory: Path) -> TransformerXLLM:
