@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import tiny_config
 from transformer_xl.errors import ConfigError
 from transformer_xl.inference import budget
-from transformer_xl.inference.budget import SMALL, available_bytes, check_scoring, scoring_bytes
+from transformer_xl.inference.budget import SMALL, check_scoring, scoring_bytes
 from transformer_xl.model.cache import capacity
 
 
@@ -36,22 +36,6 @@ def test_a_huge_memory_length_costs_its_cache_slack_even_for_one_token() -> None
     asks for hundreds of gigabytes however short the text."""
     parts = scoring_bytes(tiny_config(mem_len=10**9), rows=1, positions=1)
     assert parts["memory"] >= 4 * (10**9 // 2) * (2 * 2 * 16 + 3 * 16) > 10**11
-
-
-def test_available_memory_reads_meminfo_and_a_cgroup_limit(tmp_path) -> None:
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       2000 kB\nMemFree:        1500 kB\nMemAvailable:   1000 kB\n")
-    group = tmp_path / "cgroup"
-    group.mkdir()
-    assert available_bytes("cpu", meminfo=meminfo, cgroup=group) == 1000 * 1024  # no limit files
-    (group / "memory.max").write_text("max\n")
-    (group / "memory.current").write_text("12345\n")
-    assert available_bytes("cpu", meminfo=meminfo, cgroup=group) == 1000 * 1024
-    (group / "memory.max").write_text("500000\n")
-    assert available_bytes("cpu", meminfo=meminfo, cgroup=group) == 500000 - 12345
-    assert available_bytes("meta") is None
-    real = available_bytes("cpu")
-    assert real is None or real > 0
 
 
 def test_lengths_that_cannot_fit_are_refused_in_one_line(monkeypatch) -> None:

@@ -274,3 +274,10 @@ def test_a_recorded_command_carries_the_variables_that_held_the_kernels() -> Non
     env = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert precision.isa_limits(env) == ("ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 "
                                          "MKL_ENABLE_INSTRUCTIONS=AVX2 ")
+
+
+def test_only_fp16_has_a_grad_scaler_and_it_is_the_device_kind_s() -> None:
+    """fp16 scales its loss on the CPU as on CUDA (the same logic, tested on the CPU); bf16 and fp32 need none."""
+    scaler = Precision("fp16", "").grad_scaler("cpu")
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled() and scaler._device == "cpu"
+    assert Precision("bf16", "").grad_scaler("cpu") is None and Precision("fp32", "").grad_scaler("cuda:0") is None

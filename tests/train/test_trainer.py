@@ -225,3 +225,59 @@ def test_compile_unavailable_trains_eager_with_one_line(tmp_path, corpus, tiny_r
     assert tr.forward_model is tr.model
     assert "--compile unavailable (inductor needs a C++ compiler); training eager" in capsys.readouterr().err
     tr.close()
+
+
+class _OverflowAt(Trainer):
+    """fp16 steps whose gradients overflow: the loss times 1e30 stays finite in fp32, its gradient does not in the
+    fp16 products it flows back through (fp16's largest value is 65504)."""
+
+    bad_calls: ClassVar[set[int]] = set()
+
+    def loss_hook(self, loss):
+        self._calls = getattr(self, "_calls", 0) + 1
+        return loss * 1e30 if self._calls in self.bad_calls else loss
+
+
+def test_fp16_overflow_steps_are_skipped_and_the_loss_scale_follows(tmp_path, corpus, tiny_run) -> None:
+    """fp16 with its GradScaler, on the CPU as on CUDA: an overflowing step changes no weight, no optimizer moment,
+    no schedule and no step count, is not counted as a non-finite step (the loss was finite), and halves the scale;
+    ``growth_interval`` clean steps double it again."""
+    tr = _OverflowAt(tiny_run(max_step=8, precision="fp16"), corpus=corpus)
+    _OverflowAt.bad_calls = {2}
+    assert tr.scaler is not None and tr.scaler.get_scale() == 2.0**16
+    tr.scaler.set_growth_interval(2)
+    batches = iter(tr.train_iter)
+
+    def step() -> dict:
+        batch = next(batches)
+        return tr.train_step(batch.input_ids, batch.targets)
+
+    assert step()["applied"] and tr.step == 1 and tr.scaler.state_dict()["_growth_tracker"] == 1
+    params, moments = _params(tr), {k: v["exp_avg"].clone() for k, v in tr.optimizer.state.items()}
+    lr = tr.optimizer.param_groups[0]["lr"]
+    out = step()  # the overflow
+    assert not out["applied"] and math.isfinite(out["loss"]) and not math.isfinite(out["grad_norm"])
+    assert tr.step == 1 and tr.nonfinite_total == 0 and tr.optimizer.param_groups[0]["lr"] == lr
+    assert all(torch.equal(v, params[k]) for k, v in _params(tr).items())
+    assert all(torch.equal(v["exp_avg"], moments[k]) for k, v in tr.optimizer.state.items())
+    assert tr.scaler.get_scale() == 2.0**15 and tr.scaler.state_dict()["_growth_tracker"] == 0
+    assert step()["applied"] and tr.step == 2 and tr.scaler.get_scale() == 2.0**15
+    assert step()["applied"] and tr.step == 3 and tr.scaler.get_scale() == 2.0**16  # two clean steps: doubled
+    assert not any(torch.equal(v, params[k]) for k, v in _params(tr).items() if v.is_floating_point())
+
+
+def test_each_start_records_the_device_precision_and_tf32(tmp_path, corpus, tiny_run) -> None:
+    """metrics.jsonl says, at each start, what the figures were computed on: the device and its name, torch, the
+    precision and whether fp32 products ran as TF32 (a setting of the process, not of the run's config)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        cfg = tiny_run(max_step=2)
+        Trainer(cfg, corpus=corpus).fit()
+    finally:
+        torch.set_float32_matmul_precision(before)
+    records = [json.loads(ln) for ln in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    env = [r for r in records if r.get("event") == "environment"]
+    assert len(env) == 1 and env[0]["step"] == 0
+    assert env[0]["device"] == "cpu" and env[0]["precision"] == "fp32" and env[0]["torch"] == torch.__version__
+    assert env[0]["cuda_matmul_tf32"] is True and env[0]["float32_matmul_precision"] == "high"

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from transformer_xl.data.progress import Progress
+from transformer_xl.devices import synchronize
 from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.inference.loading import check_device
 from transformer_xl.inference.window import default_rows, sliding_window_nll
@@ -59,11 +60,6 @@ STATISTIC = "median"
 VARIANTS = (("xl_cached", "Transformer-XL, txl's caches"),
             ("xl_uncached", "Transformer-XL, cache-free (as the paper's code)"),
             ("vanilla", "vanilla sliding window"))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @torch.no_grad()
@@ -80,11 +76,11 @@ def _time_xl(model: TransformerXLLM, data: torch.Tensor, *, tgt_len: int, attn_l
     streams = data[: n_step * batch].view(batch, n_step)  # [B, n_step]
     for k in range(fill + segments):  # fill the memory (untimed), then time whole segments
         if k == fill:
-            _sync(device)
+            synchronize(device)
             start = time.perf_counter()
         pos = k * tgt_len
         rec(streams[:, pos : pos + tgt_len].to(device), streams[:, pos + 1 : pos + 1 + tgt_len].to(device))
-    _sync(device)
+    synchronize(device)
     return (time.perf_counter() - start) / (segments * tgt_len * batch)
 
 
@@ -95,10 +91,10 @@ def _time_vanilla(model: TransformerXLLM, data: np.ndarray, *, attn_len: int, ro
     last = first + rows * forwards
     if data.shape[0] < last:
         raise DataError(f"eval-speed needs {last} tokens, the data has {data.shape[0]}")
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
     sliding_window_nll(model, data[:last], window=attn_len, first=first, last=last, rows=rows, device=device)
-    _sync(device)
+    synchronize(device)
     return (time.perf_counter() - start) / (last - first)
 
 

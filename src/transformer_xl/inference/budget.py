@@ -29,12 +29,11 @@ simulation; estimates under :data:`SMALL` bytes are taken without reading the ma
 from __future__ import annotations
 
 import math
-import os
 from itertools import pairwise
-from pathlib import Path
 
 import torch
 
+from transformer_xl.devices import available_bytes
 from transformer_xl.errors import ConfigError
 from transformer_xl.model import TXLConfig
 from transformer_xl.model.cache import capacity
@@ -81,48 +80,6 @@ def _columns(config: TXLConfig) -> int:
     bounds = [*config.cutoffs, config.n_token]
     share = sum(math.log(hi / lo) / math.log(config.n_token) * (hi - lo) for lo, hi in pairwise(bounds))
     return config.cutoffs[0] + len(config.cutoffs) + math.ceil(share)
-
-
-def available_bytes(device: str | torch.device, *, meminfo: Path = Path("/proc/meminfo"),
-                    cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """The memory ``device`` can still give: CUDA's free memory; on the CPU ``MemAvailable`` of ``meminfo`` (else
-    the free physical pages), at most the room a cgroup v2 limit leaves (``cgroup/memory.max`` less
-    ``memory.current``); None where unknown."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev)[0])
-    if dev.type != "cpu":
-        return None
-    found = _meminfo(meminfo, "MemAvailable")
-    if found is None:
-        try:
-            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, ValueError, OSError):  # not a POSIX system
-            return None
-    room = _cgroup_room(cgroup)
-    return found if room is None else min(found, room)
-
-
-def _meminfo(path: Path, field: str) -> int | None:
-    try:
-        text = path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError):
-        return None
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name == field and value.split() and value.split()[0].isdigit():
-            return int(value.split()[0]) * 1024  # kB
-    return None
-
-
-def _cgroup_room(root: Path) -> int | None:
-    """A cgroup v2 memory limit less the usage, or None without a (finite) limit."""
-    try:
-        limit = (root / "memory.max").read_text(encoding="ascii").strip()
-        used = int((root / "memory.current").read_text(encoding="ascii").strip())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return max(int(limit) - used, 0) if limit.isdigit() else None
 
 
 def check_scoring(config: TXLConfig, *, rows: int, positions: int, device: str | torch.device,

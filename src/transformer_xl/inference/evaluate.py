@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer_xl.devices import synchronize
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.model import Recurrence, TransformerXLLM, eval_mode
 
@@ -117,8 +118,7 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
     total, count, tokens, pos = 0.0, 0, 0, 1
     rec = Recurrence(model, lengths, inference_cache=inference_cache)
     with eval_mode(model):
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        synchronize(dev)
         start = time.perf_counter()
         segments = len(it) if hasattr(it, "__len__") else None
         bar = Progress(segments, desc=desc, unit="seg", mode=progress, min_seconds=2.0, rate_unit="tok")
@@ -134,8 +134,7 @@ def evaluate(model: TransformerXLLM, data: np.ndarray | torch.Tensor, *, batch_s
             pos += batch.seq_len
             bar.update(1, amount=nll.numel())
         bar.close()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        synchronize(dev)
         seconds = time.perf_counter() - start
     settings = dict(method="memory" if offsets is None else "memory-sentences", batch_size=batch_size,
                     tgt_len=tgt_len, ext_len=lengths.ext_len, mem_len=lengths.mem_len, clamp_len=lengths.clamp_len,

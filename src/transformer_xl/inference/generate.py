@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from transformer_xl.devices import synchronize
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions, compile_estimate, pays, step_key
 from transformer_xl.inference.decode import supported
@@ -195,8 +196,7 @@ class _Decoding:
             log_probs = _next_log_probs(self.model, rec, [tok[:, None]])  # one new position over the memories
             if self.auto:
                 self.auto = False
-                if log_probs.device.type == "cuda":
-                    torch.cuda.synchronize()
+                synchronize(log_probs.device)
                 key = step_key(self.model, batch=self.batch, lengths=self.lengths, options=CaptureOptions())
                 if pays(left, time.perf_counter() - start, compile_estimate(key)):
                     self.decoder = _decoder(self.model, True, batch=self.batch, lengths=self.lengths)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer_xl.devices import synchronize
 from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.inference.evaluate import EvalResult, device_of
 from transformer_xl.model import TransformerXLLM, eval_mode
@@ -77,12 +78,10 @@ def evaluate_sliding_window(model: TransformerXLLM, data: np.ndarray, *, window:
     if max_tokens is not None:
         arr = arr[: max_tokens + 1]
     dev = device_of(model, device)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    synchronize(dev)
     start = time.perf_counter()
     nll = sliding_window_nll(model, arr, window=window, rows=rows, device=dev)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    synchronize(dev)
     seconds = time.perf_counter() - start
     full = None
     if return_nll:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from transformer_xl.data import LMMultiFileIterator, LMOrderedIterator
+from transformer_xl.devices import is_cuda
 from transformer_xl.model import TXLConfig
 from transformer_xl.train.config import TrainConfig
 
@@ -16,7 +17,7 @@ from transformer_xl.train.config import TrainConfig
 def train_iterator(corpus: Any, cfg: TrainConfig, model_cfg: TXLConfig, *, rank: int, world_size: int,
                    device: str) -> Any:
     """The iterator over ``corpus``'s train split for process ``rank`` of ``world_size``."""
-    dev = device if device.startswith("cuda") else None
+    dev = device if is_cuda(device) else None
     data = corpus.splits["train"]
     common = dict(rank=rank, world_size=world_size, device=dev)
     offsets = corpus.sentence_offsets("train")

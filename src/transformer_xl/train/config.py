@@ -73,7 +73,7 @@ class TrainConfig:
     lr_min: float = 0.0  # dev_perf: lower bound
     clip: float = 0.25  # gradient-norm clipping (<= 0 disables it)
     # precision and speed
-    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, GPU) | auto
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + GradScaler, for GPUs) | auto
     compile: bool = False  # torch.compile the model
     recompute: bool = False  # recompute attention probabilities in backward: less memory, ~10 % slower
     half_loss: bool = False  # the loss of each segment's second half only (paper Table 6, "Half")
@@ -314,8 +314,8 @@ FIELD_HELP: dict[str, str] = {
     "patience": "dev_perf: evaluations without improvement before decaying",
     "lr_min": "dev_perf: the lowest learning rate",
     "clip": "gradient-norm clipping (<= 0: off)",
-    "precision": "arithmetic: fp32, bf16 (autocast, CPU or GPU), fp16 (autocast + loss scaling, GPU) or auto "
-                 "(bf16 where the device's bf16 matmuls pay: CUDA sm80+, a CPU measuring >= 3x fp32; else fp32)",
+    "precision": "arithmetic: fp32, bf16 (autocast, CPU or GPU), fp16 (autocast + loss scaling, for GPUs) or auto "
+                 "(bf16 where the device's bf16 matmuls pay: CUDA sm80+, a CPU measuring >= 2x fp32; else fp32)",
     "compile": "torch.compile the model (one graph per segment shape; the compile time is logged)",
     "recompute": "recompute attention probabilities in backward: less memory, about 10 % slower",
     "half_loss": "train on the loss of each segment's second half only (paper Table 6)",

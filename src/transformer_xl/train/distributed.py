@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from transformer_xl.devices import bind, ddp_device_ids, process_group_backend
 from transformer_xl.errors import ConfigError, TXLError
 from transformer_xl.model.config import TXLConfig
 from transformer_xl.train.config import TrainConfig
@@ -77,11 +78,10 @@ class Dist:
         if self.world_size > 1:
             import torch.distributed as dist
 
-            if device.startswith("cuda"):
-                torch.cuda.set_device(device)
+            bind(device)  # NCCL would otherwise put every process on GPU 0
             if not dist.is_initialized():
                 self.owns_group = True
-                backend, wait = "nccl" if device.startswith("cuda") else "gloo", datetime.timedelta(seconds=timeout)
+                backend, wait = process_group_backend(device), datetime.timedelta(seconds=timeout)
                 try:
                     store = _attempt_store(wait)
                     if store is None:
@@ -225,5 +225,5 @@ def wrap_ddp(model: torch.nn.Module, cfg: TXLConfig, device: str) -> torch.nn.Mo
 
     no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
                inspect.signature(DistributedDataParallel).parameters else {"broadcast_buffers": False})
-    return DistributedDataParallel(model, device_ids=[device] if device.startswith("cuda") else None,
+    return DistributedDataParallel(model, device_ids=ddp_device_ids(device),
                                    find_unused_parameters=has_step_local_parameters(cfg), **no_sync)

@@ -35,13 +35,12 @@ Not counted: the process itself (Python, torch, the corpus), allocator slack and
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from itertools import pairwise
-from pathlib import Path
 
 import torch
 
+from transformer_xl.devices import available_bytes
 from transformer_xl.errors import ConfigError, check_int
 from transformer_xl.model import TXLConfig
 
@@ -99,19 +98,6 @@ def softmax_columns(cfg: TXLConfig) -> int:
     return cfg.cutoffs[0] + len(cfg.cutoffs) + math.ceil(tails)
 
 
-def available_bytes(device: str | torch.device) -> int:
-    """Memory a run on ``device`` can still use: CUDA's free memory (``torch.cuda.mem_get_info``); on the CPU
-    ``MemAvailable`` of ``/proc/meminfo`` (else the physical memory), capped by a cgroup v2 limit."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return int(torch.cuda.mem_get_info(dev)[0])
-    avail = _meminfo_available()
-    if avail is None:
-        avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    limit = _cgroup_room()
-    return min(avail, limit) if limit is not None else avail
-
-
 def check_fits(estimate_bytes: int | Mapping[str, int], device: str | torch.device) -> None:
     """A one-line :class:`ConfigError` when ``estimate_bytes`` (a number, or the dict of
     :func:`estimate_training_bytes`, whose largest part is then named) is more than ``device`` has available
@@ -119,38 +105,10 @@ def check_fits(estimate_bytes: int | Mapping[str, int], device: str | torch.devi
     parts = dict(estimate_bytes) if isinstance(estimate_bytes, Mapping) else {}
     total = int(parts.pop("total")) if parts else int(estimate_bytes)  # type: ignore[arg-type]
     avail = available_bytes(device)
-    if total <= avail:
+    if avail is None or total <= avail:  # an unknown amount: nothing to compare with
         return
     largest = max(parts, key=parts.__getitem__) if parts else None
     detail = f", {largest} {parts[largest] / _GB:,.1f} GB" if largest else ""
     raise ConfigError(f"training needs about {total / _GB:,.1f} GB (estimated{detail}) but {device} has "
                       f"{avail / _GB:,.1f} GB available: lower batch_size, tgt_len or mem_len, raise batch_chunk "
                       "or use recompute (--force tries anyway)")
-
-
-def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-#: A container's memory limit and usage, cgroup v2 and v1 (inside a container its own cgroup is the root).
-_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
-
-
-def _cgroup_room() -> int | None:
-    """The container's memory limit less its usage, or None when there is no (finite) limit."""
-    for limit_file, usage_file in _CGROUP_FILES:
-        try:
-            limit = Path(limit_file).read_text().strip()
-            if limit == "max" or int(limit) >= 1 << 60:  # v1 writes "no limit" as a huge number
-                return None
-            return max(0, int(limit) - int(Path(usage_file).read_text().strip()))
-        except (OSError, ValueError):
-            continue
-    return None

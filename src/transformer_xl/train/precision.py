@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from transformer_xl.devices import float32_matmul_settings, is_cuda, synchronize
+
 #: bf16 ÷ fp32 matmul rate above which ``auto`` picks bf16 on a CPU (see the module docstring).
 CPU_BF16_MIN_SPEEDUP = 2.0
 #: Sizes of :func:`bf16_speedup`'s products: the probe, then the measurement the rule was set on.
@@ -53,6 +55,12 @@ class Precision:
         """The context a forward runs in: ``torch.autocast`` to :attr:`autocast_dtype`, or nothing for fp32."""
         dtype = self.autocast_dtype
         return contextlib.nullcontext() if dtype is None else torch.autocast(device.split(":")[0], dtype=dtype)
+
+    def grad_scaler(self, device: str) -> torch.amp.GradScaler | None:
+        """fp16's loss scaler for ``device`` (CUDA's, or the CPU's: the same logic, so that the CPU tests check
+        the overflow steps, the scale's updates and its resume); None for the other precisions, whose exponent
+        range is fp32's (bf16) or which are fp32."""
+        return torch.amp.GradScaler(torch.device(device).type) if self.name == "fp16" else None
 
 
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo", wanted: tuple[str, ...] = RELEVANT_FLAGS) -> list[str]:
@@ -123,7 +131,7 @@ _ONEDNN_ISAS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE
 def device_description(device: str) -> str:
     """The GPU's name, or the CPU's model with its :func:`cpu_flags` and the class of kernels this process runs
     (:func:`cpu_class`): what every measurement is printed with."""
-    if device.startswith("cuda"):
+    if is_cuda(device):
         return torch.cuda.get_device_name(torch.device(device))
     flags = cpu_flags()  # RELEVANT_FLAGS: every flag cpu_class reads
     return (f"{cpu_model()} ({', '.join(flags) or 'no relevant flags'}; "
@@ -136,13 +144,11 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int = 1024, reps: int = 5) -
     b = torch.randn(n, n, device=device).to(dtype)
     best = float("inf")
     for _ in range(reps + 1):  # the first round warms up
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         t = time.perf_counter()
         for _ in range(3):
             a @ b
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         best = min(best, (time.perf_counter() - t) / 3)
     return 2 * n**3 / best
 
@@ -168,7 +174,7 @@ def resolve_precision(requested: str, device: str, *, announce: bool = False, ma
 def _resolve(requested: str, device: str, main: bool, share: Callable[[float], float] | None) -> Precision:
     if requested != "auto":
         return Precision(requested, "requested")
-    if device.startswith("cuda"):
+    if is_cuda(device):
         major, minor = torch.cuda.get_device_capability(torch.device(device))
         native = major >= 8
         return Precision("bf16" if native else "fp32",
@@ -193,3 +199,12 @@ def cpu_choice(speedup: float) -> Precision:
     pick = "bf16" if speedup >= CPU_BF16_MIN_SPEEDUP else "fp32"
     return Precision(pick, f"auto: bf16 matmul measured {speedup:.1f}x fp32 on this CPU "
                            f"({'>=' if pick == 'bf16' else '<'} {CPU_BF16_MIN_SPEEDUP:g}x)")
+
+
+def run_environment(device: str, precision: str) -> dict[str, Any]:
+    """What a run's figures were computed on, logged at each start or resume of ``txl train`` (an ``environment``
+    event of ``metrics.jsonl``; a resumed run may continue on another machine): the device (:func:`device_description`),
+    torch's version, the precision and the float32 product settings (TF32 on CUDA:
+    :func:`transformer_xl.devices.float32_matmul_settings`)."""
+    return {"device": device, "device_name": device_description(device), "torch": torch.__version__,
+            "precision": precision, **float32_matmul_settings()}

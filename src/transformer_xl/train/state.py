@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer_xl.devices import collective_device, is_cuda, to_device
 from transformer_xl.train.distributed import Dist
 from transformer_xl.version import __version__
 
@@ -21,9 +22,9 @@ def capture_rng(dist: Dist, device: str) -> dict[str, Any]:
     """Python and NumPy generator states of this process, torch (and CUDA) states of every process (gathered)."""
     version, state, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    comm = device if device.startswith("cuda") else "cpu"
+    comm = collective_device(device)
     cuda = None
-    if device.startswith("cuda"):
+    if is_cuda(device):
         cuda = dist.gather_rows(torch.cuda.get_rng_state(device).to(comm)[None], comm).cpu()
     return {"python": [version, list(state), gauss],
             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
@@ -38,13 +39,13 @@ def restore_rng(rng: dict[str, Any], rank: int, device: str) -> None:
     # a row of the gathered states is a view at an offset of its storage, which torch.set_rng_state mishandles
     # (rank 1's row of a 2-process checkpoint: "Invalid mt19937 state", or a crash): each row is copied first
     torch.set_rng_state(rng["torch"][rank].to(torch.uint8).cpu().clone())
-    if rng.get("cuda") is not None and device.startswith("cuda"):
+    if rng.get("cuda") is not None and is_cuda(device):
         torch.cuda.set_rng_state(rng["cuda"][rank].to(torch.uint8).cpu().clone(), device)
 
 
 def capture_state(tr: Any) -> dict[str, Any]:
     """Everything a trainer needs to continue exactly; memories and RNG states of all processes are gathered."""
-    comm = tr.device if tr.device.startswith("cuda") else "cpu"
+    comm = collective_device(tr.device)
     mems = [tr.dist.gather_rows(m, comm).cpu() for m in tr.mems] if tr.mems else None
     return {
         "format": 1, "txl_version": __version__, "world_size": tr.dist.world_size,
@@ -64,7 +65,7 @@ def capture_state(tr: Any) -> dict[str, Any]:
 def restore_state(tr: Any, state: dict[str, Any]) -> None:
     """Inverse of :func:`capture_state` for this process of ``tr``."""
     if "model" in state:
-        tr.model.load_state_dict_strict({k: v.to(tr.device) for k, v in state["model"].items()})
+        tr.model.load_state_dict_strict(to_device(state["model"], tr.device))
     tr.optimizer.load_state_dict(state["optimizer"])
     tr.schedule.load_state_dict(state["schedule"])
     if tr.scaler is not None and state.get("scaler"):
@@ -77,7 +78,7 @@ def restore_state(tr: Any, state: dict[str, Any]) -> None:
     tr.best_step = int(state.get("best_step", 0))
     per = tr.cfg.batch_size // tr.dist.world_size
     rows = slice(tr.dist.rank * per, (tr.dist.rank + 1) * per)
-    tr.mems = [m[rows].to(tr.device) for m in state["mems"]] if state.get("mems") else None
+    tr.mems = to_device([m[rows] for m in state["mems"]], tr.device) if state.get("mems") else None
     tr.mems_epoch = int(state.get("mems_epoch", 0))
     saved_world = int(state.get("world_size", 1))  # another process count: the global batch is split anew
     restore_rng(state["rng"], tr.dist.rank if tr.dist.rank < saved_world else 0, tr.device)

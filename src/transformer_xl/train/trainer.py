@@ -54,7 +54,7 @@ from transformer_xl.train.footprint import check_fits, estimate_training_bytes
 from transformer_xl.train.init_from import init_setup, write_record
 from transformer_xl.train.loggers import check_loggers
 from transformer_xl.train.metrics import LossWindow, RunLog, postfix, progress, publish_model, write_run_files
-from transformer_xl.train.precision import resolve_precision
+from transformer_xl.train.precision import resolve_precision, run_environment
 from transformer_xl.train.resume import AUTO, ResumePlan, plan_run
 from transformer_xl.train.schedule import Schedule, build_optimizer
 from transformer_xl.train.signals import stop_on_signals
@@ -93,8 +93,6 @@ class Trainer:
     def _setup(self, resume: str | Path | None, corpus: Any, force: bool) -> None:
         cfg = self.cfg
         self.device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", "0")))
-        if cfg.precision == "fp16" and not self.device.startswith("cuda"):
-            raise ConfigError("precision fp16 needs a CUDA device (GradScaler); use bf16 on the CPU")
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if cfg.batch_size % (world * cfg.batch_chunk):
             raise ConfigError(f"batch_size {cfg.batch_size} must be divisible by world_size x batch_chunk "
@@ -128,7 +126,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.dist.rank)
         self.optimizer = build_optimizer(self.model.parameters(), cfg)
         self.schedule = Schedule(self.optimizer, cfg)
-        self.scaler = torch.amp.GradScaler("cuda") if self.precision.name == "fp16" else None
+        self.scaler = self.precision.grad_scaler(self.device)
         self.forward_model: Any = wrap_ddp(self.model, self.model_cfg, self.device) if self.dist.enabled else self.model
         if cfg.compile:
             self.forward_model = compile_for_training(self.forward_model, tgt_len=self.model_cfg.tgt_len,
@@ -315,6 +313,7 @@ class Trainer:
         if self.plan is not None:
             log.event(self.step, self.elapsed, "resume" if self.resumed_from else "restart",
                       checkpoint=str(self.resumed_from) if self.resumed_from else None, changes=self.plan.changes)
+        log.event(self.step, self.elapsed, "environment", **run_environment(self.device, self.precision.name))
         bar = progress(cfg, self.step, main)
         start, t_last, tokens_last, elapsed0 = time.monotonic(), time.monotonic(), self.tokens, self.elapsed
         save_every = cfg.save_interval or cfg.eval_interval

@@ -12,11 +12,12 @@ from typing import Any
 
 import torch
 
+from transformer_xl.devices import synchronize
+
 
 def sync(device: str) -> None:
-    """Wait for the device (CUDA kernels run asynchronously)."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    """Wait for the device (CUDA kernels run asynchronously): :func:`transformer_xl.devices.synchronize`."""
+    synchronize(device)
 
 
 def _rss_kib(field_name: str) -> int:

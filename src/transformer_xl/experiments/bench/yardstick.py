@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from transformer_xl.devices import synchronize
 from transformer_xl.errors import TXLError
 from transformer_xl.inference.arena import huge_page_buffer
 from transformer_xl.inference.packing import Linear
@@ -113,12 +114,10 @@ def best_seconds(fn: Callable[[], Any], passes: int, device: str) -> float:
     fn()
     best = math.inf
     for _ in range(passes):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         t = time.perf_counter()
         fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(device)
         best = min(best, time.perf_counter() - t)
     return best
 
