@@ -8,7 +8,7 @@ import torch
 
 from tests.helpers import tiny_model
 from transformer_xl.model import blocked, dispatch, fastpath, positional
-from transformer_xl.model.dispatch import BLOCKED, EXPLICIT, FUSED, ONE_QUERY, PLAIN, SHIFTED, attend, choose
+from transformer_xl.model.dispatch import BLOCKED, EXPLICIT, FLEX, FUSED, ONE_QUERY, PLAIN, SHIFTED, attend, choose
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
 
@@ -21,21 +21,40 @@ FACTS = dict(grad=False, qlen=4, device=CPU, compiling=False, dropatt=0.0, facto
     (dict(plain=True, grad=True), PLAIN),
     (dict(grad=True), SHIFTED),
     (dict(grad=True, threads=2, dropatt=0.1), SHIFTED),
+    (dict(plain=True, grad=True, device=GPU, flex=True), PLAIN),
     (dict(grad=True, factored=False), EXPLICIT),
-    (dict(grad=True, device=GPU), EXPLICIT),
+    (dict(grad=True, device=GPU, flex=True), FLEX),
+    (dict(grad=True, device=GPU, flex=True, compiling=True, factored=False), FLEX),
+    (dict(grad=True, device=GPU, flex=True, dropatt=0.1), FUSED),
+    (dict(grad=True, device=GPU), FUSED),
+    (dict(grad=True, device=GPU, compiling=True), FUSED),
+    (dict(grad=True, device=GPU, factored=False, dropatt=0.1), FUSED),
     (dict(grad=True, compiling=True), EXPLICIT),
     (dict(grad=True, compiling=True, qlen=1), EXPLICIT),
+    (dict(grad=True, device=torch.device("mps"), flex=True), EXPLICIT),
     (dict(dropatt=0.1), FUSED),
     (dict(qlen=1), ONE_QUERY),
     (dict(qlen=1, device=GPU, compiling=True), ONE_QUERY),
     ({}, BLOCKED),
     (dict(threads=2), BLOCKED),
     (dict(device=GPU), FUSED),
+    (dict(device=GPU, flex=True), FUSED),
     (dict(compiling=True), FUSED),
     (dict(factored=False), FUSED),
 ])
 def test_choose_follows_its_table(change: dict, path: dispatch.Path) -> None:
     assert choose(**{**FACTS, **change}).path is path
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("compiling", [False, True])
+@pytest.mark.parametrize("factored", [False, True])
+@pytest.mark.parametrize("dropatt", [0.0, 0.1])
+@pytest.mark.parametrize("qlen", [1, 4])
+def test_the_flex_switch_changes_no_cpu_row(grad: bool, compiling: bool, factored: bool, dropatt: float,
+                                            qlen: int) -> None:
+    facts = dict(FACTS, grad=grad, compiling=compiling, factored=factored, dropatt=dropatt, qlen=qlen)
+    assert choose(**facts, flex=True) == choose(**facts)
 
 
 def test_the_block_size_follows_the_threads() -> None:
@@ -100,7 +119,8 @@ def test_the_model_on_the_paper_formulas_equals_its_fast_paths(attn_type: int, m
     for model in (fast, ref):
         if model is ref:  # the reference model must not reach a fast attention
             for module, name in ((dispatch, "attend_explicit"), (dispatch, "attend_fused"),
-                                 (dispatch, "attend_one_query"), (blocked, "attend_blocked")):
+                                 (dispatch, "attend_one_query"), (blocked, "attend_blocked"),
+                                 (dispatch, "attend_flex")):
                 monkeypatch.setattr(module, name, None)
         mems = model(x).mems
         res = model(x, x, mems)
@@ -147,3 +167,44 @@ def test_a_mask_per_row_runs_every_path_like_the_plain_one(Q: int, grad: bool, p
     shared = attend(q, k, v, p, mask, scale=0.5, dropatt=0.0, plain=True)
     torch.testing.assert_close(got[0], shared[0], rtol=1e-5, atol=1e-6)  # row 0: the mask shared by all rows
     assert not torch.allclose(got[1], shared[1])  # row 1: its own mask
+
+
+@pytest.mark.parametrize("path,Q,grad", [(PLAIN, 4, True), (SHIFTED, 4, True), (EXPLICIT, 4, True), (FUSED, 4, True),
+                                         (FUSED, 4, False), (BLOCKED, 4, False), (ONE_QUERY, 1, False),
+                                         (FLEX, 4, False), (FLEX, 1, False)])
+def test_a_named_path_runs_and_equals_the_plain_one(path, Q: int, grad: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``attend(..., path=...)`` runs that implementation whatever :func:`choose` would pick (the GPU check compares
+    a named path with :data:`PLAIN`); by value as well (``"flex"``)."""
+    q, k, v, p, mask = _inputs(Q, shaw=True)
+    plain = attend(q, k, v, p, mask, scale=0.5, dropatt=0.0, plain=True)
+    ran: list[str] = []
+    names = {SHIFTED: "attend_shifted", EXPLICIT: "attend_explicit", FUSED: "attend_fused",
+             ONE_QUERY: "attend_one_query", FLEX: "attend_flex"}
+    for name in names.values():
+        real = getattr(dispatch, name)
+        monkeypatch.setattr(dispatch, name, lambda *a, _r=real, _n=name, **kw: ran.append(_n) or _r(*a, **kw))
+    real_blocked = blocked.attend_blocked
+    monkeypatch.setattr(blocked, "attend_blocked", lambda *a, **kw: ran.append("attend_blocked") or
+                        real_blocked(*a, **kw))
+    with torch.set_grad_enabled(grad):
+        got = attend(q.requires_grad_(grad), k, v, p, mask, scale=0.5, dropatt=0.0, path=path.value)
+    assert ran == ([] if path is PLAIN else [{**names, BLOCKED: "attend_blocked"}[path]])
+    torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("path,Q,grad,dropatt,rows,match", [
+    (FLEX, 4, False, 0.1, False, "no dropout"),
+    (ONE_QUERY, 4, False, 0.0, False, "one query"),
+    (BLOCKED, 4, True, 0.0, False, "no gradient"),
+    (BLOCKED, 4, False, 0.0, True, r"one \[Q, K\] mask"),
+    (SHIFTED, 4, True, 0.0, True, r"one \[Q, K\] mask"),
+])
+def test_a_named_path_that_cannot_run_is_a_value_error(path, Q: int, grad: bool, dropatt: float, rows: bool,
+                                                       match: str) -> None:
+    q, k, v, p, mask = _inputs(Q, shaw=False)
+    if rows:
+        mask = mask.expand(2, 1, *mask.shape)
+    with pytest.raises(ValueError, match=match), torch.set_grad_enabled(grad):
+        attend(q.requires_grad_(grad), k, v, p, mask, scale=0.5, dropatt=dropatt, path=path)
+    with pytest.raises(ValueError, match="is not a valid Path"):
+        attend(q, k, v, p, mask, scale=0.5, dropatt=0.0, path="fast")

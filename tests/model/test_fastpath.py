@@ -3,6 +3,8 @@
 * ``shift_padded`` on scores whose zero column comes from a zero key row == the paper's pad/view shift;
 * ``attend`` without gradient (``scaled_dot_product_attention``) == with gradient (``baddbmm`` + softmax)
   == a plain ``softmax((q k^T + p) * scale + mask) v``, for every ``attn_type``;
+* the fused path with a gradient (CUDA's training path; on the CPU the kernel's math fallback) == the plain
+  formula, output and gradients of ``q, k, v`` and the position factors, with and without memory and dropout;
 * the whole model under ``no_grad`` == with gradient;
 * the memory update copies only the kept positions, as ``cat([mem, hid])[beg:end]``;
 * the CPU ``Dropout`` keeps the distribution and scaling of ``nn.Dropout``;
@@ -20,12 +22,14 @@ import torch
 
 from tests.helpers import saved_bytes
 from transformer_xl import TransformerXLLM, TXLConfig
-from transformer_xl.model.dispatch import attend
+from transformer_xl.model.dispatch import FUSED, PLAIN, attend
 from transformer_xl.model.fastpath import KEEP_BITS, MaskCache, keep_mask, mask_bias, relu_dropout, shift_padded
 from transformer_xl.model.fastpath import CompactDropout as Dropout
 from transformer_xl.model.memory import additive_mask, causal_mask
+from transformer_xl.model.positional import PositionScores
 
 V = 40
+CPU = torch.device("cpu")
 
 
 def _official_rel_shift(x: torch.Tensor) -> torch.Tensor:
@@ -68,6 +72,57 @@ def test_attend_paths_equal_plain_softmax(with_p: bool, Q: int) -> None:
     explicit = attend(qg, k, v, p, mask, scale=scale, dropatt=0.0)
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(explicit, plain, rtol=1e-5, atol=1e-6)
+
+
+def _fused_and_plain_grads(Q: int, M: int, *, shaw: bool, same_length: bool, dropatt: float,
+                           rows: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(fused, plain) pairs: the outputs, then the gradients of ``q, k, v`` and of the position factors ``x, y``
+    (and Shaw's ``d``), each path's dropout drawn from the same seed."""
+    gen = torch.Generator().manual_seed(Q * 10 + M)
+    B, H, E = 2, 3, 5
+    K = Q + M
+    leaves = [torch.randn(B, H, Q, E, generator=gen), torch.randn(B, H, K, E, generator=gen),
+              torch.randn(B, H, K, E, generator=gen), torch.randn(B, H, Q, E, generator=gen),
+              torch.randn(K, H, E, generator=gen)] + ([torch.randn(K, H, generator=gen)] if shaw else [])
+    mask = additive_mask(causal_mask(qlen=Q, mlen=M, mem_len=max(2, M - 1), same_length=same_length,
+                                     device=CPU), torch.float32)
+    if rows:  # a mask per row [B, 1, Q, K]: row 1 loses its first key
+        mask = mask.expand(B, 1, Q, K).clone()
+        mask[1, 0, :, 0] = float("-inf")
+        mask[1, 0, torch.arange(Q), M + torch.arange(Q)] = 0.0
+    out_grad = torch.randn(B, H, Q, E, generator=gen)
+    results = []
+    for path in (FUSED, PLAIN):
+        ts = [t.clone().requires_grad_(True) for t in leaves]
+        torch.manual_seed(7)
+        out = attend(*ts[:3], PositionScores(*ts[3:]), mask, scale=0.4, dropatt=dropatt, path=path)
+        results.append([out.detach(), *torch.autograd.grad(out, ts, out_grad)])
+    return list(zip(*results))
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+@pytest.mark.parametrize("Q,M", [(4, 0), (4, 5), (1, 6)])
+@pytest.mark.parametrize("shaw", [False, True])
+def test_fused_path_with_a_gradient_equals_the_plain_one(shaw: bool, Q: int, M: int, same_length: bool) -> None:
+    """``scaled_dot_product_attention`` with ``scale P + mask`` as a bias that needs a gradient (CUDA's training
+    path, row 4 of ``choose``): on the CPU its math fallback gives the output and every gradient of the formula."""
+    for fused, plain in _fused_and_plain_grads(Q, M, shaw=shaw, same_length=same_length, dropatt=0.0):
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_path_with_a_gradient_takes_a_mask_per_row() -> None:
+    for fused, plain in _fused_and_plain_grads(4, 5, shaw=True, same_length=False, dropatt=0.0, rows=True):
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_path_with_a_gradient_and_attention_dropout_equals_the_plain_one() -> None:
+    """With ``dropatt``: the CPU's fallback draws its mask with ``dropout`` as the plain path does, so from the same
+    seed both drop the same probabilities (on CUDA the kernel draws its own: the statistics are what match)."""
+    pairs = _fused_and_plain_grads(6, 5, shaw=True, same_length=False, dropatt=0.3)
+    for fused, plain in pairs:
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    undropped = _fused_and_plain_grads(6, 5, shaw=True, same_length=False, dropatt=0.0)
+    assert not torch.allclose(pairs[0][0], undropped[0][0])  # the dropout did drop
 
 
 @pytest.mark.parametrize("attn_type", [0, 1, 2, 3])

@@ -55,6 +55,8 @@ class MultiHeadAttention(nn.Module):
         self.recompute = False
         # TransformerXLLM.reference: the formulas as written, no fast path.
         self.plain = False
+        # TransformerXLLM.flex_attention: FlexAttention may run (training on CUDA without attention dropout).
+        self.flex = False
 
     def _kv(self, x: Tensor) -> Tensor:
         """``[W_k; W_v] x``: ``[B, T, D] -> [B, T, 2*H*E]``."""
@@ -103,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         p = seg.pos.position_scores(self.index, q, self.r_net, seg)  # (b) + (d): P [B, H, Q, K] as its factors, or None
         # Dropout(Masked-Softmax((q + u)^T k + P) / sqrt(E)) v
         return attend(q_u, k, v, p, seg.mask_bias, scale=self.scale, dropatt=self.dropatt if self.training else 0.0,
-                      plain=self.plain)
+                      plain=self.plain, flex=self.flex)
 
 
 class PositionwiseFF(nn.Module):

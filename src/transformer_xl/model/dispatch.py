@@ -4,14 +4,18 @@ The model's files (:mod:`~transformer_xl.model.attention`, :mod:`~transformer_xl
 :mod:`~transformer_xl.model.segment`, :mod:`~transformer_xl.model.lm`) state the computation of paper Sec. 3 once
 and call the functions below by what they compute; :func:`choose` picks the attention's implementation (its
 docstring is the decision table), the other functions here apply one rule each. The implementations live in
-:mod:`~transformer_xl.model.fastpath` and :mod:`~transformer_xl.model.blocked`, each tested equal to the formula it
-replaces (``tests/model/test_fastpath.py``, ``tests/model/test_blocked.py``, ``tests/model/test_dispatch.py``).
+:mod:`~transformer_xl.model.fastpath`, :mod:`~transformer_xl.model.shifted`, :mod:`~transformer_xl.model.blocked`
+and :mod:`~transformer_xl.model.flex`, each tested equal to the formula it replaces (``tests/model/test_fastpath.py``,
+``tests/model/test_blocked.py``, ``tests/model/test_flex.py``, ``tests/model/test_dispatch.py``). :func:`attend`
+also runs a path named by its caller (``path=``), to check that path against :data:`PLAIN` where it runs.
 
 =========================  =====================================================  ===================================
 computation                implementations                                        chosen by
 =========================  =====================================================  ===================================
-masked softmax attention   :data:`PLAIN`, :data:`SHIFTED`, :data:`EXPLICIT`,      :func:`choose` (:func:`attend`)
-with the position term     :data:`ONE_QUERY`, :data:`BLOCKED`, :data:`FUSED`
+masked softmax attention   :data:`PLAIN`, :data:`SHIFTED`, :data:`EXPLICIT`,      :func:`choose` (:func:`attend`;
+with the position term     :data:`ONE_QUERY`, :data:`BLOCKED`, :data:`FUSED`,     :data:`FLEX` only when switched
+                           :data:`FLEX`                                           on: ``flex``, set by
+                                                                                  ``TransformerXLLM.flex_attention``)
 ``q = h W_q`` and          a slice of ``[W_q; W_k; W_v]``, float or int8 (the     :func:`project_rows`: the layer's
 ``[k; v] = h~ [W_k; W_v]`` int8 layer's rows and their scales)                    type (``TransformerXLLM.quantize``)
 feed-forward ``CoreNet``   its modules one by one (dropout fused with the ReLU,   :func:`feed_forward`: training or
@@ -41,6 +45,7 @@ from torch import Tensor, nn
 from transformer_xl.model import blocked, fastpath
 from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
+from transformer_xl.model.flex import attend_flex
 from transformer_xl.model.int8 import is_quantized
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
@@ -55,11 +60,12 @@ class Path(str, Enum):
     ONE_QUERY = "one-query"  # P unshifted (one query: the shift is the identity), two batched products over B*H
     SHIFTED = "shifted"  # with a gradient: P's factors, mask and scale in two baddbmm, the shift's own backward
     BLOCKED = "blocked"  # P made a few MB at a time beside the mask, each block into scaled_dot_product_attention
-    FUSED = "fused"  # P whole, scaled_dot_product_attention with the bias scale P + mask
+    FUSED = "fused"  # P whole, scaled_dot_product_attention with the bias scale P + mask (its gradient on CUDA)
+    FLEX = "flex"  # P unshifted, read at the shifted index by FlexAttention's score_mod; the mask a block mask
 
 
 PLAIN, EXPLICIT, ONE_QUERY, BLOCKED, FUSED = Path.PLAIN, Path.EXPLICIT, Path.ONE_QUERY, Path.BLOCKED, Path.FUSED
-SHIFTED = Path.SHIFTED
+SHIFTED, FLEX = Path.SHIFTED, Path.FLEX
 
 
 class Choice(NamedTuple):
@@ -70,7 +76,7 @@ class Choice(NamedTuple):
 
 
 def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, dropatt: float, factored: bool,
-           threads: int = 1, plain: bool = False) -> Choice:
+           threads: int = 1, plain: bool = False, flex: bool = False) -> Choice:
     """The attention's implementation, from the facts of one call (first matching row wins):
 
     ====  ==================================================  ==============  =====================================
@@ -80,23 +86,34 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     2     a gradient is recorded, ``P`` as its factors        ``SHIFTED``     mask, scale and shift folded into
           (relative encodings) and one mask for all rows,     (dropatt in)    the products: three passes over
           CPU, not compiling                                                  ``[Q, K]`` fewer each way
-    3     a gradient is recorded (training, or a forward      ``EXPLICIT``    autograd keeps only the ``[Q, K]``
-          with grad enabled on trainable weights), compiled   (dropatt in)    probabilities; the fused CPU kernel
-          or not                                                              takes no gradient for its bias
-    4     no gradient, attention dropout on (``dropatt > 0``  ``FUSED``       the fused kernel draws the dropout
+    3     a gradient is recorded, CUDA, ``flex``              ``FLEX``        one generated kernel: neither the
+          (``TransformerXLLM.flex_attention()``) and          (no dropout)    shifted ``P``, ``q k^T`` nor the
+          ``dropatt == 0``, compiled or not                                   probabilities formed
+    4     a gradient is recorded, CUDA, compiled or not       ``FUSED``       the memory-efficient kernel returns
+                                                              (dropatt in)    the bias's gradient: the ``[Q, K]``
+                                                                              probabilities are not kept
+    5     a gradient is recorded (training, or a forward      ``EXPLICIT``    autograd keeps only the ``[Q, K]``
+          with grad enabled on trainable weights) elsewhere:  (dropatt in)    probabilities; the fused CPU kernel
+          CPU compiled or with ``P`` whole or a mask per row                  falls back to its math for a bias
+                                                                              that needs a gradient
+    6     no gradient, attention dropout on (``dropatt > 0``  ``FUSED``       the fused kernel draws the dropout
           outside training mode)
-    5     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
+    7     no gradient, one query (``qlen == 1``: a            ``ONE_QUERY``   bound by reading keys/values once;
           generation step), any device, compiled or not                       the fused kernel tiles for many
-    6     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
+    8     no gradient, ``qlen > 1``, ``P`` as its factors     ``BLOCKED``     ``P`` whole is tens of MB at long
           (relative encodings) and one mask for all rows,                     memories: fresh pages, a DRAM trip
           CPU, not compiling
-    7     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
+    9     anything else (GPU, compiling, absolute             ``FUSED``       one fused kernel; a GPU's wants
           encodings without ``P``)                                            ``P`` whole, inductor fuses its own
     ====  ==================================================  ==============  =====================================
 
-    Row 2 is the CPU's (``tests/model/test_shifted.py`` tests it equal to the formula; the GPU and compiled
-    training keep row 3, whose speed there was measured). ``threads`` (torch's intra-op threads) sets the block size
-    of row 6: one core's L2 with one thread
+    Row 2 is the CPU's (``tests/model/test_shifted.py`` tests it equal to the formula; compiled CPU training keeps
+    row 5). Rows 3 and 4 are CUDA's training: row 4's gradients are those of the same kernel call on the CPU (its
+    math fallback; ``tests/model/test_fastpath.py`` tests them equal to the formula's); row 3 is taken only when
+    switched on, since FlexAttention's backward does not run on a CPU (its forward is tested there,
+    ``tests/model/test_flex.py``; its gradients by the tests marked ``gpu``). Under ``torch.compile`` both trace
+    into the graph (FlexAttention is meant to be compiled: outside a compiled model it runs compiled on its own).
+    ``threads`` (torch's intra-op threads) sets the block size of row 8: one core's L2 with one thread
     (:func:`~transformer_xl.model.blocked.one_thread_block_bytes`), larger with several, whose every block ends in a
     barrier (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_THREADS`). The memory length and the dtype do not
     change the path: with ``Q`` and the heads they set how many batch rows a block holds
@@ -106,7 +123,11 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     if plain:
         return Choice(PLAIN)
     if grad:
-        return Choice(SHIFTED if factored and device.type == "cpu" and not compiling else EXPLICIT)
+        if factored and device.type == "cpu" and not compiling:
+            return Choice(SHIFTED)
+        if device.type == "cuda":
+            return Choice(FLEX if flex and dropatt == 0.0 else FUSED)
+        return Choice(EXPLICIT)
     if dropatt > 0.0:
         return Choice(FUSED)
     if qlen == 1:
@@ -121,19 +142,24 @@ Scores = Tensor | PositionScores | ShiftedScores | None
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, scale: float, dropatt: float,
-           plain: bool = False) -> Tensor:
+           plain: bool = False, flex: bool = False, path: Path | str | None = None) -> Tensor:
     """``Dropout(softmax(scale * (q k^T + P) + mask_bias)) v``, ``[B, H, Q, E]``, from ``q [B, H, Q, E]`` (with the
     content bias added), ``k, v [B, H, K, E]``, the position term ``P`` whole ``[B, H, Q, K]``, as its factors, or
-    None, and ``mask_bias [Q, K]`` (0 / -inf; or ``[B, 1, Q, K]``, a mask per row, which the blocked path does not
-    take: ``P`` is then formed whole), by the implementation :func:`choose` picks."""
+    None, and ``mask_bias [Q, K]`` (0 / -inf; or ``[B, 1, Q, K]``, a mask per row, which the blocked and shifted
+    paths do not take: ``P`` is then formed whole), by the implementation :func:`choose` picks (``flex``: row 3 may
+    be taken), or by the one ``path`` names (a :class:`Path` or its value, e.g. ``"flex"``): for checking a path
+    against :data:`PLAIN` on a device where :func:`choose` would not take it (ValueError where it cannot run)."""
     factors = [t for t in p if isinstance(t, Tensor)] if isinstance(p, tuple) else [p]
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, *factors))
-    compiling = torch.compiler.is_compiling()
-    threads = 0 if compiling else torch.get_num_threads()  # dynamo cannot trace it; row 5 excludes compiling
-    # P as factors: with a gradient those of PositionScores (the shifted path's), without either kind (the blocked's)
-    factored = isinstance(p, PositionScores if grad else tuple) and mask_bias.dim() == 2
-    choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
-                    factored=factored, threads=threads, plain=plain)
+    if path is not None:
+        choice = _named(Path(path), grad=grad, qlen=q.size(2), p=p, mask_bias=mask_bias, dropatt=dropatt)
+    else:
+        compiling = torch.compiler.is_compiling()
+        threads = 0 if compiling else torch.get_num_threads()  # dynamo cannot trace it; row 8 excludes compiling
+        # P as factors: with a gradient those of PositionScores (the shifted path's), without either kind (blocked's)
+        factored = isinstance(p, PositionScores if grad else tuple) and mask_bias.dim() == 2
+        choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
+                        factored=factored, threads=threads, plain=plain, flex=flex)
     if choice.path is PLAIN:
         scores = q @ k.transpose(-1, -2)  # [B, H, Q, K]: terms (a) + (c)
         if p is not None:
@@ -146,12 +172,27 @@ def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, sca
     if choice.path is BLOCKED:
         shifted = p if isinstance(p, ShiftedScores) else ShiftedScores.of(*p)
         return blocked.attend_blocked(q, k, v, shifted, mask_bias, scale=scale, block_bytes=choice.block_bytes)
+    if choice.path is FLEX:  # P unshifted from its factors, or whole as given
+        return attend_flex(q, k, v, p.dense() if isinstance(p, ShiftedScores) else p, mask_bias, scale=scale)
     p = _whole(p)
     if choice.path is EXPLICIT:
         return attend_explicit(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
     if choice.path is ONE_QUERY:
         return attend_one_query(q, k, v, p, mask_bias, scale=scale)
     return attend_fused(q, k, v, p, mask_bias, scale=scale, dropatt=dropatt)
+
+
+def _named(path: Path, *, grad: bool, qlen: int, p: Scores, mask_bias: Tensor, dropatt: float) -> Choice:
+    """The choice of :func:`attend`'s ``path=``, or a ValueError naming what that path does not take."""
+    if dropatt > 0.0 and path in (ONE_QUERY, BLOCKED, FLEX):
+        raise ValueError(f"the {path.value} attention path has no dropout (dropatt {dropatt})")
+    if path is SHIFTED and not (isinstance(p, PositionScores) and mask_bias.dim() == 2):
+        raise ValueError("the shifted attention path takes P as PositionScores and one [Q, K] mask")
+    if path is BLOCKED and (grad or p is None or isinstance(p, Tensor) or mask_bias.dim() != 2):
+        raise ValueError("the blocked attention path takes no gradient, P as its factors and one [Q, K] mask")
+    if path is ONE_QUERY and qlen != 1:
+        raise ValueError(f"the one-query attention path takes one query, not {qlen}")
+    return Choice(path, blocked.BLOCK_BYTES_THREADS if path is BLOCKED else 0)
 
 
 def _whole(p: Scores) -> Tensor | None:

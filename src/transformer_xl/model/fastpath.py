@@ -7,9 +7,10 @@ fast path                   replaces (the plain formula)                        
 ==========================  ====================================================  ===============================
 :func:`attend_explicit`,    ``Dropout(softmax(scale (q k^T + p) + mask)) v``      with a gradient one ``baddbmm``
 :func:`attend_fused`,                                                             and only the probabilities
-:func:`attend_one_query`                                                          kept; without, the fused
+:func:`attend_one_query`                                                          kept; the fused
                                                                                   ``scaled_dot_product_attention``
-                                                                                  or, for one query, two products
+                                                                                  (with a gradient on CUDA) or,
+                                                                                  for one query, two products
 :func:`shift_padded`        the shift of Appendix B (:func:`positional.rel_shift`:  a view instead of a pad and two
                             pad a zero column, read ``[K+1, Q]``, drop a row)      ``[B, H, Q, K]`` copies
 :class:`CompactDropout`     ``nn.Dropout``                                        a 1-byte mask kept (CPU)
@@ -99,8 +100,10 @@ def score_bias(p: Tensor | None, mask_bias: Tensor, scale: float) -> Tensor:
 
 def attend_fused(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
                  dropatt: float) -> Tensor:
-    """The same without a gradient: ``scaled_dot_product_attention`` with the bias ``scale * p + mask`` runs its
-    fused kernel (on the CPU it goes over the keys in tiles with an online softmax)."""
+    """The same by ``scaled_dot_product_attention`` with the bias ``scale * p + mask``: without a gradient its fused
+    kernel (on the CPU it goes over the keys in tiles with an online softmax); with one, on CUDA, the
+    memory-efficient kernel, which returns the bias's gradient (so ``p``'s) and keeps no ``[Q, K]`` probabilities
+    (on the CPU its math fallback: the same gradients, tested equal to the formula's)."""
     bias = score_bias(p, mask_bias, scale).to(q.dtype)  # [B, H, Q, K]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
 

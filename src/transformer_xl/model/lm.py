@@ -152,6 +152,15 @@ class TransformerXLLM(nn.Module):
         for layer in self.layers:
             layer.dec_attn.plain = enabled
 
+    def flex_attention(self, enabled: bool = True) -> None:
+        """Let training on CUDA run the attention by FlexAttention when ``dropatt`` is 0
+        (:mod:`transformer_xl.model.flex`: the position term read unshifted by a ``score_mod``, one generated kernel
+        that forms neither the shifted ``P`` nor the ``[B, H, Q, K]`` scores and probabilities); off by default, since
+        its gradients cannot be checked on a CPU (tests marked ``gpu`` check them). Evaluation, CPU training and
+        ``dropatt > 0`` keep their paths (:func:`transformer_xl.model.dispatch.choose`)."""
+        for layer in self.layers:
+            layer.dec_attn.flex = enabled
+
     def quantize(self, scheme: str = "int8") -> TransformerXLLM:
         """Quantize for CPU inference, in place, and return the model (in eval mode): the linear layers of every
         block (``qkv_net``, ``o_net``, the feed-forward ``CoreNet``) and the output softmax get int8 weights
