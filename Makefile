@@ -17,7 +17,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-avx2 test-hf4 test-all lint docs docs-serve figures demo clean mutate
+.PHONY: install test test-avx2 test-hf4 test-all lint docs docs-serve figures demo clean mutate gpu-check gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,20 @@ demo: $(RUNTIME)
 	echo "make demo: training into $$out with $(DEMO_THREADS) thread(s)"; \
 	echo "OMP_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir $$out"; \
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
+
+# The prepared GPU check (one GPU, under 8 minutes; no venv: txl from src/): OUT=DIR, ARGS="--device cpu --tiny".
+gpu-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/gpu_check.py --out $(or $(OUT),gpu-check-out) $(ARGS)
+
+# The wheels `txl serve` needs beyond a GPU machine's usual image (fastapi, uvicorn, pydantic; the versions of
+# constraints.txt), for CPython 3.12 on x86-64, into .whl/: carry them there and install them with --target.
+GPU_WHEELS := fastapi starlette pydantic pydantic_core annotated-types annotated-doc typing-inspection typing_extensions \
+	opentelemetry-api importlib_metadata zipp uvicorn
+gpu-wheels: $(BIN)/python
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+		--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl \
+		$$(for w in $(GPU_WHEELS); do grep -i -m1 "^$$w==" constraints.txt || { echo "$$w not pinned" >&2; exit 1; }; done)
 
 clean:
 	rm -rf $(VENV) $(HF4) .pytest_cache .ruff_cache site .mutation  # never runs/
