@@ -151,15 +151,13 @@ def train_resume(opts: CheckOptions) -> dict[str, Any]:
     full, killed = tmp / "full", tmp / "killed"
     try:
         opts.log(f"txl train {' '.join(train_args(opts, full))}")
-        code, secs = _run(txl_command("train", *train_args(opts, full)), env, keep / "full.log", deadline)
-        result["full_s"] = round(secs, 2)
-        if code != 0:
-            return _fail(result, f"the undisturbed run {_ended(code)}{last_line(keep / 'full.log')}")
+        if why := _train(opts, full, env, keep / "full.log", deadline, result, "full_s", "the undisturbed run"):
+            return _fail(result, why)
         ref = read_records(full)
         speeds = [r["tokens_per_s"] for r in ref if r.get("kind") == "train"][1:]
         result["tokens_per_s"] = round(statistics.median(speeds), 1) if speeds else None
         result["environment"] = _environment(ref)
-        opts.log(f"undisturbed run of {max_step} steps in {secs:.1f} s; now the run to kill")
+        opts.log(f"undisturbed run of {max_step} steps in {result['full_s']:.1f} s; now the run to kill")
         code, seen, secs = _run_and_kill(txl_command("train", *train_args(opts, killed)), env, keep / "killed.log",
                                          killed, deadline, max_step)
         result["killed_s"] = round(secs, 2)
@@ -168,10 +166,8 @@ def train_resume(opts: CheckOptions) -> dict[str, Any]:
                          + last_line(keep / "killed.log"))
         result["killed_after_checkpoint"], result["killed_status"] = seen, code
         opts.log(f"SIGKILLed after the checkpoint of step {seen} appeared (status {code}); resuming")
-        code, secs = _run(txl_command("train", *train_args(opts, killed)), env, keep / "resumed.log", deadline)
-        result["resumed_s"] = round(secs, 2)
-        if code != 0:
-            return _fail(result, f"the resumed run {_ended(code)}{last_line(keep / 'resumed.log')}")
+        if why := _train(opts, killed, env, keep / "resumed.log", deadline, result, "resumed_s", "the resumed run"):
+            return _fail(result, why)
         got = read_records(killed)
         at = next((r["step"] for r in got if r.get("event") == "resume"), None)
         if at is None:
@@ -216,6 +212,14 @@ def _ended(code: int | None) -> str:
     if code is None:
         return "was stopped at the part's cap"
     return f"ended with status {code}" if code >= 0 else f"died of signal {-code}"
+
+
+def _train(opts: CheckOptions, run_dir: Path, env: dict[str, str], log: Path, deadline: float,
+           result: dict[str, Any], key: str, what: str) -> str | None:
+    """One ``txl train`` of ``run_dir`` to its end, its seconds in ``result[key]``; why it failed, or None."""
+    code, secs = _run(txl_command("train", *train_args(opts, run_dir)), env, log, deadline)
+    result[key] = round(secs, 2)
+    return None if code == 0 else f"{what} {_ended(code)}{last_line(log)}"
 
 
 def _fail(result: dict[str, Any], why: str) -> dict[str, Any]:
