@@ -115,6 +115,28 @@ def test_fused_path_with_a_gradient_takes_a_mask_per_row() -> None:
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
 
 
+def test_a_bias_that_needs_a_gradient_keeps_sdpa_off_kernels_that_drop_its_gradient(monkeypatch) -> None:
+    """cuDNN's kernel (torch 2.11's first choice on H100/H200) returns no gradient for the bias, flash's takes no bias:
+    with a gradient only the memory-efficient and math kernels are allowed; without one, every kernel as before."""
+    import torch.nn.functional as F
+
+    from transformer_xl.model import fastpath
+
+    seen, real = [], F.scaled_dot_product_attention
+
+    def sdpa(*args, **kwargs):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                     torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fastpath.F, "scaled_dot_product_attention", sdpa)
+    _fused_and_plain_grads(4, 3, shaw=False, same_length=False, dropatt=0.0)
+    with torch.no_grad():
+        q = torch.randn(1, 2, 3, 4)
+        fastpath.attend_fused(q, q, q, torch.randn(1, 2, 3, 3), torch.zeros(3, 3), scale=0.5, dropatt=0.0)
+    assert seen == [(False, False, True, True), (True, True, True, True)]
+
+
 def test_fused_path_with_a_gradient_and_attention_dropout_equals_the_plain_one() -> None:
     """With ``dropatt``: the CPU's fallback draws its mask with ``dropout`` as the plain path does, so from the same
     seed both drop the same probabilities (on CUDA the kernel draws its own: the statistics are what match)."""

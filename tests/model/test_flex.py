@@ -73,7 +73,7 @@ def test_the_model_switch_reaches_choose_and_leaves_the_cpu_paths(monkeypatch: p
     path and gives the loss and gradients it gave without the switch."""
     runs, real = [], dispatch.choose
     for enabled in (False, True):
-        model = tiny_model(train=True, dropatt=0.0)
+        model = tiny_model(train=True, dropatt=0.0, d_head=16)  # a head FlexAttention takes
         model.flex_attention(enabled)
         seen: list[tuple[bool, dispatch.Path]] = []
         monkeypatch.setattr(dispatch, "choose",
@@ -87,6 +87,29 @@ def test_the_model_switch_reaches_choose_and_leaves_the_cpu_paths(monkeypatch: p
     torch.testing.assert_close(runs[1][0], runs[0][0], rtol=0, atol=0)
     for a, b in zip(runs[0][1], runs[1][1]):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_flex_is_left_off_for_heads_it_does_not_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlexAttention's kernels take heads of a power of two from 16: other models (WT103 base's 41, PTB's 40) keep
+    the default path with the switch on."""
+    assert [e for e in (8, 15, 16, 24, 32, 40, 41, 64, 72, 80, 128) if flex.supports_head_dim(e)] == [16, 32, 64, 128]
+    seen, real = [], dispatch.choose
+    monkeypatch.setattr(dispatch, "choose", lambda **kw: seen.append(kw["flex"]) or real(**kw))
+    for e in (8, 16, 24):
+        q, k, v, p, mask = _inputs(3, 2, shaw=False, E=e)
+        attend(q, k, v, p, mask, scale=0.5, dropatt=0.0, flex=True)
+    assert seen == [False, True, False]
+
+
+def test_flex_computes_in_the_type_of_its_keys_and_values() -> None:
+    """Under autocast the query is float32 (``q + u``, ``u`` a float32 parameter) and the keys and values bf16: the
+    query is cast to their type (FlexAttention has no autocast rule; it would compute in float32, or refuse)."""
+    q, k, v, p, mask = _inputs(4, 3, shaw=False, E=16)
+    low = PositionScores(p.x.bfloat16(), p.y.bfloat16())
+    out = flex.attend_flex(q, k.bfloat16(), v.bfloat16(), low, mask, scale=0.25)
+    assert out.dtype is torch.bfloat16
+    ref = attend(q, k, v, p, mask, scale=0.25, dropatt=0.0, plain=True)
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
 
 
 # ---------------------------------------------------------------------------------------------- CUDA

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from transformer_xl.model import blocked, fastpath
 from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
-from transformer_xl.model.flex import attend_flex
+from transformer_xl.model.flex import attend_flex, supports_head_dim
 from transformer_xl.model.int8 import is_quantized
 from transformer_xl.model.memory import additive_mask, causal_mask
 from transformer_xl.model.positional import PositionScores
@@ -110,9 +110,11 @@ def choose(*, grad: bool, qlen: int, device: torch.device, compiling: bool, drop
     Row 2 is the CPU's (``tests/model/test_shifted.py`` tests it equal to the formula; compiled CPU training keeps
     row 5). Rows 3 and 4 are CUDA's training: row 4's gradients are those of the same kernel call on the CPU (its
     math fallback; ``tests/model/test_fastpath.py`` tests them equal to the formula's); row 3 is taken only when
-    switched on, since FlexAttention's backward does not run on a CPU (its forward is tested there,
-    ``tests/model/test_flex.py``; its gradients by the tests marked ``gpu``). Under ``torch.compile`` both trace
-    into the graph (FlexAttention is meant to be compiled: outside a compiled model it runs compiled on its own).
+    switched on (and :func:`attend` leaves it off for heads FlexAttention does not take,
+    :func:`~transformer_xl.model.flex.supports_head_dim`), since FlexAttention's backward does not run on a CPU
+    (its forward is tested there, ``tests/model/test_flex.py``; its gradients by the tests marked ``gpu``). Under
+    ``torch.compile`` both trace into the graph (FlexAttention is meant to be compiled: outside a compiled model it
+    runs compiled on its own).
     ``threads`` (torch's intra-op threads) sets the block size of row 8: one core's L2 with one thread
     (:func:`~transformer_xl.model.blocked.one_thread_block_bytes`), larger with several, whose every block ends in a
     barrier (:data:`~transformer_xl.model.blocked.BLOCK_BYTES_THREADS`). The memory length and the dtype do not
@@ -159,7 +161,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, p: Scores, mask_bias: Tensor, *, sca
         # P as factors: with a gradient those of PositionScores (the shifted path's), without either kind (blocked's)
         factored = isinstance(p, PositionScores if grad else tuple) and mask_bias.dim() == 2
         choice = choose(grad=grad, qlen=q.size(2), device=q.device, compiling=compiling, dropatt=dropatt,
-                        factored=factored, threads=threads, plain=plain, flex=flex)
+                        factored=factored, threads=threads, plain=plain,
+                        flex=flex and supports_head_dim(q.size(-1)))
     if choice.path is PLAIN:
         scores = q @ k.transpose(-1, -2)  # [B, H, Q, K]: terms (a) + (c)
         if p is not None:

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from transformer_xl.model.memory import additive_mask, causal_mask
@@ -98,6 +99,12 @@ def score_bias(p: Tensor | None, mask_bias: Tensor, scale: float) -> Tensor:
     return mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)
 
 
+#: The kernels of ``scaled_dot_product_attention`` that may run when its bias needs a gradient: the memory-efficient
+#: one (CUDA: it returns the bias's gradient) and the math one (any device). Not cuDNN's, which torch 2.11 prefers on
+#: H100/H200 and whose backward returns no bias gradient; not flash, which takes no bias.
+BIAS_GRAD_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def attend_fused(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float,
                  dropatt: float) -> Tensor:
     """The same by ``scaled_dot_product_attention`` with the bias ``scale * p + mask``: without a gradient its fused
@@ -105,6 +112,9 @@ def attend_fused(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: T
     memory-efficient kernel, which returns the bias's gradient (so ``p``'s) and keeps no ``[Q, K]`` probabilities
     (on the CPU its math fallback: the same gradients, tested equal to the formula's)."""
     bias = score_bias(p, mask_bias, scale).to(q.dtype)  # [B, H, Q, K]
+    if bias.requires_grad:  # only kernels that return the bias's gradient (:data:`BIAS_GRAD_BACKENDS`)
+        with sdpa_kernel(BIAS_GRAD_BACKENDS):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
 
 

@@ -96,6 +96,12 @@ def _compiled_flex() -> Callable[..., Tensor]:
     return torch.compile(flex_attention, dynamic=False)
 
 
+def supports_head_dim(d_head: int) -> bool:
+    """Whether FlexAttention's kernels take heads of ``d_head``: a power of two, at least 16 (the paper's WT103 base
+    model's 41, or PTB's 40, are not: such a model keeps the default path with ``flex_attention()`` on)."""
+    return d_head >= 16 and d_head & (d_head - 1) == 0
+
+
 def attend_flex(q: Tensor, k: Tensor, v: Tensor, p: PositionScores | Tensor | None, mask_bias: Tensor, *,
                 scale: float) -> Tensor:
     """``softmax(scale * (q k^T + P) + mask_bias) v``, ``[B, H, Q, E]``, by FlexAttention (module docstring):
@@ -103,6 +109,7 @@ def attend_flex(q: Tensor, k: Tensor, v: Tensor, p: PositionScores | Tensor | No
     None, ``mask_bias`` ``[Q, K]`` or ``[B, 1, Q, K]`` (0 / -inf). No dropout. Runs eagerly on the CPU (forward
     only in torch 2.13) and inside a compiled model, compiled elsewhere."""
     qlen, klen = q.size(2), k.size(2)
+    q = q.to(k.dtype)  # under autocast q + u is float32 (u a float32 parameter), k and v the autocast type
     score_mod = position_score_mod(p, scale, qlen)
     mask = block_mask(mask_bias, qlen, klen)
     if torch.compiler.is_compiling():

@@ -128,3 +128,17 @@ def test_pytest_gpu_past_its_cap_is_stopped(tmp_path: Path, monkeypatch) -> None
 def test_no_tests_directory_is_no_tests(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(corr, "repo_root", lambda: tmp_path)
     assert corr.gpu_tests(_opts(tmp_path), cap=10) == {"status": "no tests", "files": [], "checks": []}
+
+
+def test_a_step_that_raises_is_one_failed_check_and_the_others_are_kept(tmp_path, monkeypatch) -> None:
+    """A kernel the device refuses in one step of part a fails that step alone: the forward rows and the training
+    rows computed around it stay in the part's result."""
+    def refuses(opts):
+        raise RuntimeError("the device refused\nmore")
+
+    monkeypatch.setattr(corr, "attention_paths_gradients", refuses)
+    monkeypatch.setattr(corr, "gpu_tests", lambda opts, cap: {"status": "ok", "checks": []})
+    out = corr.run(_opts(tmp_path))
+    assert out["forward"] and out["amp_training"] and out["gradients"] == []
+    failed = [c for c in out["checks"] if not c["ok"]]
+    assert failed == [{"name": "gradients ran", "ok": False, "error": "RuntimeError: the device refused"}]
