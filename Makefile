@@ -108,8 +108,10 @@ demo: $(RUNTIME)
 	OMP_NUM_THREADS=$(DEMO_THREADS) MKL_NUM_THREADS=$(DEMO_THREADS) $(BIN)/txl train --preset demo --out-dir "$$out"
 
 # The prepared GPU check (one GPU, under 8 minutes; no venv: txl from src/): OUT=DIR, ARGS="--device cpu --tiny".
+# The project's venv where there is one (here), else $(PYTHON) (a GPU machine's own torch).
+CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 gpu-check:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) benchmarks/gpu_check.py --out $(or $(OUT),gpu-check-out) $(ARGS)
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(CHECK_PYTHON) benchmarks/gpu_check.py --out $(or $(OUT),gpu-check-out) $(ARGS)
 
 # The wheels `txl serve` needs beyond a GPU machine's usual image (fastapi, uvicorn, pydantic; the versions of
 # constraints.txt), for CPython 3.12 on x86-64, into .whl/: carry them there and install them with --target.

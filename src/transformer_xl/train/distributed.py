@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from transformer_xl.devices import bind, ddp_device_ids, process_group_backend
-from transformer_xl.errors import ConfigError, TXLError
+from transformer_xl.errors import TXLError
+from transformer_xl.inference.loading import check_device
 from transformer_xl.model.config import TXLConfig
 from transformer_xl.train.config import TrainConfig
 
@@ -194,8 +195,7 @@ class Dist:
 def resolve_device(cfg: TrainConfig, local_rank: int) -> str:
     if cfg.device == "auto":
         return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {cfg.device!r} requested but CUDA is not available")
+    check_device(cfg.device)  # CUDA asked for where there is none: one line
     return f"cuda:{local_rank}" if cfg.device == "cuda" else cfg.device
 
 

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from transformer_xl.devices import synchronize
+from transformer_xl.devices import is_cuda, synchronize
 from transformer_xl.errors import TXLError
 from transformer_xl.inference.arena import huge_page_buffer
 from transformer_xl.inference.packing import Linear
@@ -104,7 +104,7 @@ def machine(device: str = "cpu") -> dict[str, Any]:
     flags = cpu_flags(wanted=FLAGS)  # every flag cpu_class reads among them
     out: dict[str, Any] = {"cpu": cpu_model(), "cpu_flags": flags, "cpu_class": cpu_class(flags),
                            "llc_bytes": llc_bytes(), "threads": torch.get_num_threads(), "load_average": load}
-    if device.startswith("cuda"):
+    if is_cuda(device):
         out["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return out
 
@@ -127,7 +127,7 @@ def read_buffer(device: str = "cpu", *, nbytes: int | None = None, huge_pages: b
     ``max(8 x L2, 1 GiB)``), on the CPU on huge pages (``huge_pages``; the memory the captured decoder streams from:
     :mod:`transformer_xl.inference.arena`) or on the allocator's 4 KiB pages."""
     if nbytes is None:
-        if device.startswith("cuda"):
+        if is_cuda(device):
             cache = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0)
             nbytes = max(LLC_MULTIPLE * cache, 2**30)
         else:
@@ -184,7 +184,7 @@ def gemm_peak(dtype: str, device: str = "cpu", sizes: Iterable[int] | None = Non
     best rate so far is not run, nor any larger one (:data:`PEAK_BUDGET_S`)."""
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     best = 0.0
-    for n in sorted(sizes or ((8192,) if device.startswith("cuda") else (256, 1024, 2048))):
+    for n in sorted(sizes or ((8192,) if is_cuda(device) else (256, 1024, 2048))):
         if best and (reps + 1) * 3 * 2 * n**3 / best > budget_s:
             break
         best = max(best, matmul_rate(device, dt, n=n, reps=reps))

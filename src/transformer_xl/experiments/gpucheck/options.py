@@ -66,7 +66,9 @@ class CheckOptions:
     @property
     def cuda(self) -> bool:
         """Whether the device is a CUDA device."""
-        return self.device.startswith("cuda")
+        from transformer_xl.devices import is_cuda
+
+        return is_cuda(self.device)
 
     @property
     def device_type(self) -> str:
@@ -97,10 +99,9 @@ class CheckOptions:
 
     def sync(self) -> None:
         """Wait for the device's queued work (a no-op on the CPU): every timing starts and ends with one."""
-        if self.cuda:
-            import torch
+        from transformer_xl.devices import synchronize
 
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)
 
     # ------------------------------------------------------------------ to a part's process and back
     def to_dict(self) -> dict[str, Any]:
