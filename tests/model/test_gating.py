@@ -22,25 +22,68 @@ def _gate(gating: str, bias: float) -> Gate:
     return Gate(gating, D, bias)
 
 
-def test_each_gate_is_its_formula() -> None:
-    x, y = _xy()
+def _mixed_bias_gate(gating: str) -> Gate:
+    """A gate whose ``b_g`` has mixed signs and sizes per feature (a wrong sign or a misplaced element shows)."""
+    gate = _gate(gating, 0.0)
+    if gate.bias is not None:
+        with torch.no_grad():
+            gate.bias.copy_(torch.linspace(-2.0, 3.0, D))
+    return gate
+
+
+def _paper_gate(gating: str, gate: Gate, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``g(x, y)`` of Parisotto et al. (2020), Sec. 3.2, written out from the gate's own ``W``, ``U`` and ``b_g``;
+    ``x`` is the sublayer's input (the stream), ``y`` the sublayer's (ReLU'd) output."""
     sig, tanh = torch.sigmoid, torch.tanh
-    g = _gate("output", 0.5)
-    torch.testing.assert_close(g(x, y), x + sig(x @ g.w.weight.T - 0.5) * y)
-    g = _gate("highway", 0.5)
-    c = sig(x @ g.w.weight.T + 0.5)
-    torch.testing.assert_close(g(x, y), c * x + (1 - c) * y)
-    g = _gate("sigmoid-tanh", 0.5)
-    wg, ug = g.w.weight[:D], g.w.weight[D:]
-    torch.testing.assert_close(g(x, y), x + sig(y @ wg.T - 0.5) * tanh(y @ ug.T))
-    g = _gate("gru", 0.5)
-    w_r, w_z, w_g = g.w.weight.split(D)
-    u_r, u_z = g.u.weight.split(D)
+    if gating == "residual":  # the plain residual connection the gates replace
+        return x + y
+    b_g = gate.bias
+    if gating == "output":  # x + sigma(W_g x - b_g) * y
+        w_g = gate.w.weight
+        return x + sig(x @ w_g.T - b_g) * y
+    if gating == "highway":  # sigma(W_g x + b_g) * x + (1 - sigma(W_g x + b_g)) * y
+        w_g = gate.w.weight
+        return sig(x @ w_g.T + b_g) * x + (1 - sig(x @ w_g.T + b_g)) * y
+    if gating == "sigmoid-tanh":  # x + sigma(W_g y - b) * tanh(U_g y)
+        w_g, u_g = gate.w.weight.split(D)
+        return x + sig(y @ w_g.T - b_g) * tanh(y @ u_g.T)
+    # GRU: r = sigma(W_r y + U_r x), z = sigma(W_z y + U_z x - b_g), h^ = tanh(W_g y + U_g (r * x)),
+    # g = (1 - z) * x + z * h^
+    w_r, w_z, w_g = gate.w.weight.split(D)
+    u_r, u_z = gate.u.weight.split(D)
+    u_g = gate.u_g.weight
     r = sig(y @ w_r.T + x @ u_r.T)
-    z = sig(y @ w_z.T + x @ u_z.T - 0.5)
-    h = tanh(y @ w_g.T + (r * x) @ g.u_g.weight.T)
-    torch.testing.assert_close(g(x, y), (1 - z) * x + z * h)
-    torch.testing.assert_close(_gate("residual", 0.5)(x, y), x + y)
+    z = sig(y @ w_z.T + x @ u_z.T - b_g)
+    h = tanh(y @ w_g.T + (r * x) @ u_g.T)
+    return (1 - z) * x + z * h
+
+
+@pytest.mark.parametrize("gating", GATINGS)
+def test_each_gate_is_the_papers_equation(gating: str) -> None:
+    """Each gate equals its equation of the paper (Sec. 3.2), written out above from the gate's own weights and a
+    ``b_g`` of mixed signs, to fp32 rounding; and swapping ``x`` and ``y`` changes it (the test can tell them apart)."""
+    x, y = _xy()
+    gate = _mixed_bias_gate(gating)
+    with torch.no_grad():
+        want = _paper_gate(gating, gate, x, y)
+        torch.testing.assert_close(gate(x, y), want, rtol=1e-6, atol=1e-6)
+        if gating != "residual":  # x + y is symmetric
+            assert not torch.allclose(gate(y, x), want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("gating", [g for g in GATINGS if g != "residual"])
+def test_a_positive_gate_bias_leans_towards_the_identity(gating: str) -> None:
+    """The sign of ``b_g`` (paper Sec. 3.2): raising it moves every gate towards ``g(x, y) = x``, feature by feature
+    (the gate starts near the identity for ``gate_bias`` > 0), lowering it away."""
+    x, y = _xy()
+    gate = _gate(gating, 0.0)
+
+    def distance(bias: float) -> torch.Tensor:
+        with torch.no_grad():
+            gate.bias.fill_(bias)
+            return (gate(x, y) - x).abs().sum()
+
+    assert distance(4.0) < distance(1.0) < distance(0.0) < distance(-1.0)
 
 
 @pytest.mark.parametrize("gating", [g for g in GATINGS if g != "residual"])

@@ -1,7 +1,10 @@
-"""The sequence module over vectors: the language model's layers exactly, episode resets exact (inside a segment and
-through the memory), one-step acting equal to the segment forward, the stop-gradient, shapes refused in one line."""
+"""The sequence module over vectors: the language model's layers exactly, the GTrXL layers equal to the paper's
+equations written out, episode resets exact (inside a segment and through the memory), one-step acting equal to the
+segment forward, the stop-gradient, shapes refused in one line."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -282,3 +285,81 @@ def test_config_round_trips() -> None:
     assert SequenceConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError, match="unknown SequenceConfig field 'mem_length' \\(did you mean 'mem_len'"):
         SequenceConfig.from_dict({**cfg.to_dict(), "mem_length": 3})
+
+
+def _layer_norm(ln: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+    """``LN(h)``: normalised over the features (biased variance), then ``ln``'s own scale and shift."""
+    mean = h.mean(-1, keepdim=True)
+    var = ((h - mean) ** 2).mean(-1, keepdim=True)
+    return (h - mean) / torch.sqrt(var + ln.eps) * ln.weight + ln.bias
+
+
+def _paper_gate(gate: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``g(x, y)`` (paper Sec. 3.2) from the gate's weights: the GRU-type gate, or the residual ``x + y``."""
+    if gate.gating == "residual":
+        return x + y
+    assert gate.gating == "gru"
+    d = x.size(-1)
+    w_r, w_z, w_g = gate.w.weight.split(d)
+    u_r, u_z = gate.u.weight.split(d)
+    r = torch.sigmoid(y @ w_r.T + x @ u_r.T)
+    z = torch.sigmoid(y @ w_z.T + x @ u_z.T - gate.bias)
+    h = torch.tanh(y @ w_g.T + (r * x) @ gate.u_g.weight.T)
+    return (1 - z) * x + z * h
+
+
+def _gtrxl(model: TransformerXLSequence, x: torch.Tensor, mems: torch.Tensor, seg: object,
+           relu: bool = True) -> torch.Tensor:
+    """GTrXL's forward written out from the model's weights (Parisotto et al., 2020, Sec. 3.2: identity map
+    reordering and gating), layer after layer from ``E = W x + b``, with ``M`` the layer's memory:
+
+        Y_bar = RelMHA(LN([SG(M), E]))        Y     = g_MHA(E, ReLU(Y_bar))
+        E_bar = f(LN(Y))                      E_out = g_MLP(Y, ReLU(E_bar))
+
+    ``f`` the feed-forward ``W_2 ReLU(W_1 . + b_1) + b_2``. Only RelMHA (relative scores, masked softmax, values,
+    output projection) is the model's own attention, run on the normalised inputs with its layer norm off."""
+    act = torch.relu if relu else (lambda t: t)
+    e = x @ model.in_proj.weight.T + model.in_proj.bias
+    for i, layer in enumerate(model.layers):
+        g_mha, g_mlp = model.gates[i]
+        rel_mha = copy.deepcopy(layer.dec_attn)
+        rel_mha.pre_lnorm = False  # the attention alone: the layer norm is written out here
+        ln_mha, ln_mlp = layer.dec_attn.layer_norm, layer.pos_ff.layer_norm
+        y_bar = rel_mha.branch(_layer_norm(ln_mha, e), _layer_norm(ln_mha, mems[:, i]), seg)
+        y = _paper_gate(g_mha, e, act(y_bar))
+        lin1, lin2 = layer.pos_ff.CoreNet[0], layer.pos_ff.CoreNet[3]
+        e_bar = torch.relu(_layer_norm(ln_mlp, y) @ lin1.weight.T + lin1.bias) @ lin2.weight.T + lin2.bias
+        e = _paper_gate(g_mlp, y, act(e_bar))
+    return e
+
+
+@pytest.mark.parametrize("gating", ["gru", "residual"])
+def test_the_gtrxl_layers_are_the_papers_equations(gating: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forward of a reordered (GTrXL) model equals the paper's equations written out in :func:`_gtrxl`, on a
+    second segment (a memory of valid steps) with a reset: the layer norm inside each branch (on the memory too), a
+    ReLU on each branch's output before the gate, each gate ``g(stream, branch)``. With the residual gating the ReLU
+    is still applied (the reordered residual model is not plain pre-LN)."""
+    model = _model(gating=gating, init_std=0.3)
+    with torch.no_grad():  # layer norms with their own scale and shift, gate biases of mixed signs
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or (name.startswith("gates.") and name.endswith(".bias")):
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    reset = torch.zeros(2, 5, dtype=torch.bool)
+    reset[1, 2] = True
+    segments = []  # the Segment (mask, relative positions) each layer gets, for the written-out forward's RelMHA
+    layer_fn = model._layer
+
+    def spy(i: int, layer: torch.nn.Module, h: torch.Tensor, mem: torch.Tensor, seg: object) -> torch.Tensor:
+        segments.append(seg)
+        return layer_fn(i, layer, h, mem, seg)
+
+    monkeypatch.setattr(model, "_layer", spy)
+    with torch.no_grad():
+        state = model(_x(2, 5, seed=1)).state
+        segments.clear()
+        got = model(_x(2, 5, seed=2), state, reset).output
+        assert len(segments) == 2 and segments[0] is segments[1]  # the segment's mask and positions
+        want = _gtrxl(model, _x(2, 5, seed=2), state.mems, segments[0])
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        # the ReLUs matter here: without them the output is far from the model's
+        assert (got - _gtrxl(model, _x(2, 5, seed=2), state.mems, segments[0], relu=False)).abs().max() > 1e-2
