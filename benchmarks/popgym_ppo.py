@@ -1,20 +1,24 @@
-"""PPO on a POPGym memory task: GTrXL (``TransformerXLSequence`` through TorchRL) against a memory-less MLP policy.
+"""PPO on a POPGym memory task: GTrXL (``TransformerXLSequence`` through TorchRL) against TorchRL's GRU and LSTM
+and a memory-less MLP policy, each trunk within ``--param-budget`` of the GTrXL trunk's parameter count.
 
 Usage (``pip install -e '.[rl]'``)::
 
-    python benchmarks/popgym_ppo.py --env RepeatPreviousEasy --policy gtrxl mlp --seeds 0 1 2 \\
+    python benchmarks/popgym_ppo.py --env RepeatPreviousEasy --policy gtrxl gru lstm mlp --seeds 0 1 2 \\
         --frames 500000 --out benchmarks/results/popgym
 
 For each policy and seed: PPO built from TorchRL's pieces (``SerialEnv`` of POPGym environments with
 ``InitTracker`` and ``RewardSum``, the ``Collector``, ``ClipPPOLoss``, the functional GAE), ``--envs`` environments
-stepped together for ``--horizon`` steps per batch. The GTrXL policy's memory rides in the tensordict
-(:mod:`transformer_xl.integrations.rl`); the learning pass runs each environment's ``horizon`` steps as one segment
-from the memory stored at its first step (recurrent mode), which recomputes the acting-time outputs exactly. Actor and
-critic share the trunk (the memory, or the MLP).
+stepped together for ``--horizon`` steps per batch. Observations of every space POPGym uses become one
+float vector (discrete parts one-hot). The recurrent policies' state rides in the tensordict
+(:mod:`transformer_xl.integrations.rl`, TorchRL's ``GRUModule``/``LSTMModule``, each with its primer); the learning pass
+runs each environment's ``horizon`` steps as one sequence from the state stored at its first step (recurrent mode),
+which recomputes the acting-time outputs. Actor and critic share the trunk. The pieces are in
+:mod:`transformer_xl.experiments.popgym`.
 
 Writes ``OUT/<env>_<policy>_seed<k>.json`` (mean return of the episodes finished in each batch against environment
-steps, the arguments, wall time, CPU and package versions) and ``OUT/<env>.png`` (return against steps, mean over the
-seeds with their range, from every run of that environment in OUT: seeds may run as separate processes).
+steps, each trunk's parameter count, the arguments, wall time, CPU and package versions) and ``OUT/<env>.png``
+(return against steps, mean over the seeds with their range, from every run of that environment in OUT: seeds
+may run as separate processes).
 """
 
 from __future__ import annotations
@@ -22,114 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 from pathlib import Path
 
 import torch
-from tensordict.nn import TensorDictModule, TensorDictSequential
-from torch import nn
-from torchrl.collectors import Collector
-from torchrl.envs import Compose, GymWrapper, InitTracker, RewardSum, SerialEnv, TransformedEnv
-from torchrl.modules import OneHotCategorical, ProbabilisticActor, ValueOperator, set_recurrent_mode
-from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
-from transformer_xl import SequenceConfig
-from transformer_xl.integrations.rl import TransformerXLModule
-
-
-def popgym_env(name: str):  # -> a gymnasium.Env
-    import popgym.envs as envs
-
-    for module in vars(envs).values():
-        if hasattr(module, name):
-            return getattr(module, name)()
-    raise SystemExit(f"no POPGym environment {name!r} in popgym.envs")
-
-
-def make_env(name: str, n_envs: int, seed: int) -> TransformedEnv:
-    env = TransformedEnv(SerialEnv(n_envs, lambda: GymWrapper(popgym_env(name))),
-                         Compose(InitTracker(), RewardSum()))
-    env.set_seed(seed)
-    return env
-
-
-def make_agent(policy: str, obs_dim: int, n_act: int, args: argparse.Namespace) -> tuple[nn.Module, ...]:
-    """``(trunk, actor, critic)``: the trunk writes ``features`` from the float observation ``obs``."""
-    to_float = TensorDictModule(lambda o: o.float(), in_keys=["observation"],
-                                out_keys=["obs"])
-    if policy == "gtrxl":
-        cfg = SequenceConfig(d_in=obs_dim, n_layer=args.n_layer, n_head=4, d_model=args.d_model,
-                             d_head=args.d_model // 4, d_inner=2 * args.d_model, mem_len=args.mem_len,
-                             gating="gru", gate_bias=2.0)
-        core = TransformerXLModule(cfg, in_key="obs", out_key="features")
-    else:
-        mlp = nn.Sequential(nn.Linear(obs_dim, args.d_model), nn.Tanh(), nn.Linear(args.d_model, args.d_model),
-                            nn.Tanh())
-        core = TensorDictModule(mlp, in_keys=["obs"], out_keys=["features"])
-    trunk = TensorDictSequential(to_float, core)
-    head = TensorDictModule(nn.Linear(args.d_model, n_act), in_keys=["features"], out_keys=["logits"])
-    actor = ProbabilisticActor(TensorDictSequential(trunk, head), in_keys=["logits"], out_keys=["action"],
-                               distribution_class=OneHotCategorical, return_log_prob=True)
-    critic = TensorDictSequential(trunk, ValueOperator(nn.Linear(args.d_model, 1), in_keys=["features"]))
-    return trunk, actor, critic
-
-
-def advantages(data, critic: nn.Module, args: argparse.Namespace) -> None:  # data: an [envs, T] TensorDict
-    """GAE over each environment's ``T`` steps: the critic in recurrent mode over the segment, and one more step
-    (acting mode, from the stored next memory) for the value after the last step."""
-    with torch.no_grad():
-        with set_recurrent_mode(True):
-            values = critic(data.select(*critic.in_keys, strict=False).clone())["state_value"]  # [E, T, 1]
-        last = data[:, -1]["next"].select(*critic.in_keys, strict=False).clone()
-        if "recurrent_state_mems" in last:
-            last["is_init"] = torch.zeros_like(data[:, -1]["is_init"])
-        last_value = critic(last)["state_value"]  # [E, 1]
-    next_values = torch.cat([values[:, 1:], last_value[:, None]], dim=1)
-    adv, target = vec_generalized_advantage_estimate(
-        args.gamma, args.lmbda, values, next_values, data["next", "reward"], data["next", "done"],
-        data["next", "terminated"], time_dim=-2)
-    data.set("advantage", adv)
-    data.set("value_target", target)
-
-
-def train(policy: str, seed: int, args: argparse.Namespace) -> dict:
-    torch.manual_seed(seed)
-    env = make_env(args.env, args.envs, seed)
-    obs_dim = env.observation_spec["observation"].shape[-1]
-    n_act = env.action_spec.shape[-1]
-    trunk, actor, critic = make_agent(policy, obs_dim, n_act, args)
-    core = trunk[1]
-    if isinstance(core, TransformerXLModule):
-        env.append_transform(core.make_tensordict_primer())
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=args.entropy, normalize_advantage=True)
-    optim = torch.optim.Adam(loss.parameters(), lr=args.lr)
-    collector = Collector(env, actor, frames_per_batch=args.envs * args.horizon, total_frames=args.frames)
-    curve: list[dict] = []
-    start = time.perf_counter()
-    frames = 0
-    for data in collector:  # [envs, horizon]
-        frames += data.numel()
-        advantages(data, critic, args)
-        for _ in range(args.epochs):
-            for rows in data.split(max(1, args.envs // args.minibatches), dim=0):
-                with set_recurrent_mode(True):
-                    out = loss(rows.clone())
-                total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-                optim.zero_grad()
-                total.backward()
-                nn.utils.clip_grad_norm_(loss.parameters(), 0.5)
-                optim.step()
-        collector.update_policy_weights_()
-        done = data["next", "done"].squeeze(-1)
-        if done.any():
-            ret = data["next", "episode_reward"].squeeze(-1)[done]
-            curve.append({"frames": frames, "mean_return": ret.mean().item(), "episodes": int(done.sum())})
-            print(f"{policy} seed {seed} frames {frames} return {ret.mean().item():+.3f} "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
-    collector.shutdown()
-    return {"env": args.env, "policy": policy, "seed": seed, "curve": curve,
-            "wall_s": time.perf_counter() - start, "args": vars(args)}
+from transformer_xl.experiments.popgym import add_ppo_arguments, train
 
 
 def machine() -> dict:
@@ -214,21 +115,7 @@ def write_docs(out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", default="RepeatPreviousEasy")
-    parser.add_argument("--policy", nargs="+", default=["gtrxl", "mlp"], choices=["gtrxl", "mlp"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--frames", type=int, default=200_000, help="environment steps per run")
-    parser.add_argument("--envs", type=int, default=16)
-    parser.add_argument("--horizon", type=int, default=64, help="steps per environment per batch (one segment)")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--minibatches", type=int, default=2, help="of environments (rows), per epoch")
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--gamma", type=float, default=0.99)
-    parser.add_argument("--lmbda", type=float, default=0.95)
-    parser.add_argument("--entropy", type=float, default=0.01)
-    parser.add_argument("--d-model", type=int, default=64)
-    parser.add_argument("--n-layer", type=int, default=2)
-    parser.add_argument("--mem-len", type=int, default=16)
+    add_ppo_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/popgym"))
     parser.add_argument("--table", action="store_true", help="print the table of the runs in --out and stop")
     parser.add_argument("--docs", action="store_true", help="write that table into docs/agents.md and stop")

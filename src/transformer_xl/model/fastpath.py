@@ -38,6 +38,7 @@ Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import shutil
@@ -99,9 +100,8 @@ def score_bias(p: Tensor | None, mask_bias: Tensor, scale: float) -> Tensor:
     return mask_bias if p is None else torch.add(mask_bias, p, alpha=scale)
 
 
-#: The kernels of ``scaled_dot_product_attention`` that may run when its bias needs a gradient: the memory-efficient
-#: one (CUDA: it returns the bias's gradient) and the math one (any device). Not cuDNN's, which torch 2.11 prefers on
-#: H100/H200 and whose backward returns no bias gradient; not flash, which takes no bias.
+#: ``scaled_dot_product_attention``'s kernels for a bias that needs a gradient: memory-efficient (CUDA: it returns
+#: it) and math; not cuDNN's (torch 2.11's first on H100/H200: no bias gradient), nor flash (no bias).
 BIAS_GRAD_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -112,10 +112,8 @@ def attend_fused(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: T
     memory-efficient kernel, which returns the bias's gradient (so ``p``'s) and keeps no ``[Q, K]`` probabilities
     (on the CPU its math fallback: the same gradients, tested equal to the formula's)."""
     bias = score_bias(p, mask_bias, scale).to(q.dtype)  # [B, H, Q, K]
-    if bias.requires_grad:  # only kernels that return the bias's gradient (:data:`BIAS_GRAD_BACKENDS`)
-        with sdpa_kernel(BIAS_GRAD_BACKENDS):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
+    with sdpa_kernel(BIAS_GRAD_BACKENDS) if bias.requires_grad else contextlib.nullcontext():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropatt, scale=scale)
 
 
 def attend_one_query(q: Tensor, k: Tensor, v: Tensor, p: Tensor | None, mask_bias: Tensor, *, scale: float) -> Tensor:
