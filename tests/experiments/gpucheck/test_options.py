@@ -33,7 +33,7 @@ def test_the_full_check_fits_eight_minutes() -> None:
 
 @pytest.mark.parametrize("kw, message", [
     ({"parts": ("a", "g")}, "unknown part"), ({"caps": {"x": 1}}, "unknown part"),
-    ({"caps": {"a": 0}}, "positive"), ({"device": "mps"}, "'cuda'")])
+    ({"caps": {"a": 0}}, "positive"), ({"device": "mps"}, "'cuda'"), ({"budget_s": -1.0}, "budget must be a positive")])
 def test_bad_options_are_one_line_errors(kw: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CheckOptions(**kw)

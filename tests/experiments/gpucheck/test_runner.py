@@ -142,6 +142,14 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Captu
     assert err.startswith("gpu_check.py: unknown part(s) q") and err.count("\n") == 1
 
 
+def test_cuda_where_there_is_none_is_refused_before_any_part(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(runner, "_cuda_available", lambda: False)
+    assert runner.main(["--out", str(tmp_path / "out"), "--device", "cuda:1"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--device cpu --tiny" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()  # nothing run, nothing written
+
+
 def test_one_line() -> None:
     assert runner.one_line(ValueError("a\nb")) == "ValueError: a"
     assert runner.one_line(KeyError()) == "KeyError"

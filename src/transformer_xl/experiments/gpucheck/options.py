@@ -58,6 +58,8 @@ class CheckOptions:
         unknown = [p for p in (*self.parts, *self.caps) if p not in PARTS]
         if unknown:
             raise ValueError(f"unknown part(s) {', '.join(sorted(set(unknown)))}: the parts are {', '.join(PARTS)}")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ValueError(f"the budget must be a positive number of seconds, got {self.budget_s}")
         if any(not c > 0 for c in self.caps.values()):
             raise ValueError(f"a part's cap must be a positive number of seconds, got {self.caps}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):

@@ -290,7 +290,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gpu_check.py: {exc}", file=sys.stderr)
         return 2
+    if opts.cuda and not _cuda_available():
+        print(f"gpu_check.py: device {opts.device} asked for but CUDA is not available: run it on a GPU machine, "
+              "or give --device cpu --tiny", file=sys.stderr)
+        return 2
     return 0 if run_check(opts)["ok"] else 1
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _child_cli(argv: Sequence[str]) -> int:
