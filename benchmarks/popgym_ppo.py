@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_xl.experiments.popgym import add_ppo_arguments, train
+from transformer_xl.experiments.popgym import add_ppo_arguments, policy_speed, train
 
 
 def machine() -> dict:
@@ -119,11 +119,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/popgym"))
     parser.add_argument("--table", action="store_true", help="print the table of the runs in --out and stop")
     parser.add_argument("--docs", action="store_true", help="write that table into docs/agents.md and stop")
+    parser.add_argument("--speed", action="store_true",
+                        help="time each policy's acting step and learning pass (no training); OUT/<env>_speed.json")
     args = parser.parse_args()
     if args.table or args.docs:
         write_docs(args.out) if args.docs else print(table(args.out), end="")
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.speed:
+        rows = [policy_speed(policy, args) for policy in args.policy]
+        for r in rows:
+            print(f"{r['policy']}: acting {r['acting_steps_per_s']:,.0f} env-steps/s, learning "
+                  f"{r['learning_steps_per_s']:,.0f} env-steps/s ({r['trunk_params']:,} trunk parameters)")
+        (args.out / f"{args.env}_speed.json").write_text(json.dumps({"rows": rows, "machine": machine()}, indent=1)
+                                                         + "\n")
+        return
     results = []
     for policy in args.policy:
         for seed in args.seeds:

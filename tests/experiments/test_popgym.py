@@ -134,3 +134,13 @@ def test_the_learning_pass_recomputes_the_acting_log_probs(policy: str) -> None:
     # every ratio 1: the GTrXL's gates (bias 2) make a fresh memory's effect small, so the bounds are tight
     assert abs(out["kl_approx"].item()) < 1e-6 and abs(out["max_ratio"].item() - 1) < 1e-5
     assert out["clip_fraction"].item() == 0
+
+
+@pytest.mark.parametrize("policy", H.POLICIES)
+def test_policy_speed_times_acting_and_learning(policy: str) -> None:
+    """``--speed``: environment steps per second of one acting step of every environment and of the learning pass
+    over a collected batch, the environments left out."""
+    torch.set_num_threads(1)
+    r = H.policy_speed(policy, _args(), repeats=2)
+    assert r["policy"] == policy and r["envs"] == 2 and r["horizon"] == 30 and r["trunk_params"] > 0
+    assert r["acting_steps_per_s"] > 0 and r["learning_steps_per_s"] > 0

@@ -10,6 +10,7 @@ from the state stored at its first step, which recomputes the acting-time output
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -239,3 +240,42 @@ def train(policy: str, seed: int, args: argparse.Namespace) -> dict:
     return {"env": args.env, "policy": policy, "seed": seed, "curve": curve, "frames": frames,
             "trunk_params": agent.trunk_params, "gtrxl_trunk_params": agent.target_params, "hidden": agent.hidden,
             "params": n_params(loss), "wall_s": time.perf_counter() - start, "args": vars(args)}
+
+
+def policy_speed(policy: str, args: argparse.Namespace, *, repeats: int = 10) -> dict:
+    """What the memory costs, the environments left out: environment steps per second of the policy **acting** (one
+    step of ``args.envs`` environments, no gradient, in acting mode from the stored state, as the collector calls
+    it) and **learning** (the PPO loss forward and backward over one collected ``[envs, horizon]`` batch in
+    recurrent mode, as :func:`train` runs it). The median of ``repeats`` timings of each, after one untimed call."""
+    env, agent = setup(policy, 0, args)
+    loss = ClipPPOLoss(agent.actor, agent.critic, clip_epsilon=0.2, entropy_coeff=args.entropy,
+                       normalize_advantage=True)
+    collector = Collector(env, agent.actor, frames_per_batch=args.envs * args.horizon,
+                          total_frames=args.envs * args.horizon)
+    data = next(iter(collector))
+    collector.shutdown()
+    advantages(data, agent.critic, args)
+    step = data[:, -1].exclude("next", "action", "sample_log_prob", "logits", "features")
+
+    def act() -> None:
+        with torch.no_grad():
+            agent.actor(step.clone())
+
+    def learn() -> None:
+        out = learning_loss(loss, data)
+        loss.zero_grad(set_to_none=True)
+        (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
+
+    def median_seconds(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    acting, learning = median_seconds(act), median_seconds(learn)
+    return {"env": args.env, "policy": policy, "envs": args.envs, "horizon": args.horizon,
+            "threads": torch.get_num_threads(), "trunk_params": agent.trunk_params,
+            "acting_steps_per_s": args.envs / acting, "learning_steps_per_s": args.envs * args.horizon / learning}
