@@ -131,3 +131,18 @@ def test_the_explicit_row_runs_the_explicit_path_and_restores_the_choice(tmp_pat
     taken.clear()
     tp.train_row(_opts(tmp_path), "base", "bf16")  # the CPU's own training path: not the explicit one
     assert not taken
+
+
+def test_an_mfu_above_the_peak_fails_a_full_size_check(tmp_path: Path, monkeypatch) -> None:
+    """A share above 100 % means the yardstick is wrong: at full sizes it is a failed check (tiny rows on a busy CPU
+    time too little to say, and are not checked)."""
+    def fake_row(opts, model, mode):
+        return {"model": model, "mode": mode, "train_flops": 1e12, "step_s": 0.5, "tok_per_s": 64.0,
+                "first_loss": 7.0, "last_loss": 6.5, "compiled": False}
+
+    monkeypatch.setattr(tp, "train_row", fake_row)
+    monkeypatch.setattr(tp, "peaks", lambda opts: {"bf16": 1e10, "fp32": 1e10, "tf32": 1e10})
+    full = CheckOptions(device="cpu", tiny=False, compile=False, out_dir=tmp_path, log=lambda _: None)
+    bad = [c for c in tp.training(full)["checks"] if not c["ok"]]
+    assert bad and all("MFU at most 100 %" in c["name"] and c["value"] == pytest.approx(200.0) for c in bad)
+    assert all(c["ok"] for c in tp.training(_opts(tmp_path))["checks"])

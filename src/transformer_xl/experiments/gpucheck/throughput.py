@@ -258,6 +258,9 @@ def training(opts: CheckOptions) -> dict[str, Any]:
         math.isfinite(r[k]) for k in ("first_loss", "last_loss"))} for r in rows if r.get("status") == "ok"]
     checks += [{"name": f"training {r['model']} {r['mode']} ran", "ok": False, "error": r["error"]}
                for r in rows if r.get("status") == "failed"]
+    if not opts.tiny:  # above 100 % the peak is wrong (tiny rows on a busy CPU time too little to say)
+        checks += [{"name": f"training {r['model']} {r['mode']}: MFU at most 100 % of the measured peak",
+                    "ok": r["mfu"] <= 1.0, "value": r["mfu"]} for r in rows if r.get("status") == "ok"]
     return {"peaks_flop_per_s": peak, "rows": rows, "nvidia_a100": NVIDIA_A100, "goals_h100_bf16": GOALS,
             "checks": checks}
 
