@@ -185,6 +185,7 @@ def test_the_recurrent_mode_starts_from_the_stored_state_and_resets_at_is_init()
     td[VALID] = state.valid[:, None].expand(2, 5, -1).clone()
     td["is_init"] = torch.zeros(2, 5, 1, dtype=torch.bool)
     td["is_init"][1, 2] = True
+    td[MEMS][1, 2], td[VALID][1, 2] = 0.0, False  # collected data: the primer's zeros at an episode start
     with set_recurrent_mode(True), torch.no_grad():
         module(td)
         ref = module.memory(td["embed"], SequenceState(state.mems, state.valid), td["is_init"][..., 0]).output
@@ -226,3 +227,35 @@ def test_half_a_recurrent_state_is_refused_in_one_line(keep: str) -> None:
     state[keep] = td["next", keep]
     with pytest.raises(ConfigError, match=r"has .* but no .*: a recurrent state needs both"):
         module(state)
+
+
+def test_two_memories_with_their_own_state_keys_share_a_rollout() -> None:
+    """An actor's and a critic's memory in one tensordict (``state_keys``, as ``LSTMModule``'s ``in_keys``): each
+    carries its own state through the environment and recomputes its own acting outputs; the default keys are
+    untouched."""
+    torch.manual_seed(0)
+    actor_memory, policy = _policy()
+    keys = ("critic_mems", "critic_valid")
+    critic_memory = TransformerXLModule(CFG, in_key="obs", out_key="critic_features", state_keys=keys)
+    both = TensorDictSequential(policy.module[0], critic_memory, *policy.module[1:])
+    env = TransformedEnv(SerialEnv(2, lambda: GymWrapper(_Short())), Compose(InitTracker()))
+    env.append_transform(actor_memory.make_tensordict_primer())
+    env.append_transform(critic_memory.make_tensordict_primer())
+    env.set_seed(0)
+    with torch.no_grad():
+        data = env.rollout(12, both, break_when_any_done=False)
+    env.close()
+    assert data["critic_mems"].shape == data[MEMS].shape and data["next", "critic_valid"][:, 0].tolist() == \
+        [[False, False, True]] * 2
+    assert not torch.equal(data["critic_mems"][:, 3], data[MEMS][:, 3])  # two memories, not one written twice
+    for module, out in ((actor_memory, "features"), (critic_memory, "critic_features")):
+        seg = data[:, 4:12].exclude("features", "critic_features").clone()
+        with set_recurrent_mode(True), torch.no_grad():
+            module(seg)
+        torch.testing.assert_close(seg[out], data[:, 4:12][out], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("keys", [("a",), ("a", "a"), ("a", 3)])
+def test_state_keys_must_be_two_different_names(keys) -> None:
+    with pytest.raises(ConfigError, match="state_keys must be two different names"):
+        TransformerXLModule(CFG, state_keys=keys)
