@@ -93,6 +93,28 @@ def test_the_mlp_width_can_be_given() -> None:
     assert H.make_agent("mlp", 6, 4, _args()).hidden != 64  # by default sized to the GTrXL's count
 
 
+def test_the_reports_defaults_are_the_harnesss() -> None:
+    """A table row names the settings that differ from :data:`popgym_report.DEFAULTS`: they must be the parser's."""
+    from transformer_xl.experiments.popgym_report import DEFAULTS, PPO_ARGS
+
+    parser = argparse.ArgumentParser()
+    H.add_ppo_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    assert {k: defaults[k] for k in DEFAULTS} == DEFAULTS
+    assert set(PPO_ARGS) <= set(defaults)
+
+
+def test_the_gtrxl_settings_reach_its_config() -> None:
+    """``--gating``, ``--gate-bias`` and ``--no-reorder`` (the settings runs) build the GTrXL they name; a gate
+    without the reordering is refused in one line."""
+    cfg = H.make_agent("gtrxl", 6, 4, _args("--gating", "residual", "--gate-bias", "0", "--no-reorder")).trunk.config
+    assert (cfg.gating, cfg.gate_bias, cfg.reorder, cfg.mem_len) == ("residual", 0.0, False, 4)
+    cfg = H.make_agent("gtrxl", 6, 4, _args()).trunk.config
+    assert (cfg.gating, cfg.gate_bias, cfg.reorder) == ("gru", 2.0, True)
+    with pytest.raises(SystemExit, match="GTrXL settings: gating 'gru' needs reorder=True"):
+        H.make_agent("gtrxl", 6, 4, _args("--no-reorder"))
+
+
 @pytest.mark.parametrize("env", ["RepeatPreviousEasy", "CountRecallEasy"])
 @pytest.mark.parametrize("policy", H.POLICIES)
 def test_one_ppo_iteration_runs(policy: str, env: str) -> None:

@@ -34,7 +34,9 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
 
 from transformer_xl import SequenceConfig
+from transformer_xl.errors import ConfigError
 from transformer_xl.integrations.rl import TransformerXLModule
+from transformer_xl.model.gating import GATINGS
 
 POLICIES = ("gtrxl", "gru", "lstm", "mlp")
 GATES = {"gru": 3, "lstm": 4}  # weight blocks per recurrent layer (torch.nn.GRU / torch.nn.LSTM)
@@ -57,6 +59,10 @@ def add_ppo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--mem-len", type=int, default=16)
+    parser.add_argument("--gating", default="gru", choices=GATINGS, help="GTrXL's gate (residual: none)")
+    parser.add_argument("--gate-bias", type=float, default=2.0, help="GTrXL's initial gate bias b_g")
+    parser.add_argument("--no-reorder", action="store_true",
+                        help="GTrXL without the identity-map reordering (post-LN; only with --gating residual)")
     parser.add_argument("--param-budget", type=float, default=0.05,
                         help="largest relative difference of a trunk's parameter count from the GTrXL trunk's")
     parser.add_argument("--mlp-hidden", type=int, default=None,
@@ -142,8 +148,12 @@ class Agent:
 
 def make_agent(policy: str, obs_dim: int, n_act: int, args: argparse.Namespace) -> Agent:
     d = args.d_model
-    cfg = SequenceConfig(d_in=obs_dim, n_layer=args.n_layer, n_head=4, d_model=d, d_head=d // 4, d_inner=2 * d,
-                         mem_len=args.mem_len, gating="gru", gate_bias=2.0)
+    try:
+        cfg = SequenceConfig(d_in=obs_dim, n_layer=args.n_layer, n_head=4, d_model=d, d_head=d // 4, d_inner=2 * d,
+                             mem_len=args.mem_len, gating=getattr(args, "gating", "gru"),
+                             gate_bias=getattr(args, "gate_bias", 2.0), reorder=not getattr(args, "no_reorder", False))
+    except ConfigError as err:  # e.g. --no-reorder with a gate: one line, not a traceback
+        raise SystemExit(f"GTrXL settings: {err}") from None
     gtrxl = TransformerXLModule(cfg, in_key="observation", out_key="features")
     target = n_params(gtrxl)
     hidden = None if policy == "gtrxl" else matched_hidden(policy, obs_dim, d, target)
