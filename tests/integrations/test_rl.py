@@ -8,30 +8,21 @@ import pytest
 import torch
 
 pytest.importorskip("torchrl")
-popgym_repeat = pytest.importorskip("popgym.envs.repeat_previous")
+pytest.importorskip("popgym")
 
-from tensordict import TensorDict  # noqa: E402
-from tensordict.nn import TensorDictModule, TensorDictSequential  # noqa: E402
-from torchrl.envs import Compose, GymWrapper, InitTracker, SerialEnv, TransformedEnv  # noqa: E402
-from torchrl.modules import set_recurrent_mode  # noqa: E402
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torchrl.envs import Compose, GymWrapper, InitTracker, SerialEnv, TransformedEnv
+from torchrl.modules import set_recurrent_mode
 
-from transformer_xl import ConfigError, SequenceConfig, SequenceState  # noqa: E402
-from transformer_xl.integrations.rl import MEMS, VALID, TransformerXLModule  # noqa: E402
+from tests.integrations.popgym_envs import short_repeat_previous
+from transformer_xl import ConfigError, SequenceConfig, SequenceState
+from transformer_xl.integrations.rl import MEMS, VALID, TransformerXLModule
 
 CFG = SequenceConfig(d_in=4, n_layer=2, n_head=2, d_model=8, d_head=4, d_inner=16, mem_len=3, gate_bias=0.0)
 
 
-class _Short(popgym_repeat.RepeatPreviousEasy):
-    """RepeatPrevious with episodes of 7 steps, so that a short rollout crosses episode boundaries."""
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        self._steps = getattr(self, "_steps", 0) + 1
-        return obs, reward, terminated or self._steps % 7 == 0, truncated, info
-
-    def reset(self, *args, **kwargs):
-        self._steps = 0
-        return super().reset(*args, **kwargs)
+_Short = short_repeat_previous(7)  # episodes of 7 steps: a short rollout crosses their boundaries
 
 
 def _policy(seed: int = 0) -> tuple[TransformerXLModule, TensorDictSequential]:

@@ -12,38 +12,29 @@ import pytest
 import torch
 
 pytest.importorskip("torchrl")
-popgym_repeat = pytest.importorskip("popgym.envs.repeat_previous")
+pytest.importorskip("popgym")
 
-from tensordict import TensorDict, pad  # noqa: E402
-from tensordict.nn import TensorDictModule, TensorDictSequential  # noqa: E402
-from torchrl.collectors import Collector  # noqa: E402
-from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer  # noqa: E402
-from torchrl.envs import GymWrapper, InitTracker, SerialEnv, TensorDictPrimer, TransformedEnv  # noqa: E402
-from torchrl.envs.utils import check_env_specs, step_mdp  # noqa: E402
-from torchrl.modules import LSTMModule, ProbabilisticActor, QValueModule, set_recurrent_mode  # noqa: E402
-from torchrl.modules.utils import get_env_transforms_from_module, get_primers_from_module  # noqa: E402
-from torchrl.objectives import DQNLoss, SoftUpdate  # noqa: E402
-from torchrl.objectives.value import GAE  # noqa: E402
+from tensordict import TensorDict, pad
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torchrl.collectors import Collector
+from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+from torchrl.envs import GymWrapper, InitTracker, SerialEnv, TensorDictPrimer, TransformedEnv
+from torchrl.envs.utils import check_env_specs, step_mdp
+from torchrl.modules import LSTMModule, ProbabilisticActor, QValueModule, set_recurrent_mode
+from torchrl.modules.utils import get_env_transforms_from_module, get_primers_from_module
+from torchrl.objectives import DQNLoss, SoftUpdate
+from torchrl.objectives.value import GAE
 
-from transformer_xl import SequenceConfig  # noqa: E402
-from transformer_xl.integrations.rl import TransformerXLModule  # noqa: E402
+from tests.integrations.popgym_envs import short_repeat_previous
+from transformer_xl import SequenceConfig
+from transformer_xl.integrations.rl import TransformerXLModule
 
 CFG = SequenceConfig(d_in=4, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, mem_len=4)
 KINDS = ["txl", "lstm"]
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-class _Short(popgym_repeat.RepeatPreviousEasy):
-    """RepeatPrevious (one-hot observations of 4 cards) with episodes of 5 steps, to cross episode boundaries."""
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        self._steps = getattr(self, "_steps", 0) + 1
-        return obs, reward, terminated or self._steps % 5 == 0, truncated, info
-
-    def reset(self, *args, **kwargs):
-        self._steps = 0
-        return super().reset(*args, **kwargs)
+_Short = short_repeat_previous(5)  # episodes of 5 steps: a short rollout crosses their boundaries
 
 
 def _memory(kind: str, **kwargs):
