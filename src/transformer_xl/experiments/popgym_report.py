@@ -191,16 +191,17 @@ def settings_groups(suite: list[dict], variants: dict[str, list[dict]]) -> list[
     variant folder's runs of those tasks, named by the flags that differ from the defaults. Two folders of the same
     setting on one task are a one-line error (their curves would merge)."""
     default = [r for r in suite if r["policy"] == "gtrxl" and differences(r) == "-"]
+    default_tasks = {r["env"] for r in default}
     groups = [("default", default)]
+    seen: set[tuple[str, str]] = set()  # (setting, task) of the folders read so far
     for folder, runs in sorted(variants.items()):
-        runs = [r for r in runs if r["policy"] == "gtrxl" and any(d["env"] == r["env"] for d in default)]
+        runs = [r for r in runs if r["policy"] == "gtrxl" and r["env"] in default_tasks]
         for setting in sorted({differences(r) for r in runs}):
             mine = [r for r in runs if differences(r) == setting]
             label = setting if setting != "-" else f"{folder} (as the default)"
-            clash = next((g for g in groups for r in g[1] if g[0] == label and r["env"] in {m["env"] for m in mine}),
-                         None)
-            if clash is not None:
+            if any((label, r["env"]) in seen for r in mine):
                 raise SystemExit(f"settings folder {folder} repeats the setting {label!r} of another folder")
+            seen |= {(label, r["env"]) for r in mine}
             groups.append((label, mine))
     tasks = {r["env"] for _, runs in groups[1:] for r in runs}
     return [(label, [r for r in runs if r["env"] in tasks]) for label, runs in groups if runs]
@@ -328,26 +329,29 @@ def _inputs(root: Path) -> tuple[list[dict], dict, list[tuple[str, list[dict]]]]
     return suite, _speed_file(root / "suite"), settings_groups(suite, variants)
 
 
+def _blocks(suite: list[dict], speed: dict, groups: list[tuple[str, list[dict]]], shown: str) -> dict[str, str]:
+    return {"popgym table": suite_table(suite, Path(shown) / "suite"), "popgym speed": speed_table(speed),
+            "popgym settings": settings_table(groups, 0.9, Path(shown) / "settings")}
+
+
 def blocks(root: Path, shown: str = "benchmarks/results/popgym") -> dict[str, str]:
     """The generated parts of the agents page, by marker name: the suite table (``root/suite``), the speed table
     (``root/suite/*_speed.json``) and the settings table (``root/settings/<name>`` beside the suite's GTrXL runs).
     ``shown`` is how the page names ``root``."""
-    suite, speed, groups = _inputs(root)
-    return {"popgym table": suite_table(suite, Path(shown) / "suite"), "popgym speed": speed_table(speed),
-            "popgym settings": settings_table(groups, 0.9, Path(shown) / "settings")}
+    return _blocks(*_inputs(root), shown)
 
 
 def write_docs(root: Path, doc: Path, shown: str = "benchmarks/results/popgym") -> None:
     """Replace the text between each marker pair of ``doc`` with its block of :func:`blocks`, and draw the curves
     beside it: ``popgym-suite.png`` (every task and policy) and ``popgym-settings.png`` (GTrXL's settings)."""
+    suite, speed, groups = _inputs(root)  # the run files, read once for the tables and the figures
     page = doc.read_text(encoding="utf-8")
-    for name, text in blocks(root, shown).items():
+    for name, text in _blocks(suite, speed, groups, shown).items():
         start, end = _marker(name)
         if start + "\n" not in page or end not in page.split(start + "\n", 1)[1]:
             raise SystemExit(f"{doc} has no {start} line followed by {end}")
         head, rest = page.split(start + "\n", 1)
         page = head + start + "\n" + text + end + rest.split(end, 1)[1]
-    suite, _, groups = _inputs(root)
     doc.write_text(page, encoding="utf-8")
     plot(suite, doc.parent / "popgym-suite.png")
     if len(groups) > 1:
