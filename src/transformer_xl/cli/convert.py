@@ -12,6 +12,8 @@ from typing import Any
 from transformer_xl.cli.args import add_command, add_model, add_no_verify, stderr_note
 from transformer_xl.errors import ConfigError
 
+#: The datasets of the paper's released TensorFlow models (``--from tf --preset``).
+RELEASED_NAMES = ("enwik8", "text8", "wt103", "lm1b")
 #: The files of an official export (``--to official``): the state dict and the constructor kwargs.
 OFFICIAL_STATE, OFFICIAL_KWARGS = "official_state.safetensors", "official_kwargs.json"
 #: What the manifest of an output directory says wrote it (:mod:`transformer_xl.store.outputs`).
@@ -20,7 +22,9 @@ OUTPUT = "txl convert"
 
 CONVERT_HELP = """convert official or Hugging Face TransfoXL weights to a txl model directory (or back)
 
-Import: --from official CKPT --config KWARGS.json, or --from hf HF_DIR. Export: --to official|hf MODEL_DIR. Files
+Import: --from official CKPT --config KWARGS.json, --from hf HF_DIR, or --from tf SRC (a TensorFlow checkpoint of the
+official code, read without TensorFlow: a prefix model.ckpt-N, its model/ directory, or a released model's directory
+holding data/ and model/). Export: --to official|hf MODEL_DIR. Files
 are read without unpickling code. Every output directory gets a MANIFEST.json (SHA-256 of its files), checked when
 txl reads it back. --out must be new, empty or an earlier txl convert output (replaced whole); anything else (files
 txl convert did not write, the input or a directory holding it) is refused unless --force, which moves the old one
@@ -33,9 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model(p, "path", "path", "checkpoint file (official), HF model directory, or txl model / checkpoint / run "
               "directory (--to); with --from hf or --to")
     direction = p.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--from", dest="src", choices=["official", "hf"], help="import from this format")
+    direction.add_argument("--from", dest="src", choices=["official", "hf", "tf"], help="import from this format")
     direction.add_argument("--to", dest="dst", choices=["official", "hf"], help="export a txl model to it")
     p.add_argument("--config", help="official MemTransformerLM constructor kwargs as JSON (with --from official)")
+    p.add_argument("--preset", choices=sorted(RELEASED_NAMES),
+                   help="with --from tf: the released model's dataset, whose evaluation settings the model gets "
+                   "(default: the dataset data/corpus-info.json names; none: tgt_len = mem_len = 128)")
     p.add_argument("--out", required=True, help="output directory: new, empty or an earlier txl convert output")
     p.add_argument("--force", action="store_true", help="write --out even when it holds what txl convert did not "
                    "write (or the input): the old one is moved aside to OUT.old-N, not deleted")
@@ -64,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
                               "e.g. txl eval/generate or TransformerXLLM.from_pretrained")
         args.path = str(snapshot.path)
     inputs = [p for p in (args.path, args.config, args.vocab) if p]  # --out may not be, nor hold, one of these
+    if args.preset and args.src != "tf":
+        raise ConfigError("--preset applies to --from tf (the released TensorFlow models)")
+    if args.src == "tf":
+        return _convert_tf(args, inputs)
     vocab = _import_vocab(args) if args.src else None  # read (and refuse) before writing anything
     if args.src == "official":
         if not args.config:
@@ -90,6 +101,51 @@ def run(args: argparse.Namespace) -> int:
         model.save_pretrained(tmp, vocab=vocab)
         write_output_manifest(tmp, OUTPUT, [CONFIG, WEIGHTS, *([VOCAB] if vocab is not None else [])])
     print(f"wrote txl model ({model.num_parameters():,} parameters) to {args.out}")
+    if vocab is not None:
+        print(f"wrote vocabulary ({len(vocab):,} symbols) to {Path(args.out) / VOCAB}")
+    return 0
+
+
+def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
+    """``--from tf``: the checkpoint, its ``data/`` vocabulary and settings, every refusal before anything is
+    written; then the weights one variable at a time (:mod:`transformer_xl.interop.tf`)."""
+    from transformer_xl.interop.tf import lengths_for, read_checkpoint, released_files, state_dict
+    from transformer_xl.interop.tf_vocab import read_corpus_info, read_corpus_vocab
+    from transformer_xl.store.layout import CONFIG, VOCAB, WEIGHTS, save_model_dir
+    from transformer_xl.store.outputs import write_output_manifest
+
+    say = stderr_note("txl convert")
+    pkl, info_file = released_files(args.path)
+    info = read_corpus_info(info_file) if info_file else None
+    vocab, cached_dataset = (None, None)
+    if args.vocab:
+        vocab = _import_vocab(args)
+    elif pkl is not None:
+        vocab, cached_dataset = read_corpus_vocab(pkl)
+    dataset = args.preset or (info or {}).get("dataset") or cached_dataset
+    if dataset not in RELEASED_NAMES:
+        say(f"no released dataset named (data/corpus-info.json or --preset): the model gets tgt_len = mem_len = 128 "
+            f"and no same_length; give --preset {{{','.join(RELEASED_NAMES)}}} for a released model's settings")
+        dataset = None
+    ckpt = read_checkpoint(args.path, **lengths_for(dataset))
+    cfg = ckpt.config
+    if info is not None and (info["vocab_size"] != cfg.n_token or tuple(info["cutoffs"]) != cfg.cutoffs):
+        raise ConfigError(f"{info_file} says {info['vocab_size']} tokens with cutoffs {info['cutoffs']}, the "
+                          f"checkpoint's model has {cfg.n_token} with cutoffs {list(cfg.cutoffs)}: not its data")
+    if vocab is not None and len(vocab) != cfg.n_token:
+        raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={cfg.n_token}")
+    state = state_dict(ckpt)
+    with _output(args, [*inputs, ckpt.bundle.prefix.parent], []) as tmp:
+        save_model_dir(tmp, state, cfg.to_json(), vocab.to_json() if vocab is not None else None)
+        write_output_manifest(tmp, OUTPUT, [CONFIG, WEIGHTS, *([VOCAB] if vocab is not None else [])])
+    params = sum(t.numel() for t in {id(t): t for t in state.values()}.values())
+    print(f"wrote txl model ({params:,} parameters: {cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads "
+          f"of {cfg.d_head}, d_inner {cfg.d_inner}, n_token {cfg.n_token}, div_val {cfg.div_val}, cutoffs "
+          f"{list(cfg.cutoffs)}, untie_r {cfg.untie_r}{'' if ckpt.proj_same_dim else ', proj_same_dim False'}) "
+          f"from {ckpt.bundle.prefix} to {args.out}")
+    print(f"settings{' of the paper (' + dataset + ')' if dataset else ''}: tgt_len {cfg.tgt_len}, mem_len "
+          f"{cfg.mem_len}, clamp_len {cfg.clamp_len}, same_length {cfg.same_length}; TF's LayerNorm epsilon 1e-12 and "
+          f"memory (tf_memory); {len(ckpt.ignored)} variables that are not the model's left out")
     if vocab is not None:
         print(f"wrote vocabulary ({len(vocab):,} symbols) to {Path(args.out) / VOCAB}")
     return 0

@@ -86,6 +86,9 @@ def check_exportable(model: TransformerXLLM) -> None:
     if cfg.same_length:
         raise ConfigError("a model with same_length is not exported to ONNX (its mask depends on mem_len); "
                           "generation with same_length off reads the same memory")
+    if cfg.tf_memory:
+        raise ConfigError("a model with tf_memory (the TF code's memory: mem_len zero states to start) is not "
+                          "exported to ONNX, whose graphs start from an empty memory")
     p = next(model.parameters())
     if p.dtype != torch.float32 or p.device.type != "cpu":
         raise ConfigError(f"a float32 model on the CPU is exported to ONNX, this one is {p.dtype} on {p.device}: "

@@ -41,14 +41,14 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention of layer ``index`` over memory and segment, the position terms from ``seg.pos``."""
 
     def __init__(self, index: int, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float,
-                 pre_lnorm: bool, pos_proj: bool) -> None:
+                 pre_lnorm: bool, pos_proj: bool, eps: float = 1e-5) -> None:
         super().__init__()
         self.index, self.n_head, self.d_head, self.dropatt = index, n_head, d_head, dropatt
         self.scale = 1.0 / math.sqrt(d_head)
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)  # rows: W_q; W_k; W_v
         self.r_net = nn.Linear(d_model, n_head * d_head, bias=False) if pos_proj else None  # W_kR
         self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
-        self.layer_norm = nn.LayerNorm(d_model)
+        self.layer_norm = nn.LayerNorm(d_model, eps=eps)
         self.drop = CompactDropout(dropout)
         self.pre_lnorm = pre_lnorm
         # TransformerXLLM.recompute: the [Q, K] scores and probabilities are recomputed in backward.
@@ -111,7 +111,7 @@ class MultiHeadAttention(nn.Module):
 class PositionwiseFF(nn.Module):
     """Position-wise feed-forward block: ``Linear -> ReLU -> Dropout -> Linear -> Dropout`` with residual."""
 
-    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool) -> None:
+    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool, eps: float = 1e-5) -> None:
         super().__init__()
         # Official names: CoreNet.0 and CoreNet.3 are the two Linear layers; ReLU and its dropout (1, 2)
         # run as one op that keeps only its output for backward (fastpath.ReLUDropout, dispatch module table).
@@ -119,7 +119,7 @@ class PositionwiseFF(nn.Module):
             nn.Linear(d_model, d_inner), ReLUDropout(dropout), nn.Identity(),
             nn.Linear(d_inner, d_model), CompactDropout(dropout),
         )
-        self.layer_norm = nn.LayerNorm(d_model)
+        self.layer_norm = nn.LayerNorm(d_model, eps=eps)
         self.pre_lnorm = pre_lnorm
 
     def forward(self, h: Tensor) -> Tensor:
@@ -135,10 +135,11 @@ class DecoderLayer(nn.Module):
     """Attention over ``[memory; segment]`` followed by the feed-forward block."""
 
     def __init__(self, index: int, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
-                 dropatt: float, pre_lnorm: bool, pos_proj: bool) -> None:
+                 dropatt: float, pre_lnorm: bool, pos_proj: bool, eps: float = 1e-5) -> None:
         super().__init__()
-        self.dec_attn = MultiHeadAttention(index, n_head, d_model, d_head, dropout, dropatt, pre_lnorm, pos_proj)
-        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm)
+        self.dec_attn = MultiHeadAttention(index, n_head, d_model, d_head, dropout, dropatt, pre_lnorm, pos_proj,
+                                           eps)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm, eps)
 
     def forward(self, h: Tensor, mem: Tensor | None, seg: Segment) -> Tensor:
         """The layer output ``[B, Q, D]``."""

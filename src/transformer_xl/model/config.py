@@ -5,6 +5,9 @@ Field names are those of ``MemTransformerLM.__init__`` in the official PyTorch c
 
 * ``untie_r``: separate global biases ``u`` (``r_w_bias``) and ``v`` (``r_r_bias``) per layer, an option
   of the official TF code and of Hugging Face's port (the released WT103/lm1b checkpoints need it);
+* ``layer_norm_epsilon``: added to the variance in every LayerNorm: 1e-5 in the PyTorch code (``nn.LayerNorm``),
+  1e-12 in the TF code (``tf.contrib.layers.layer_norm``), which trained the released checkpoints;
+* ``tf_memory``: the TF code's memory at evaluation (:class:`Lengths`);
 * ``init``, ``init_range``, ``init_std``, ``proj_init_std``: the official ``train.py`` initialization
   options, which belong with the model because they decide its initial weights.
 
@@ -48,13 +51,19 @@ class Lengths:
       segment re-reads them as extended context);
     * ``clamp_len``: relative distances are clamped at ``clamp_len`` (-1 or 0: no clamping, as the official
       ``clamp_len <= 0``; values below -1 are refused as typos);
-    * ``same_length``: every query attends to the same number (``mem_len``) of keys.
+    * ``same_length``: every query attends to the same number (``mem_len``) of keys;
+    * ``tf_memory``: the official TensorFlow code's memory (``tf/train_gpu.py``, ``tf/model.py``), with which the
+      paper's released checkpoints were evaluated: a stream's memory starts as ``mem_len`` zero vectors, which are
+      attended to (the PyTorch code starts from an empty memory), and under ``same_length`` a query sees itself and
+      the ``mem_len`` keys before it (TF's ``_create_mask``; the PyTorch code's window is ``mem_len`` keys, itself
+      included): :attr:`window`.
     """
 
     mem_len: int
     ext_len: int = 0
     clamp_len: int = -1
     same_length: bool = False
+    tf_memory: bool = False
 
     def __post_init__(self) -> None:
         check_int("mem_len", self.mem_len, 0)
@@ -62,8 +71,9 @@ class Lengths:
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool) or self.clamp_len < -1:
             raise ConfigError("clamp_len must be an integer >= -1 (-1 or 0: no clamping), got "
                               f"{short_repr(self.clamp_len)}")
-        if not isinstance(self.same_length, bool):
-            raise ConfigError(f"same_length must be true or false, got {short_repr(self.same_length)}")
+        for name in ("same_length", "tf_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {short_repr(getattr(self, name))}")
         if self.same_length and self.mem_len == 0:
             raise ConfigError("same_length=True needs mem_len > 0 (with mem_len 0 every query of the official "
                               "same-length mask would see no key)")
@@ -71,6 +81,12 @@ class Lengths:
     def replace(self, **changes: Any) -> Lengths:
         """These lengths with ``changes`` applied; ``None`` values are ignored (validated)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def window(self) -> int:
+        """The keys a query sees under ``same_length``: ``mem_len`` (itself included), or ``mem_len + 1`` with
+        ``tf_memory`` (itself and the ``mem_len`` before it)."""
+        return self.mem_len + 1 if self.tf_memory else self.mem_len
 
 
 @dataclass(frozen=True)
@@ -99,6 +115,8 @@ class TXLConfig:
     clamp_len: int = -1
     sample_softmax: int = -1
     untie_r: bool = False
+    layer_norm_epsilon: float = 1e-5
+    tf_memory: bool = False
     init: str = "normal"
     init_range: float = 0.1
     init_std: float = 0.02
@@ -119,6 +137,9 @@ class TXLConfig:
                      "div_val"):
             check_int(name, getattr(self, name), 1)
         self.lengths()  # mem_len, ext_len, clamp_len, same_length
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < 1.0:
+            raise ConfigError(f"layer_norm_epsilon must be a number in (0, 1), got {short_repr(eps)}")
         for name in ("tie_weight", "pre_lnorm", "untie_r"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {short_repr(getattr(self, name))}")
@@ -170,7 +191,7 @@ class TXLConfig:
     def lengths(self, **changes: Any) -> Lengths:
         """The config's :class:`Lengths`, with ``changes`` applied (``None`` values ignored)."""
         return Lengths(mem_len=self.mem_len, ext_len=self.ext_len, clamp_len=self.clamp_len,
-                       same_length=self.same_length).replace(**changes)
+                       same_length=self.same_length, tf_memory=self.tf_memory).replace(**changes)
 
     @property
     def max_klen(self) -> int:

@@ -73,7 +73,7 @@ class TransformerXLLM(nn.Module):
         self.pos_enc = build_positional(cfg)
         self.layers = nn.ModuleList(
             DecoderLayer(i, cfg.n_head, cfg.d_model, cfg.d_head, cfg.d_inner, cfg.dropout, cfg.dropatt,
-                         cfg.pre_lnorm, pos_proj=self.pos_enc.needs_r_net)
+                         cfg.pre_lnorm, pos_proj=self.pos_enc.needs_r_net, eps=cfg.layer_norm_epsilon)
             for i in range(cfg.n_layer)
         )
         if cfg.sample_softmax > 0:
@@ -194,14 +194,23 @@ class TransformerXLLM(nn.Module):
 
     # ------------------------------------------------------------------ memory
     def init_mems(self, batch_size: int) -> list[Tensor]:
-        """Empty memories: ``n_layer + 1`` tensors ``[batch_size, 0, d_model]`` (``[]`` when mem_len is 0)."""
+        """The memories a stream starts from: ``n_layer + 1`` tensors ``[batch_size, 0, d_model]`` (``[]`` when
+        mem_len is 0), or with ``tf_memory`` the TF code's ``mem_len`` zero states (what ``forward`` starts from when
+        given no memory)."""
         if self.config.mem_len == 0:
             return []
+        if self.config.tf_memory:
+            return self._zero_mems(batch_size, self.config.mem_len)
         return self._empty_mems(batch_size)
 
     def _empty_mems(self, batch_size: int) -> list[Tensor]:
         p = next(self.parameters())
         return [p.new_empty(batch_size, 0, self.config.d_model) for _ in range(self.config.n_layer + 1)]
+
+    def _zero_mems(self, batch_size: int, mem_len: int) -> list[Tensor]:
+        """The TF code's first memory (``tf_memory``): ``mem_len`` zero states per layer."""
+        p = next(self.parameters())
+        return [p.new_zeros(batch_size, mem_len, self.config.d_model) for _ in range(self.config.n_layer + 1)]
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None, *,
@@ -229,7 +238,14 @@ class TransformerXLLM(nn.Module):
         """
         lengths = self.config.lengths() if lengths is None else lengths
         bsz, qlen = self._check_inputs(input_ids, targets, mems)
-        mems = list(mems) if mems else (self._empty_mems(bsz) if lengths.mem_len > 0 else [])
+        if mems:
+            mems = list(mems)
+        elif lengths.mem_len > 0 and lengths.tf_memory:  # the TF code's first memory: mem_len zero states
+            mems = self._zero_mems(bsz, lengths.mem_len)
+            if key_mask is not None and key_mask.size(1) == qlen:  # the zero states are attended to: real keys
+                key_mask = torch.cat([key_mask.new_ones(bsz, lengths.mem_len), key_mask], dim=1)
+        else:
+            mems = self._empty_mems(bsz) if lengths.mem_len > 0 else []
         mlen = mems[0].size(1) if mems else 0
         if not self.pos_enc.memory_position_free:
             cache = None  # absolute encodings: a memory position's keys depend on where it sits
@@ -240,7 +256,7 @@ class TransformerXLLM(nn.Module):
             cache.begin(self, mems, qlen=qlen, mem_len=lengths.mem_len)
         word_emb = self.word_emb(input_ids)  # [B, Q, D], sqrt(D) E[w]
         dtype, device = word_emb.dtype, word_emb.device
-        bias = mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.mem_len, same_length=lengths.same_length,
+        bias = mask_bias(qlen=qlen, mlen=mlen, mem_len=lengths.window, same_length=lengths.same_length,
                          device=device, dtype=dtype)  # [Q, K]
         if key_mask is not None:
             key_mask = key_mask.to(device)

@@ -367,6 +367,8 @@ MODEL_FIELD_HELP: dict[str, str] = {
     "clamp_len": "clamp relative distances at this length (-1 or 0: no clamping)",
     "sample_softmax": "sampled softmax size (-1 or 0: the full softmax)",
     "untie_r": "separate global position biases u, v per layer",
+    "layer_norm_epsilon": "added to the variance in every LayerNorm (PyTorch code 1e-5, TF code 1e-12)",
+    "tf_memory": "the TF code's memory: start from mem_len zero states; same_length sees mem_len + 1 keys",
     "init": "weight initialization",
     "init_range": "uniform initialization range",
     "init_std": "normal initialization standard deviation",

@@ -68,7 +68,7 @@ def read(txl: TransformerXLLM, ids: Tensor, real: Tensor | None, targets: Tensor
     positions from ``keep`` on when ``form_log_probs``."""
     bsz, qlen = ids.shape
     lengths = txl.config.lengths()
-    mems = memory.mems or (txl.init_mems(bsz) if lengths.mem_len > 0 else [])
+    mems = memory.mems or []  # a fresh stream: the model's forward starts the memory (tf_memory: zero states)
     padded = real is not None or (memory.mask is not None and not bool(memory.mask.all()))
     mem_mask = memory.key_mask(bsz, ids.device) if padded else None
     log_probs: list[Tensor] = []

@@ -1,0 +1,353 @@
+"""The official TensorFlow code's checkpoints as txl models: the paper's four released models, and any checkpoint
+``tf/model.py`` of kimiyoung/transformer-xl wrote (read by :mod:`transformer_xl.interop.tensorbundle`, no TensorFlow).
+
+The architecture is read from the variables' names and shapes; the model computes what ``tf/model.py`` computes:
+
+============================================================  ==================================================
+TensorFlow variable (under ``transformer/``)                  txl
+============================================================  ==================================================
+``r_w_bias`` / ``r_r_bias`` ``[H, E]``, or ``[L, H, E]``      ``pos_enc.r_w_bias`` / ``r_r_bias`` (``untie_r``)
+``adaptive_embed/lookup_table``, or ``cutoff_{i}/...``        ``word_emb.emb_layers.{i}.weight`` (tied to the
+                                                              softmax: TF always ties them)
+``adaptive_embed[/cutoff_{i}]/proj_W`` ``[d_i, D]``           ``word_emb.emb_projs.{i}``, transposed; a cluster TF
+                                                              leaves unprojected (``proj_same_dim=False``, ``d_i =
+                                                              D``) gets the identity, which computes the same
+``layer_{l}/rel_attn/{qkv,r,o}/kernel`` ``[in, out]``         ``layers.{l}.dec_attn.{qkv,r,o}_net.weight``,
+                                                              transposed (q, k, v in that order in both)
+``layer_{l}/ff/layer_{1,2}/kernel``, ``bias``                 ``layers.{l}.pos_ff.CoreNet.{0,3}`` (transposed)
+``layer_{l}/{rel_attn,ff}/LayerNorm/gamma``, ``beta``         ``...layer_norm.weight``, ``bias``
+``adaptive_softmax/bias``, or ``cutoff_{i}/b``                ``crit.out_layers.{0 or i}.bias``
+``adaptive_softmax/cutoff_{i}/proj`` ``[d_i, D]``             ``crit.out_projs.{i}``, transposed (absent: tied to
+                                                              the input's, ``tie_projs[i]``)
+``adaptive_softmax/cutoff_0/cluster_W``, ``cluster_b``        ``crit.cluster_weight``, ``cluster_bias``, rows
+                                                              reversed: TF reads cluster ``i`` at head column
+                                                              ``shortlist + i - 1``, txl (and the PyTorch code) at
+                                                              ``-i``
+============================================================  ==================================================
+
+What the TF code computes differently from the PyTorch code is kept as options of the model's config:
+``layer_norm_epsilon=1e-12`` (``tf.contrib.layers.layer_norm``) and ``tf_memory`` (the memory starts as ``mem_len``
+zero states, and ``same_length`` sees ``mem_len + 1`` keys). Other variables (optimizer slots, ``global_step``) are
+left out; a model variable that is missing or has another shape, or a ``transformer/`` variable this code does not
+make, is a one-line :class:`~transformer_xl.errors.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from transformer_xl.errors import CheckpointError, ConfigError
+from transformer_xl.interop.tensorbundle import BFLOAT16, TensorBundle, find_prefix
+from transformer_xl.model import TransformerXLLM, TXLConfig
+from transformer_xl.model.pretrained import mismatch
+from transformer_xl.store.tensors import check_finite
+
+P = "transformer/"
+TF_LAYER_NORM_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Released:
+    """One of the paper's released TensorFlow models (``tf/sota/download.sh``, evaluated by ``tf/sota/*.sh``)."""
+
+    dataset: str
+    folder: str  # under the download root
+    metric: str
+    paper: float  # the paper's test figure (Tables 1-4)
+    tgt_len: int
+    mem_len: int
+    clamp_len: int
+    same_length: bool = True
+    eval_batch: int = 16  # the sota scripts' eval batch size
+
+
+#: The four released models and the paper's evaluation settings for each (``tf/sota/*.sh``).
+RELEASED: dict[str, Released] = {
+    "enwik8": Released("enwik8", "tf_enwik8", "bpc", 0.99, tgt_len=128, mem_len=3800, clamp_len=1000),
+    "text8": Released("text8", "tf_text8", "bpc", 1.08, tgt_len=128, mem_len=3800, clamp_len=1000),
+    "wt103": Released("wt103", "tf_wt103", "ppl", 18.3, tgt_len=128, mem_len=1600, clamp_len=1000),
+    "lm1b": Released("lm1b", "tf_lm1b", "ppl", 21.8, tgt_len=32, mem_len=128, clamp_len=-1),
+}
+#: The download root of ``tf/sota/download.sh``: ``URL/<folder>/data/{cache.pkl,corpus-info.json}`` and
+#: ``URL/<folder>/model/{checkpoint,model.ckpt-*}``.
+RELEASE_URL = "http://curtis.ml.cmu.edu/datasets/pretrained_xl"
+#: Lengths of a checkpoint whose dataset is unknown (no ``data/``, no ``--preset``): the training lengths of the
+#: TF scripts' base models.
+GENERIC_LENGTHS = {"tgt_len": 128, "mem_len": 128, "clamp_len": -1, "same_length": False}
+
+
+@dataclass
+class TFCheckpoint:
+    """A checkpoint read for conversion: its bundle, the txl config of its model, and how it was read."""
+
+    bundle: TensorBundle
+    config: TXLConfig
+    proj_same_dim: bool
+    ignored: list[str]
+
+
+# ---------------------------------------------------------------------------------------------- the architecture
+def _clusters(shapes: dict[str, tuple[int, ...]], what: str) -> list[tuple[int, ...]]:
+    out, i = [], 0
+    while f"{P}{what}/cutoff_{i}/{'lookup_table' if 'embed' in what else 'b'}" in shapes:
+        out.append(shapes[f"{P}{what}/cutoff_{i}/{'lookup_table' if 'embed' in what else 'b'}"])
+        i += 1
+    return out
+
+
+def architecture(shapes: dict[str, tuple[int, ...]], **lengths: Any) -> tuple[TXLConfig, bool]:
+    """``(config, proj_same_dim)`` of the model whose variables have ``shapes`` (name -> shape); ``lengths`` are
+    the config's evaluation lengths (``tgt_len``, ``mem_len``, ``clamp_len``, ``same_length``)."""
+    def need(name: str, rank: int) -> tuple[int, ...]:
+        shape = shapes.get(P + name)
+        if shape is None:
+            raise CheckpointError(f"the checkpoint has no {P}{name}: not a Transformer-XL of the official TF code "
+                                  f"(it holds {len(shapes)} variables, e.g. {', '.join(sorted(shapes)[:3])})")
+        if len(shape) != rank or min(shape, default=1) < 1:
+            raise CheckpointError(f"{P}{name} has shape {list(shape)}, not a {rank}-d shape of this architecture")
+        return shape
+
+    rw = shapes.get(P + "r_w_bias")
+    rank = len(rw) if rw is not None and len(rw) in (2, 3) else 2
+    rw = need("r_w_bias", rank)
+    untie_r = rank == 3
+    n_head, d_head = rw[-2:]
+    layers = sorted({int(m.group(1)) for n in shapes if (m := re.match(rf"{P}layer_(\d+)/", n))})
+    if not layers or layers != list(range(len(layers))):
+        raise CheckpointError(f"the checkpoint's layers are {layers[:8]}: expected layer_0 .. layer_N-1")
+    n_layer = len(layers)
+    if untie_r and rw[0] != n_layer:
+        raise CheckpointError(f"{P}r_w_bias has {rw[0]} layers' biases but the checkpoint has {n_layer} layers")
+    d_model, qkv = need("layer_0/rel_attn/qkv/kernel", 2)
+    if qkv != 3 * n_head * d_head:
+        raise CheckpointError(f"{P}layer_0/rel_attn/qkv/kernel has {qkv} outputs, not 3 x {n_head} heads x "
+                              f"{d_head} = {3 * n_head * d_head}")
+    d_inner = need("layer_0/ff/layer_1/kernel", 2)[1]
+    tables, biases = _clusters(shapes, "adaptive_embed"), _clusters(shapes, "adaptive_softmax")
+    proj_same_dim = True
+    if P + "adaptive_embed/lookup_table" in shapes:  # div_val 1: one table, the softmax's clusters slice it
+        n_token, d_embed = need("adaptive_embed/lookup_table", 2)
+        div_val = 1
+        sizes = [b[0] for b in biases] if biases else [n_token]
+        if sum(sizes) != n_token:
+            raise CheckpointError(f"the softmax's clusters hold {sum(sizes)} tokens but the embedding {n_token}")
+    else:
+        if len(tables) < 2:
+            raise CheckpointError(f"the checkpoint has no {P}adaptive_embed/lookup_table and {len(tables)} "
+                                  "cutoff_i tables: not an architecture of the official TF code")
+        if any(len(t) != 2 for t in tables):
+            raise CheckpointError("an adaptive_embed/cutoff_i/lookup_table is not 2-d")
+        sizes, dims = [t[0] for t in tables], [t[1] for t in tables]
+        d_embed, div_val = dims[0], max(1, dims[0] // dims[1])
+        if div_val < 2 or any(d != d_embed // div_val**i for i, d in enumerate(dims)):
+            raise CheckpointError(f"the embedding clusters have sizes {dims}: not d_embed // div_val**i for one "
+                                  "div_val > 1")
+        n_token = sum(sizes)
+        for i, d in enumerate(dims):
+            if P + f"adaptive_embed/cutoff_{i}/proj_W" not in shapes:
+                if d != d_model:
+                    raise CheckpointError(f"{P}adaptive_embed/cutoff_{i}/proj_W is missing")
+                proj_same_dim = False
+    cutoffs = list(accumulate(sizes))[:-1]
+    tie_projs = []
+    for i in range(len(sizes)):
+        own = P + f"adaptive_softmax/cutoff_{i}/proj" in shapes
+        embedded = (P + "adaptive_embed/proj_W" in shapes) if div_val == 1 else \
+            (P + f"adaptive_embed/cutoff_{i}/proj_W" in shapes)
+        tie_projs.append(not own and embedded)
+    try:
+        cfg = TXLConfig(n_token=n_token, n_layer=n_layer, n_head=n_head, d_model=d_model, d_head=d_head,
+                        d_inner=d_inner, d_embed=d_embed, div_val=div_val, cutoffs=tuple(cutoffs),
+                        tie_projs=tuple(tie_projs), tie_weight=True, untie_r=untie_r,
+                        layer_norm_epsilon=TF_LAYER_NORM_EPS, tf_memory=True, **lengths)
+    except ConfigError as exc:
+        raise CheckpointError(f"the checkpoint's shapes make no txl model: {exc}") from None
+    return cfg, proj_same_dim
+
+
+def tf_shapes(cfg: TXLConfig, proj_same_dim: bool) -> dict[str, tuple[int, ...]]:
+    """Every model variable ``tf/model.py`` makes for ``cfg`` (as :func:`architecture` reads it), with its shape."""
+    d, h, e = cfg.d_model, cfg.n_head, cfg.d_head
+    bias = (cfg.n_layer, h, e) if cfg.untie_r else (h, e)
+    out: dict[str, tuple[int, ...]] = {P + "r_w_bias": bias, P + "r_r_bias": bias}
+    tables = cfg.cluster_shapes()
+    if cfg.div_val == 1:
+        out[P + "adaptive_embed/lookup_table"] = tables[0]
+        if cfg.d_embed != d:
+            out[P + "adaptive_embed/proj_W"] = (tables[0][1], d)
+    else:
+        for i, (v, di) in enumerate(tables):
+            out[P + f"adaptive_embed/cutoff_{i}/lookup_table"] = (v, di)
+            if proj_same_dim or di != d:
+                out[P + f"adaptive_embed/cutoff_{i}/proj_W"] = (di, d)
+    for layer in range(cfg.n_layer):
+        lp = f"{P}layer_{layer}/"
+        out.update({lp + "rel_attn/qkv/kernel": (d, 3 * h * e), lp + "rel_attn/r/kernel": (d, h * e),
+                    lp + "rel_attn/o/kernel": (h * e, d), lp + "ff/layer_1/kernel": (d, cfg.d_inner),
+                    lp + "ff/layer_1/bias": (cfg.d_inner,), lp + "ff/layer_2/kernel": (cfg.d_inner, d),
+                    lp + "ff/layer_2/bias": (d,)})
+        for block in ("rel_attn", "ff"):
+            out[lp + f"{block}/LayerNorm/gamma"] = out[lp + f"{block}/LayerNorm/beta"] = (d,)
+    if not cfg.cutoffs:
+        out[P + "adaptive_softmax/bias"] = (cfg.n_token,)
+        return out
+    bounds = [0, *cfg.cutoffs, cfg.n_token]
+    for i in range(len(bounds) - 1):
+        sp = f"{P}adaptive_softmax/cutoff_{i}/"
+        out[sp + "b"] = (bounds[i + 1] - bounds[i],)
+        di = cfg.d_embed if cfg.div_val == 1 else tables[i][1]
+        unprojected = (cfg.div_val == 1 or not proj_same_dim) and di == d
+        if not cfg.tie_projs[i] and not unprojected:
+            out[sp + "proj"] = (di, d)
+    out[P + "adaptive_softmax/cutoff_0/cluster_W"] = (len(cfg.cutoffs), cfg.d_embed)
+    out[P + "adaptive_softmax/cutoff_0/cluster_b"] = (len(cfg.cutoffs),)
+    return out
+
+
+def _check_variables(shapes: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> list[str]:
+    """The checkpoint's variables that are not the model's (ignored), after refusing a missing model variable, one
+    of another shape, or a ``transformer/`` variable the TF code does not make (other than an optimizer's slot)."""
+    for name, shape in wanted.items():
+        if name not in shapes:
+            raise CheckpointError(f"the checkpoint lacks {name} (shape {list(shape)}), which the model needs")
+        if tuple(shapes[name]) != shape:
+            raise CheckpointError(f"{name} has shape {list(shapes[name])} where the model's architecture needs "
+                                  f"{list(shape)}")
+    ignored = []
+    for name in shapes:
+        if name in wanted:
+            continue
+        slot_of = next((w for w in wanted if name.startswith(w + "/")), None)
+        if name.startswith(P) and slot_of is None:
+            raise CheckpointError(f"the checkpoint holds {name} {list(shapes[name])}, which the official TF "
+                                  "Transformer-XL does not make: an unknown architecture")
+        ignored.append(name)
+    return ignored
+
+
+def read_checkpoint(src: str | Path, **lengths: Any) -> TFCheckpoint:
+    """The checkpoint ``src`` names (:func:`~transformer_xl.interop.tensorbundle.find_prefix`), its model's config
+    (with ``lengths``) and its variables checked; no tensor is read yet."""
+    bundle = TensorBundle(find_prefix(src))
+    shapes = bundle.shapes()
+    cfg, proj_same_dim = architecture(shapes, **lengths)
+    ignored = _check_variables(shapes, tf_shapes(cfg, proj_same_dim))
+    return TFCheckpoint(bundle, cfg, proj_same_dim, ignored)
+
+
+# ---------------------------------------------------------------------------------------------- the weights
+def _tensor(bundle: TensorBundle, name: str) -> Tensor:
+    array = bundle.read(name)
+    if bundle.entries[name].dtype == BFLOAT16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).float()
+    if not np.issubdtype(array.dtype, np.floating):
+        raise CheckpointError(f"{name} is stored as {bundle.entries[name].dtype_name}, not as floating point")
+    return torch.from_numpy(array).float()
+
+
+def state_dict(ckpt: TFCheckpoint, *, progress: Callable[[str], None] | None = None) -> dict[str, Tensor]:
+    """The txl state dict of the checkpoint's model, built one variable at a time (each read, checked, transposed
+    where TF stores ``[in, out]``, then its read buffer dropped): the whole takes the memory of the model once. Tied
+    names share one tensor. NaN or inf in a weight is refused."""
+    cfg, bundle = ckpt.config, ckpt.bundle
+
+    def get(name: str, transpose: bool = False, flip: bool = False) -> Tensor:
+        if progress is not None:
+            progress(name)
+        t = _tensor(bundle, P + name)
+        check_finite({P + name: t}, bundle.prefix)
+        if transpose:
+            t = t.t().contiguous()
+        return t.flip(0).contiguous() if flip else t
+
+    state: dict[str, Tensor] = {"pos_enc.r_w_bias": get("r_w_bias"), "pos_enc.r_r_bias": get("r_r_bias")}
+    tables = cfg.cluster_shapes()
+    emb_projs: list[Tensor | None] = []
+    if cfg.div_val == 1:
+        state["word_emb.emb_layers.0.weight"] = get("adaptive_embed/lookup_table")
+        if cfg.d_embed != cfg.d_model:
+            emb_projs.append(get("adaptive_embed/proj_W", transpose=True))
+    else:
+        for i, (_, di) in enumerate(tables):
+            state[f"word_emb.emb_layers.{i}.weight"] = get(f"adaptive_embed/cutoff_{i}/lookup_table")
+            if P + f"adaptive_embed/cutoff_{i}/proj_W" in bundle.entries and (ckpt.proj_same_dim or
+                                                                             di != cfg.d_model):
+                emb_projs.append(get(f"adaptive_embed/cutoff_{i}/proj_W", transpose=True))
+            else:  # TF leaves this cluster unprojected (proj_same_dim=False): x @ I is x, exactly
+                emb_projs.append(torch.eye(cfg.d_model))
+    for i, p in enumerate(emb_projs):
+        state[f"word_emb.emb_projs.{i}"] = p
+    for layer in range(cfg.n_layer):
+        tp, lp = f"layer_{layer}/", f"layers.{layer}."
+        for net in ("qkv", "r", "o"):
+            state[f"{lp}dec_attn.{net}_net.weight"] = get(f"{tp}rel_attn/{net}/kernel", transpose=True)
+        state[f"{lp}dec_attn.layer_norm.weight"] = get(f"{tp}rel_attn/LayerNorm/gamma")
+        state[f"{lp}dec_attn.layer_norm.bias"] = get(f"{tp}rel_attn/LayerNorm/beta")
+        for j, k in ((1, 0), (2, 3)):
+            state[f"{lp}pos_ff.CoreNet.{k}.weight"] = get(f"{tp}ff/layer_{j}/kernel", transpose=True)
+            state[f"{lp}pos_ff.CoreNet.{k}.bias"] = get(f"{tp}ff/layer_{j}/bias")
+        state[f"{lp}pos_ff.layer_norm.weight"] = get(f"{tp}ff/LayerNorm/gamma")
+        state[f"{lp}pos_ff.layer_norm.bias"] = get(f"{tp}ff/LayerNorm/beta")
+    for i in range(len(tables)):  # the softmax: its words are the embedding's tables (TF always ties them)
+        state[f"crit.out_layers.{i}.weight"] = state[f"word_emb.emb_layers.{i}.weight"]
+    if not cfg.cutoffs:
+        state["crit.out_layers.0.bias"] = get("adaptive_softmax/bias")
+    else:
+        biases = [get(f"adaptive_softmax/cutoff_{i}/b") for i in range(len(cfg.cutoffs) + 1)]
+        if cfg.div_val == 1:
+            state["crit.out_layers.0.bias"] = torch.cat(biases)
+        else:
+            for i, b in enumerate(biases):
+                state[f"crit.out_layers.{i}.bias"] = b
+        state["crit.cluster_weight"] = get("adaptive_softmax/cutoff_0/cluster_W", flip=True)
+        state["crit.cluster_bias"] = get("adaptive_softmax/cutoff_0/cluster_b", flip=True)
+    projected = cfg.div_val != 1 or cfg.d_embed != cfg.d_model
+    for i in range(len(cfg.cutoffs) + 1 if projected else 0):
+        if P + f"adaptive_softmax/cutoff_{i}/proj" in bundle.entries:
+            state[f"crit.out_projs.{i}"] = get(f"adaptive_softmax/cutoff_{i}/proj", transpose=True)
+        elif cfg.tie_projs[i]:
+            state[f"crit.out_projs.{i}"] = state[f"word_emb.emb_projs.{0 if cfg.div_val == 1 else i}"]
+        else:  # unprojected in TF (d_i == d_model): the identity
+            state[f"crit.out_projs.{i}"] = torch.eye(cfg.d_model)
+    with torch.device("meta"):
+        own = TransformerXLLM(cfg).state_dict()
+    problem = mismatch({k: v.shape for k, v in own.items()}, {k: v.shape for k, v in state.items()})
+    if problem:  # a defect of this map, not of the file: the architecture was checked before
+        raise CheckpointError(f"the converted weights do not fit the model ({problem})")
+    return {name: state[name] for name in own}
+
+
+def iter_variables(ckpt: TFCheckpoint) -> Iterator[str]:
+    """The model variables of the checkpoint, in the order :func:`state_dict` reads them."""
+    yield from sorted(n for n in ckpt.bundle.entries if n not in ckpt.ignored)
+
+
+# ---------------------------------------------------------------------------------------------- a released folder
+def released_files(src: str | Path) -> tuple[Path | None, Path | None]:
+    """``(cache.pkl, corpus-info.json)`` of the released layout around ``src`` (``DIR/data/`` beside ``DIR/model/``,
+    ``src`` being ``DIR``, ``DIR/model`` or a prefix inside it), each None when absent."""
+    src = Path(src)
+    for folder in (src, src.parent, src.parent.parent):
+        data = folder / "data"
+        if data.is_dir():
+            pkl, info = data / "cache.pkl", data / "corpus-info.json"
+            return (pkl if pkl.is_file() else None), (info if info.is_file() else None)
+    return None, None
+
+
+def lengths_for(dataset: str | None) -> dict[str, Any]:
+    """The config lengths a converted model gets: the paper's evaluation settings of a released dataset, else
+    :data:`GENERIC_LENGTHS`."""
+    r = RELEASED.get(dataset or "")
+    if r is None:
+        return dict(GENERIC_LENGTHS)
+    return {"tgt_len": r.tgt_len, "mem_len": r.mem_len, "clamp_len": r.clamp_len, "same_length": r.same_length}
