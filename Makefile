@@ -2,6 +2,7 @@
 #   make demo   train a small Transformer-XL on the embedded WikiText-2 (400 steps, about 2 minutes of training)
 #   make test   lint + the documentation site + the test suite (CPU, a few minutes)
 #   make test-hf4   the tests checked against Hugging Face's TransfoXL of transformers 4 (their own environment)
+#   make test-tf   the tests checked against the official TensorFlow code (TensorFlow in an environment of its own)
 #   make test-avx2   the test suite again with PyTorch's CPU kernels held to AVX2 (what an AVX2-only CPU runs)
 #   make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it
 #   make mutate MODULE=src/transformer_xl/train/resume.py   mutation testing of one module (minutes; not in `make test`)
@@ -17,7 +18,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-avx2 test-hf4 test-all lint docs docs-serve figures demo clean mutate gpu-check gpu-wheels
+.PHONY: install test test-avx2 test-hf4 test-tf test-all lint docs docs-serve figures demo clean mutate gpu-check gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,13 +57,13 @@ figures: $(RUNTIME)
 	$(BIN)/python benchmarks/render_docs.py
 
 test: lint docs
-	bash .ci/pytest.sh -m "not slow and not hf4"
+	bash .ci/pytest.sh -m "not slow and not hf4 and not tf"
 
 # The suite with PyTorch's CPU kernels held to AVX2 (no AVX-512, no bf16 or AMX instructions: a bf16 product ~100x
 # slower than fp32), as on most laptops and AMD Zen 2/3 servers; CI runs it after `make test` on an AVX-512 machine.
 AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 test-avx2: $(TESTDEPS)
-	$(AVX2_ENV) bash .ci/pytest.sh -m "not slow and not hf4"
+	$(AVX2_ENV) bash .ci/pytest.sh -m "not slow and not hf4 and not tf"
 
 # The tests whose oracle is Hugging Face's deprecated TransfoXL (transformers 4.35-4.57; the test extra has
 # transformers 5, which removed it), in their own environment (.venv-hf4, pinned by constraints-hf4.txt): every one
@@ -79,6 +80,22 @@ $(HF4DEPS): pyproject.toml constraints-hf4.txt | $(HF4)/bin/python
 HF4_TESTS = $(shell grep -rlE 'mark\.hf4' tests | sort)
 test-hf4: $(HF4DEPS)
 	TXL_REQUIRE_HF4=1 PYTEST_VENV=$(HF4) bash .ci/pytest.sh -m "hf4 and not slow" $(HF4_TESTS)
+
+# The tests whose oracle is the official TensorFlow code (tf/model.py of kimiyoung/transformer-xl, run as it is by
+# tests/equivalence/tf_oracle.py under TensorFlow 2's v1 layer): TensorFlow in an environment of its own (.venv-tf,
+# pinned by constraints-tf.txt, no torch), called as a subprocess by the tests, which run in .venv
+# (TXL_REQUIRE_TF: none may skip for want of the oracle).
+TFENV := .venv-tf
+TFDEPS := $(TFENV)/.txl-tf-oracle
+$(TFENV)/bin/python:
+	$(PYTHON) -m venv $(TFENV)
+
+$(TFDEPS): constraints-tf.txt | $(TFENV)/bin/python
+	$(TFENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-tf.txt tensorflow-cpu tf-keras
+	touch $@
+
+test-tf: $(TESTDEPS) $(TFDEPS)
+	TXL_REQUIRE_TF=1 bash .ci/pytest.sh -m "tf and not slow" tests/equivalence/test_tf.py
 
 test-all: lint docs
 	bash .ci/pytest.sh
@@ -124,4 +141,4 @@ gpu-wheels: $(BIN)/python
 		$$(for w in $(GPU_WHEELS); do grep -i -m1 "^$$w==" constraints.txt || { echo "$$w not pinned" >&2; exit 1; }; done)
 
 clean:
-	rm -rf $(VENV) $(HF4) .pytest_cache .ruff_cache site .mutation  # never runs/
+	rm -rf $(VENV) $(HF4) $(TFENV) .pytest_cache .ruff_cache site .mutation  # never runs/

@@ -2,7 +2,7 @@
 44781ed), run as it is under TensorFlow 2's v1 compatibility layer. It runs in an environment of its own
 (``.venv-tf``: ``tensorflow-cpu`` and ``tf-keras``, no torch), as a subprocess of the tests:
 
-    .venv-tf/bin/python tests/equivalence/tf_oracle.py SPEC.json OUT_DIR
+    .venv-tf/bin/python tests/equivalence/tf_oracle.py SPEC.json OUT_DIR   (SPEC.json: a spec, or a list of named specs)
 
 It builds the official graph for the variant ``SPEC.json`` describes, gives every variable random values (biases,
 LayerNorms and the softmax's cluster parameters included, which the official initializers leave at 0 or 1), saves
@@ -152,4 +152,6 @@ def run(spec: dict, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    run(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))
+    specs = json.loads(Path(sys.argv[1]).read_text())  # one spec, or a list of them (each written to OUT/<name>)
+    for one in specs if isinstance(specs, list) else [specs]:
+        run(one, Path(sys.argv[2]) / one["name"] if isinstance(specs, list) else Path(sys.argv[2]))
