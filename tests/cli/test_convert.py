@@ -334,3 +334,106 @@ def test_convert_import_refuses_its_input_folder_as_out(tmp_path, capsys) -> Non
     assert err == (f"txl convert: error: {tmp_path / 'hf'} is txl convert's own input: refusing to write there; give "
                    f"a new or empty directory, or --force to move it aside to {tmp_path / 'hf.old-1'}\n")
     assert _tree(tmp_path / "hf") == before
+
+
+# ---------------------------------------------------------------------------------------------- --from tf
+TF_WORDS = ["<eos>", "<unk>", "the", "game", "was", "well", "@-@", "known", ",", ".", "1", "@,@", "000", "(", ")",
+            "'s", "=", "It", "n't", "do", "Valkyria", "of", "and", "é"]  # the tiny TF model's 24 symbols
+
+
+def _released(tmp_path):
+    """The tiny checkpoint TensorFlow wrote, in the released layout, with a Python 2 cache.pkl of 24 words."""
+    from tests.interop.tf_files import py2_cache_pkl, tf_tiny
+
+    root = tf_tiny(tmp_path / "tf_tiny")
+    (root / "data" / "cache.pkl").write_bytes(py2_cache_pkl(TF_WORDS))
+    return root
+
+
+def test_convert_from_tf_writes_a_model_every_txl_tool_reads(tmp_path, capsys) -> None:
+    from tests.interop.tf_files import tf_golden
+
+    root = _released(tmp_path)
+    out = tmp_path / "m"
+    assert main(["convert", "--from", "tf", str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "2 layers, d_model 8, 2 heads of 4" in printed.out and "vocabulary (24 symbols)" in printed.out
+    assert Vocab.load(out / "vocab.json").idx2sym == TF_WORDS
+    assert json.loads((out / "MANIFEST.json").read_text())["files"]
+    model = TransformerXLLM.from_pretrained(out)
+    spec, want = tf_golden()
+    ids = torch.tensor(spec["ids"]).t()
+    lengths = model.config.lengths(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"],
+                                   same_length=spec["same_length"])
+    with torch.no_grad():
+        first = model(ids[:, :4], ids[:, 1:5], None, lengths=lengths).nll.t().numpy()
+    assert abs(first - want[0]).max() < 1e-5
+    # the tools: generation and scoring from the directory, and transformers 5's Auto classes
+    assert main(["generate", str(out), "--prompt", "the game was", "--max-new-tokens", "5", "--seed", "0"]) == 0
+    (tmp_path / "lines.txt").write_text("the game was well known .\n")
+    assert main(["score", str(out), str(tmp_path / "lines.txt")]) == 0
+    assert '"n_tokens": 7' in capsys.readouterr().out
+    from transformers import AutoModelForCausalLM
+
+    import transformer_xl.hf  # noqa: F401
+
+    hf = AutoModelForCausalLM.from_pretrained(out)
+    assert hf.config.n_token == 24
+
+
+def test_txl_eval_reads_a_dataset_in_the_models_vocabulary_order(tmp_path, capsys) -> None:
+    """A released model's vocabulary is ordered by Python 2's Counter; txl's preparation of the same text orders
+    tied counts otherwise: eval reads the dataset's symbols as the model's ids (here a text of the model's words
+    whose own vocabulary orders them differently)."""
+    root = _released(tmp_path)
+    assert main(["convert", "--from", "tf", str(root), "--out", str(tmp_path / "m"), "--preset", "lm1b"]) == 0
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert (cfg["tgt_len"], cfg["mem_len"], cfg["clamp_len"], cfg["same_length"]) == (32, 128, -1, True)
+    text = tmp_path / "text"
+    text.mkdir()
+    words = " ".join(reversed(TF_WORDS[2:]))
+    for split in ("train", "valid", "test"):
+        (text / f"{split}.txt").write_text(f"{words}\n" * 30)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "m"), "--dataset", str(text), "--split", "test", "--level", "word",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    assert "read as the model's own ids" in capsys.readouterr().err
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["mem_len"] == 128 and result["same_length"] is True and result["tokens"] > 0
+    (text / "test.txt").write_text("a word the model never saw\n" * 30)
+    for split in ("train", "valid"):
+        (text / f"{split}.txt").write_text("a word the model never saw\n" * 30)
+    assert main(["eval", str(tmp_path / "m"), "--dataset", str(text), "--split", "test", "--level", "word",
+                 "--data-dir", str(tmp_path / "cache2")]) == 2
+
+
+@pytest.mark.parametrize("damage", ["shard", "index", "shape", "hostile-pickle", "user-files"])
+def test_convert_from_tf_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys, damage) -> None:
+    from tests.interop.tf_files import hostile_pkl
+
+    root = _released(tmp_path)
+    out = tmp_path / "out"
+    prefix = root / "model" / "model.ckpt-0"
+    marker = tmp_path / "ran"
+    if damage == "shard":
+        shard = prefix.with_name("model.ckpt-0.data-00000-of-00001")
+        shard.write_bytes(shard.read_bytes()[:-64])
+    elif damage == "index":
+        prefix.with_name("model.ckpt-0.index").unlink()
+    elif damage == "shape":  # corpus-info.json of another model
+        (root / "data" / "corpus-info.json").write_text(json.dumps({"vocab_size": 30, "cutoffs": [0, 30],
+                                                                    "dataset": "enwik8"}))
+    elif damage == "hostile-pickle":
+        (root / "data" / "cache.pkl").write_bytes(hostile_pkl(marker))
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["convert", "--from", "tf", str(root), "--out", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("txl convert: error: ") and "Traceback" not in err, err
+    assert not marker.exists()
+    if damage == "user-files":
+        assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    else:
+        assert not out.exists()

@@ -37,8 +37,8 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.compat.v1.layers needs Keras 2 (tf-keras)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf2  # noqa: E402
+import numpy as np
+import tensorflow as tf2
 
 tf1 = tf2.compat.v1
 LN_EPS = 1e-12  # TF 1's tf.contrib.layers.layer_norm

@@ -124,8 +124,6 @@ def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
         vocab, cached_dataset = read_corpus_vocab(pkl)
     dataset = args.preset or (info or {}).get("dataset") or cached_dataset
     if dataset not in RELEASED_NAMES:
-        say(f"no released dataset named (data/corpus-info.json or --preset): the model gets tgt_len = mem_len = 128 "
-            f"and no same_length; give --preset {{{','.join(RELEASED_NAMES)}}} for a released model's settings")
         dataset = None
     ckpt = read_checkpoint(args.path, **lengths_for(dataset))
     cfg = ckpt.config
@@ -146,6 +144,9 @@ def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
     print(f"settings{' of the paper (' + dataset + ')' if dataset else ''}: tgt_len {cfg.tgt_len}, mem_len "
           f"{cfg.mem_len}, clamp_len {cfg.clamp_len}, same_length {cfg.same_length}; TF's LayerNorm epsilon 1e-12 and "
           f"memory (tf_memory); {len(ckpt.ignored)} variables that are not the model's left out")
+    if dataset is None:
+        say(f"no released dataset named (data/corpus-info.json or --preset), so the model has generic lengths; give "
+            f"--preset {{{','.join(RELEASED_NAMES)}}} for a released model's evaluation settings")
     if vocab is not None:
         print(f"wrote vocabulary ({len(vocab):,} symbols) to {Path(args.out) / VOCAB}")
     return 0

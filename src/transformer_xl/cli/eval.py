@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from transformer_xl.data import load_corpus
     from transformer_xl.data.progress import progress_mode
     from transformer_xl.inference.evaluate import EvalResult, describe, evaluate, memory_sweep, replace_settings
-    from transformer_xl.inference.loading import check_dataset, load_model, run_text_options
+    from transformer_xl.inference.loading import load_model, model_ids, run_text_options
     from transformer_xl.inference.window import evaluate_sliding_window
 
     mem_lens = parse_int_list(args.mem_len, "--mem-len") if args.mem_len is not None else None
@@ -95,10 +95,14 @@ def run(args: argparse.Namespace) -> int:
         say(note)
     text = given if given is not None else run_text_options(directory)
     corpus = load_corpus(args.dataset, data_dir=args.data_dir, **text)
-    check_dataset(model, directory, corpus, args.dataset)
+    remap = model_ids(model, directory, corpus, args.dataset)
     if args.split not in corpus.splits:
         raise ConfigError(f"{args.dataset} has no {args.split!r} split (has {', '.join(corpus.splits)})")
     data = corpus.splits[args.split]
+    if remap is not None:  # the dataset's symbols in the model's vocabulary, which holds them all
+        say(f"{args.dataset}'s {len(corpus.vocab):,} symbols read as the model's own ids (its vocabulary of "
+            f"{model.config.n_token:,} holds them all, in another order)")
+        data = remap[data]
     info = dict(model=str(directory), dataset=args.dataset, split=args.split)
     if args.sliding_window is not None:
         results = [evaluate_sliding_window(model, data, window=args.sliding_window, max_tokens=args.max_tokens,

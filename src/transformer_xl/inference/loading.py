@@ -122,6 +122,28 @@ def check_dataset(model: TransformerXLLM, model_dir: str | Path, corpus: Any, na
                         "not the model's dataset")
 
 
+def model_ids(model: TransformerXLLM, model_dir: str | Path, corpus: Any, name: str) -> Any:
+    """None when ``corpus``'s ids are the model's; else the map ``[len(corpus.vocab)]`` from the dataset's ids to
+    the model's, when the model's vocabulary (beside it) holds every symbol of the dataset's: a released TensorFlow
+    model's vocabulary (Python 2's ``Counter`` ordered tied counts otherwise than txl's preparation), or WikiText-2's
+    text read by a WikiText-103 model. Anything else is :func:`check_dataset`'s one-line refusal."""
+    import numpy as np
+
+    try:
+        own = load_vocab(model_dir)
+    except CheckpointError:
+        own = None
+    if own is None or own.sha256() == corpus.vocab.sha256() or len(own) != model.config.n_token:
+        check_dataset(model, model_dir, corpus, name)
+        return None
+    missing = [s for s in corpus.vocab.idx2sym if s not in own.sym2idx]
+    if missing:
+        raise DataError(f"the vocabulary of {name} ({len(corpus.vocab)} symbols) differs from the model's "
+                        f"({len(own)} symbols, {find_vocab(model_dir)}) and {len(missing)} of its symbols (e.g. "
+                        f"{missing[0][:40]!r}) are not the model's: not the model's dataset")
+    return np.array([own.sym2idx[s] for s in corpus.vocab.idx2sym], dtype=np.int64)
+
+
 #: The options that prepare one's own text, recorded in a run's config (``txl train --level ...``).
 USER_TEXT_FLAGS = ("level", "tokenizer", "valid_fraction", "test_fraction")
 

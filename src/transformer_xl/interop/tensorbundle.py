@@ -236,6 +236,16 @@ class TensorBundle:
         if not 1 <= n <= 100_000:
             raise CheckpointError(f"{self.prefix}.index names {n} data shards (damaged)")
         self.shards = [Path(f"{self.prefix}.data-{i:05d}-of-{n:05d}") for i in range(n)]
+        for i, shard in enumerate(self.shards):  # a shard shorter than its entries say: truncated (whatever is cut)
+            need = max((e.offset + e.size for e in self.entries.values() if e.shard == i and not e.sliced), default=0)
+            try:
+                have = shard.stat().st_size
+            except FileNotFoundError:
+                raise CheckpointError(f"data shard {shard} not found (a checkpoint is PREFIX.index and its "
+                                      "PREFIX.data-* files)") from None
+            if have < need:
+                raise CheckpointError(f"{shard} is {have:,} bytes but its index places tensors up to byte {need:,}: "
+                                      "the shard is truncated")
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Variable name -> shape, from the index alone."""
