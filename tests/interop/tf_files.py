@@ -1,8 +1,11 @@
-"""Test-only files of the official TensorFlow code's kind: the tiny checkpoint that code wrote
-(``tests/assets/tf_tiny``, written by ``tests/equivalence/tf_oracle.py`` with the spec in its ``tf_nll.json``, Adam's slots and ``global_step``
-beside the model), and ``cache.pkl`` files written opcode by opcode as Python 2.7's ``pickle.dump(corpus, f,
-protocol=2)`` writes the official ``tf/data_utils.py`` ``Corpus`` (byte strings as ``SHORT_BINSTRING``/``BINSTRING``,
-numpy arrays through ``numpy.core.multiarray._reconstruct``)."""
+"""Test-only files of the official TensorFlow code's kind:
+
+* the tiny checkpoint that code wrote (``tests/assets/tf_tiny``, written by ``tests/equivalence/tf_oracle.py`` with
+  the spec in its ``tf_nll.json``; Adam's slots and ``global_step`` beside the model);
+* ``cache.pkl`` files written opcode by opcode as Python 2.7's ``pickle.dump(corpus, f, protocol=2)`` writes the
+  official ``tf/data_utils.py`` ``Corpus`` (byte strings as ``SHORT_BINSTRING``/``BINSTRING``, numpy arrays through
+  ``numpy.core.multiarray._reconstruct``).
+"""
 
 from __future__ import annotations
 
