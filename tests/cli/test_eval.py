@@ -224,3 +224,26 @@ def test_cli_eval_says_in_one_line_when_int8_does_not_pay_for_its_rows(text_corp
     assert (line + "--quantize int8 saves memory here, not time\n" in err) == said
     assert main(["eval", str(model_dir), "--dataset", str(path), "--split", "valid", "--json", str(out),
                  "--no-progress"]) == 0 and len(asked) == 1  # no probe without --quantize
+
+
+def test_a_model_whose_vocabulary_holds_wikitext2s_reads_its_test_set_as_its_own_ids(tmp_path, capsys) -> None:
+    """WikiText-103's test articles are WikiText-2's: a WikiText-103 model (a vocabulary holding every WikiText-2
+    symbol, in its own order) evaluates on WikiText-2's test file, each symbol read as the model's id for it, and
+    scores what it scores on the same text written in its own ids."""
+    from tests.helpers import tiny_model
+    from transformer_xl.data import Vocab, load_corpus
+    from transformer_xl.inference.evaluate import evaluate
+
+    wt2 = load_corpus("wt2", cache_dir=tmp_path / "cache")
+    symbols = [*reversed(wt2.vocab.idx2sym), "Valkyria-extra", "zzz-extra"]  # a superset, another order
+    own = Vocab(symbols, special=["<eos>"], eos="<eos>", unk="<unk>")
+    model = tiny_model(0, n_token=len(own), mem_len=8, tgt_len=8)
+    model.save_pretrained(tmp_path / "m", vocab=own)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "m"), "--dataset", "wt2", "--split", "test", "--max-tokens", "400",
+                 "--batch-size", "2", "--data-dir", str(tmp_path / "cache"), "--json", str(tmp_path / "r.json")]) == 0
+    assert "read as the model's own ids" in capsys.readouterr().err
+    got = json.loads((tmp_path / "r.json").read_text())
+    remap = np.array([own.sym2idx[s] for s in wt2.vocab.idx2sym])
+    want = evaluate(model, remap[wt2.splits["test"]], batch_size=2, max_tokens=400)
+    assert got["loss"] == pytest.approx(want.loss, rel=1e-6) and got["tokens"] == want.tokens

@@ -223,3 +223,12 @@ def test_off_the_cpu_a_float_matrix_is_kept_as_it_is_with_its_bias_and_shape() -
     lin = pack_linear(w, b, int8=False)
     assert lin.weight.shape == (20, 41) and lin.bias is not None and lin.bias.shape == (20,)
     assert lin.scale is None and lin.shape == (20, 41)
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_the_step_keeps_the_tf_codes_memory(same_length) -> None:
+    """tf_memory (the released TensorFlow models): the prompt starts from mem_len zero states and, under same_length,
+    every query sees mem_len + 1 keys, all of a full ring; the captured step equals the plain one."""
+    from tests.helpers import generation_model
+
+    _step_against_the_plain_one(generation_model(0, n_token=40, tf_memory=True, same_length=same_length), mem_len=6)

@@ -66,11 +66,20 @@ def test_config_from_hf_old_names_and_shared_projections() -> None:
 
 @pytest.mark.parametrize("hf, message", [
     (dict(attn_type=1), "attn_type 0 only"),
-    (dict(layer_norm_epsilon=1e-6), "layer_norm_epsilon 1e-06 is not supported"),
+    (dict(layer_norm_epsilon=0.0), r"layer_norm_epsilon must be a number in \(0, 1\), got 0.0"),
 ])
 def test_config_from_hf_refuses_what_txl_cannot_load(hf, message) -> None:
     with pytest.raises(ConfigError, match=message):
         config_from_hf({**hf_config_dict(tiny_model()), **hf})
+
+
+def test_a_layer_norm_epsilon_travels_both_ways() -> None:
+    """Hugging Face's TransfoXL has layer_norm_epsilon; txl keeps it (the TF code's 1e-12 among others)."""
+    model = tiny_model(layer_norm_epsilon=1e-6)
+    assert hf_config_dict(model)["layer_norm_epsilon"] == 1e-6
+    assert config_from_hf(hf_config_dict(model)).layer_norm_epsilon == 1e-6
+    with pytest.raises(ConfigError, match="no tf_memory"):
+        hf_config_dict(tiny_model(tf_memory=True))
 
 
 @pytest.mark.parametrize("overrides, reason", [
@@ -205,8 +214,8 @@ def test_build_hf_gives_the_same_nll(untie_r: bool) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"layer_norm_epsilon": None}, "layer_norm_epsilon None is not supported"),
-    ({"layer_norm_epsilon": "1e-5"}, "layer_norm_epsilon '1e-5' is not supported"),
+    ({"layer_norm_epsilon": None}, "layer_norm_epsilon must be a number"),
+    ({"layer_norm_epsilon": "1e-5"}, "layer_norm_epsilon must be a number"),
     ({"cutoffs": 7}, "cutoffs must be a list of integers, got 7"),
     ({"tgt_len": "x"}, "tgt_len"),
 ])

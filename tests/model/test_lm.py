@@ -10,6 +10,7 @@ import torch
 from tests.helpers import TINY
 from tests.helpers import adaptive_model as _model
 from tests.helpers import assert_same_outputs as _same_outputs
+from tests.helpers import tiny_model
 from transformer_xl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
 
 V = TINY["n_token"]
@@ -433,3 +434,21 @@ def test_a_key_mask_is_refused_where_it_cannot_hold(tiny_model) -> None:
         tiny_model()(ids, key_mask=ok, lengths=tiny_model().config.lengths(ext_len=1))
     with pytest.raises(ConfigError, match=r"key_mask must be bool \[batch=2, memory \+ segment=3\]"):
         tiny_model()(ids, key_mask=ok[:, :2])
+
+
+def test_tf_memory_starts_from_mem_len_zero_states() -> None:
+    """tf_memory: no memory given is mem_len zero states (attended to, so not the same as an empty memory);
+    init_mems gives them; a padded batch's key mask counts them as real keys."""
+    model = tiny_model(0, tf_memory=True, mem_len=5)
+    ids = torch.randint(0, model.config.n_token, (2, 7), generator=torch.Generator().manual_seed(0))
+    zeros = [torch.zeros(2, 5, model.config.d_model) for _ in range(model.config.n_layer + 1)]
+    with torch.no_grad():
+        fresh = model(ids[:, :-1], ids[:, 1:])
+        given = model(ids[:, :-1], ids[:, 1:], zeros)
+        started = model(ids[:, :-1], ids[:, 1:], model.init_mems(2))
+        padded = model(ids[:, :-1], ids[:, 1:], key_mask=torch.ones(2, 6, dtype=torch.bool))
+        empty = model(ids[:, :-1], ids[:, 1:], [z[:, :0] for z in zeros])
+    assert torch.equal(fresh.nll, given.nll) and torch.equal(fresh.nll, started.nll)
+    assert torch.allclose(fresh.nll, padded.nll, atol=1e-6)
+    assert not torch.allclose(fresh.nll, empty.nll)
+    assert [m.shape[1] for m in fresh.mems] == [5] * (model.config.n_layer + 1)

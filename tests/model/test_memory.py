@@ -99,3 +99,18 @@ def test_update_padded_mems_keeps_each_rows_last_real_positions_right_aligned() 
     new, mask = update_padded_mems(hids, mems, key_mask, mem_len=5)  # more room than real positions
     assert new[0].squeeze(-1).tolist() == [[11, 12, 0, 1, 10], [2, 3, 13, 14, 15]]
     assert mask.tolist() == [[False, False, True, True, True], [False, True, True, True, True]]
+
+
+def test_the_tf_codes_same_length_window_is_one_key_longer() -> None:
+    """TF's _create_mask: query i of a segment after a memory of M sees keys i .. M + i (M + 1 of them); the
+    PyTorch code's mask with a window of mem_len: M keys, itself included. Lengths.window is what the model passes."""
+    from transformer_xl.model.config import Lengths
+
+    q, m = 4, 6
+    tf = ~causal_mask(qlen=q, mlen=m, mem_len=Lengths(mem_len=m, same_length=True, tf_memory=True).window,
+                      same_length=True, device=torch.device("cpu"))
+    pt = ~causal_mask(qlen=q, mlen=m, mem_len=Lengths(mem_len=m, same_length=True).window, same_length=True,
+                      device=torch.device("cpu"))
+    for i in range(q):
+        assert tf[i].nonzero().flatten().tolist() == list(range(i, m + i + 1))
+        assert pt[i].nonzero().flatten().tolist() == list(range(i + 1, m + i + 1))

@@ -47,7 +47,7 @@ HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 _HF_RENAMES = {"vocab_size": "n_token", "tie_word_embeddings": "tie_weight"}
 _HF_IGNORED = {
-    "adaptive", "proj_share_all_but_first", "layer_norm_epsilon", "eos_token_id", "architectures",
+    "adaptive", "proj_share_all_but_first", "eos_token_id", "architectures",
     "model_type", "transformers_version", "torch_dtype", "dtype", "task_specific_params", "pad_token_id",
     "bos_token_id", "output_attentions", "output_hidden_states", "use_return_dict", "trainer_compatible",
     "return_dict", "is_decoder", "tie_weight", "tie_word_embeddings", "n_token", "vocab_size",
@@ -58,9 +58,6 @@ def config_from_hf(hf: dict[str, Any]) -> TXLConfig:
     """``TXLConfig`` from a Hugging Face TransfoXL ``config.json`` dict (old and new key names)."""
     if hf.get("attn_type", 0) != 0:
         raise ConfigError("Hugging Face TransfoXL implements attn_type 0 only")
-    eps = hf.get("layer_norm_epsilon", 1e-5)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or abs(eps - 1e-5) > 1e-12:
-        raise ConfigError(f"layer_norm_epsilon {eps!r} is not supported (txl uses the official 1e-5)")
     fields = set(TXLConfig.__dataclass_fields__)
     kw: dict[str, Any] = {k: v for k, v in hf.items() if k in fields and k not in _HF_IGNORED}
     kw["n_token"] = hf.get("vocab_size", hf.get("n_token"))
@@ -108,6 +105,9 @@ def check_hf_exportable(cfg: TXLConfig) -> None:
     if cfg.sample_softmax > 0:
         raise ConfigError(f"Hugging Face TransfoXL has no sampled softmax (sample_softmax={cfg.sample_softmax}; "
                           "its model refuses sample_softmax > 0)")
+    if cfg.tf_memory:
+        raise ConfigError("Hugging Face TransfoXL has no tf_memory (the TF code's memory: mem_len zero states to "
+                          "start, same_length seeing mem_len + 1 keys): its scores would differ")
     if cfg.ext_len > 0:
         raise ConfigError(f"Hugging Face TransfoXL has no ext_len (ext_len={cfg.ext_len}): its memory keeps the "
                           "last mem_len positions of every segment, so its memories would differ")
@@ -166,7 +166,7 @@ def hf_config_dict(model: TransformerXLLM) -> dict[str, Any]:
         "same_length": cfg.same_length, "attn_type": 0, "sample_softmax": cfg.sample_softmax,
         "adaptive": bool(cfg.cutoffs), "dropout": cfg.dropout, "dropatt": cfg.dropatt, "untie_r": cfg.untie_r,
         "tie_projs": [*cfg.tie_projs, *[False] * (len(cfg.cutoffs) + 1 - len(cfg.tie_projs))],
-        "tie_word_embeddings": cfg.tie_weight, "layer_norm_epsilon": 1e-5, "init": cfg.init,
+        "tie_word_embeddings": cfg.tie_weight, "layer_norm_epsilon": cfg.layer_norm_epsilon, "init": cfg.init,
         "init_range": cfg.init_range, "init_std": cfg.init_std, "proj_init_std": cfg.proj_init_std,
     }
 

@@ -95,7 +95,7 @@ RELEASED: dict[str, Released] = {
                       model=_arch(267735, 18, 1024, 16, 64, 4096, cutoffs=(20000, 40000, 200000), div_val=4,
                                   tie_projs=(False, True, True, True), untie_r=True)),
     "lm1b": Released("lm1b", "tf_lm1b", "ppl", 21.8, tgt_len=32, mem_len=128, clamp_len=-1,
-                     model=_arch(793470, 24, 1280, 16, 80, 8192, cutoffs=(60000, 100000, 640000), div_val=4,
+                     model=_arch(793471, 24, 1280, 16, 80, 8192, cutoffs=(60000, 100000, 640000), div_val=4,
                                  tie_projs=(False, False, False, False), untie_r=True)),
 }
 #: ``proj_same_dim`` of each released model (One Billion Word's leaves its first cluster unprojected).
@@ -369,3 +369,18 @@ def lengths_for(dataset: str | None) -> dict[str, Any]:
     if r is None:
         return dict(GENERIC_LENGTHS)
     return {"tgt_len": r.tgt_len, "mem_len": r.mem_len, "clamp_len": r.clamp_len, "same_length": r.same_length}
+
+
+def load_tf(src: str | Path, *, preset: str | None = None) -> TransformerXLLM:
+    """The model of a TensorFlow checkpoint of the official code, in eval mode: ``src`` as ``txl convert --from tf``
+    takes it; the evaluation settings of ``preset`` (a released dataset), else of the dataset its ``data/``
+    folder names (the vocabulary: :func:`transformer_xl.interop.tf_vocab.read_corpus_vocab`)."""
+    from transformer_xl.interop.tf_vocab import read_corpus_info
+
+    if preset is None:
+        _, info = released_files(src)
+        preset = read_corpus_info(info)["dataset"] if info is not None else None
+    ckpt = read_checkpoint(src, **lengths_for(preset))
+    model = TransformerXLLM(ckpt.config)
+    model.load_state_dict_strict(state_dict(ckpt))
+    return model.eval()

@@ -76,8 +76,52 @@ def render(path: str, root: Path) -> str:
         return decode_kernels_markdown(report, command)
     if "rows" in report and all("cold_s" in row for row in report["rows"]):
         return compile_time_markdown(report, command)
-    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels, compile-time or soak "
-                      "report")
+    if "convert_seconds" in report:
+        return tf_convert_markdown(report, command)
+    if "rows" in report and all("test_hours" in row for row in report["rows"]):
+        return released_eval_markdown(report, command)
+    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels, compile-time, soak, "
+                      "TF conversion or released-model evaluation report")
+
+
+def tf_convert_markdown(report: dict[str, Any], command: str) -> str:
+    """The table of a ``benchmarks/bench_tf_convert.py`` report: time and rates beside the plain read and write
+    of the same run, peak memory beside the output and the largest tensor."""
+    gb = 1e9
+    lines = [f"`{command}` ({report['cpu']}, {report['cores']} cores; load average {report['load_average']:.2f})",
+             "", "| | |", "|---|---|",
+             f"| bundle (the model and {report['bundle_bytes'] // report['model_bytes'] - 1} optimizer slots per "
+             f"variable) | {report['bundle_bytes'] / gb:.2f} GB |",
+             f"| output | {report['output_bytes'] / gb:.2f} GB, the largest tensor "
+             f"{report['largest_tensor_bytes'] / 1e6:.0f} MB |",
+             f"| conversion | {report['convert_seconds']:.1f} s: {report['convert_model_mb_per_s']:.0f} MB/s of the "
+             f"model's weights |",
+             f"| yardsticks of the same run | plain read {report['plain_read_mb_per_s']:,.0f} MB/s (page cache), "
+             f"plain write with fsync {report['plain_write_mb_per_s']:,.0f} MB/s; reading and writing the model once "
+             f"at those rates is {report['convert_share_of_read_then_write']:.0%} of the conversion's time |",
+             f"| peak memory | {report['peak_rss_bytes'] / gb:.2f} GB: the process's own "
+             f"{report['baseline_rss_bytes'] / gb:.2f} GB, then "
+             f"{report['peak_less_baseline_over_output_plus_largest']:.2f} x (output + largest tensor); "
+             f"{report['peak_over_bundle']:.0%} of the bundle |"]
+    return "\n".join(lines)
+
+
+def released_eval_markdown(report: dict[str, Any], command: str) -> str:
+    """The table of a ``benchmarks/bench_released_eval.py`` report: per released model, its evaluation's speed,
+    memory and the time of its test set."""
+    first = report["rows"][0]
+    lines = [f"`{command}` ({first['cpu']}, flags: {', '.join(first['cpu_flags'])}; {first['threads']} threads; "
+             f"load average {first['load_average']})", "",
+             "| model | parameters | tgt_len / mem_len | tokens/s | matmul share of the fp32 GEMM peak | peak memory "
+             "| per 100,000 tokens | test set |", "|---|---:|---|---:|---:|---:|---:|---|"]
+    for r in report["rows"]:
+        test = "not known here" if r["test_hours"] is None else \
+            f"{r['test_tokens']:,} tokens: {r['test_hours']:.1f} h"
+        lines.append(f"| {r['model']} | {r['parameters'] / 1e6:.0f} M | {r['tgt_len']} / {r['mem_len']:,} "
+                     f"| {r['tokens_per_s']:.1f} | {r['share_of_fp32_peak']:.0%} "
+                     f"({r['matmul_gflop_per_s']:.0f} of {r['fp32_gemm_peak_gflop_per_s']:.0f} GFLOP/s) "
+                     f"| {r['peak_rss_bytes'] / 1e9:.1f} GB | {r['seconds_per_100k_tokens'] / 60:.0f} min | {test} |")
+    return "\n".join(lines)
 
 
 def compile_time_markdown(report: dict[str, Any], command: str) -> str:
