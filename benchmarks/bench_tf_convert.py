@@ -172,7 +172,8 @@ def main() -> int:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     result = {
-        "command": "python benchmarks/bench_tf_convert.py " + shlex.join(sys.argv[1:]), "model": args.model, "bundle_bytes": shard, "model_bytes": model_bytes, "largest_tensor_bytes": largest,
+        "command": "python benchmarks/bench_tf_convert.py " + shlex.join(sys.argv[1:]), "model": args.model,
+        "bundle_bytes": shard, "model_bytes": model_bytes, "largest_tensor_bytes": largest,
         "output_bytes": out_bytes, "write_seconds": round(written, 2), "convert_seconds": round(seconds, 2),
         "convert_model_mb_per_s": round(model_bytes / seconds / 1e6, 1),
         "convert_bundle_mb_per_s": round(shard / seconds / 1e6, 1),

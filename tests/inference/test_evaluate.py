@@ -137,3 +137,18 @@ def test_evaluate_reports_segments_as_lines_on_stderr(mode: str, monkeypatch, ca
     assert len(lines) == 10 and lines[-1].startswith("eval segment 100/100 (100%) | ")
     assert lines[0].startswith("eval segment 10/100 (10%) | ") and " tok/s | ETA " in lines[0]
     assert result.tokens == 400
+
+
+def test_tf_memory_evaluates_the_same_with_and_without_the_inference_cache() -> None:
+    """The TF code's zero first memory and same_length window through evaluate's cache of the memory's keys/values:
+    the losses equal the plain forward's; and they differ from the PyTorch conventions' on the same weights."""
+    from tests.helpers import tiny_model
+    from transformer_xl.inference.evaluate import evaluate
+
+    model = tiny_model(0, tf_memory=True, same_length=True, mem_len=6, tgt_len=4, clamp_len=5)
+    data = torch.randint(0, model.config.n_token, (90,), generator=torch.Generator().manual_seed(0)).numpy()
+    cached = evaluate(model, data, batch_size=2, inference_cache=True, return_nll=True)
+    plain = evaluate(model, data, batch_size=2, inference_cache=False, return_nll=True)
+    assert np.allclose(cached.nll, plain.nll, atol=1e-5, equal_nan=True)
+    pytorch_like = tiny_model(0, same_length=True, mem_len=6, tgt_len=4, clamp_len=5)
+    assert abs(evaluate(pytorch_like, data, batch_size=2).loss - plain.loss) > 1e-4

@@ -7,10 +7,9 @@ import json
 import pytest
 import torch
 
-from tests.helpers import TINY
+from tests.helpers import TINY, tiny_model
 from tests.helpers import adaptive_model as _model
 from tests.helpers import assert_same_outputs as _same_outputs
-from tests.helpers import tiny_model
 from transformer_xl import CheckpointError, ConfigError, TransformerXLLM, TXLConfig
 
 V = TINY["n_token"]

@@ -366,3 +366,21 @@ def test_allowed_hosts_are_host_names() -> None:
     for bad in ("http://proxy.example", "proxy.example/x", "a b", "", "user@proxy.example", "a..b", "proxy:port"):
         with pytest.raises(ConfigError, match=r"^--allowed-host takes a host name as a Host header gives it"):
             host_names(ServeOptions(allowed_hosts=[bad]))
+
+
+def test_a_converted_tensorflow_checkpoint_serves_completions(tmp_path) -> None:
+    """A released-model layout converted by txl convert --from tf (TF's memory and LayerNorm epsilon in its config)
+    answers the openai client over a real socket."""
+    pytest.importorskip("openai")
+    from tests.cli.test_convert import _released
+    from tests.serve.conftest import start_server
+    from transformer_xl.cli import main
+
+    assert main(["convert", "--from", "tf", str(_released(tmp_path)), "--out", str(tmp_path / "m")]) == 0
+    server = start_server(tmp_path / "m")
+    served = next(server)
+    try:
+        answer = served.client().completions.create(model="tiny", prompt="the game was", max_tokens=6, seed=0)
+        assert 1 <= answer.usage.completion_tokens <= 6 and answer.choices[0].finish_reason in ("length", "stop")
+    finally:
+        server.close()

@@ -2,8 +2,8 @@
 TransfoXL (:mod:`~transformer_xl.interop.hf`, :mod:`~transformer_xl.interop.hf_vocab`), reading their state dicts
 without unpickling code (:mod:`~transformer_xl.interop.state_dicts`), and models on the Hugging Face Hub
 (:mod:`~transformer_xl.interop.hub`); the official TensorFlow code's checkpoints, the paper's released models
-(:mod:`~transformer_xl.interop.tf`, :mod:`~transformer_xl.interop.tensorbundle`, :mod:`~transformer_xl.interop.tf_vocab`);
-ONNX graphs for ONNX Runtime (:mod:`~transformer_xl.interop.onnx_export`,
+(:mod:`~transformer_xl.interop.tf`, :mod:`~transformer_xl.interop.tensorbundle`,
+:mod:`~transformer_xl.interop.tf_vocab`); ONNX graphs for ONNX Runtime (:mod:`~transformer_xl.interop.onnx_export`,
 :mod:`~transformer_xl.interop.onnx_runtime`)."""
 
 from transformer_xl.interop.hf import from_hf, hf_config_dict, to_hf_state_dict
