@@ -351,7 +351,7 @@ def _released(tmp_path):
 
 
 def test_convert_from_tf_writes_a_model_every_txl_tool_reads(tmp_path, capsys) -> None:
-    from tests.interop.tf_files import tf_golden
+    from tests.interop.tf_files import segment_nll, tf_golden
 
     root = _released(tmp_path)
     out = tmp_path / "m"
@@ -360,14 +360,8 @@ def test_convert_from_tf_writes_a_model_every_txl_tool_reads(tmp_path, capsys) -
     assert "2 layers, d_model 8, 2 heads of 4" in printed.out and "vocabulary (24 symbols)" in printed.out
     assert Vocab.load(out / "vocab.json").idx2sym == TF_WORDS
     assert json.loads((out / "MANIFEST.json").read_text())["files"]
-    model = TransformerXLLM.from_pretrained(out)
     spec, want = tf_golden()
-    ids = torch.tensor(spec["ids"]).t()
-    lengths = model.config.lengths(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"],
-                                   same_length=spec["same_length"])
-    with torch.no_grad():
-        first = model(ids[:, :4], ids[:, 1:5], None, lengths=lengths).nll.t().numpy()
-    assert abs(first - want[0]).max() < 1e-5
+    assert abs(segment_nll(TransformerXLLM.from_pretrained(out), spec) - want).max() < 1e-5
     # the tools: generation and scoring from the directory, and transformers 5's Auto classes
     assert main(["generate", str(out), "--prompt", "the game was", "--max-new-tokens", "5", "--seed", "0"]) == 0
     (tmp_path / "lines.txt").write_text("the game was well known .\n")

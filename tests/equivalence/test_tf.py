@@ -21,6 +21,7 @@ import torch
 
 from tests.equivalence import official_oracle
 from tests.helpers import REPO
+from tests.interop.tf_files import segment_nll
 from transformer_xl import TransformerXLLM
 from transformer_xl.cli import main
 from transformer_xl.interop.official import to_official
@@ -82,20 +83,6 @@ def _convert(run: Path, out: Path) -> TransformerXLLM:
     return TransformerXLLM.from_pretrained(out)
 
 
-def _txl_nll(model: TransformerXLLM, spec: dict) -> np.ndarray:
-    """txl's per-token NLL ``[n_seg, tgt_len, bsz]`` of the spec's stream, the memory carried over."""
-    ids = torch.tensor(spec["ids"]).t()  # [B, N]
-    lengths = model.config.lengths(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"],
-                                   same_length=spec["same_length"])
-    t, mems, out = spec["tgt_len"], None, []
-    with torch.no_grad():
-        for s in range(spec["segments"]):
-            res = model(ids[:, s * t:(s + 1) * t], ids[:, s * t + 1:(s + 1) * t + 1], mems, lengths=lengths)
-            mems = res.mems
-            out.append(res.nll.t().numpy())
-    return np.array(out)
-
-
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_a_converted_checkpoint_scores_every_token_as_the_official_tf_code(tf_runs: Path, tmp_path: Path,
                                                                           name: str) -> None:
@@ -106,7 +93,7 @@ def test_a_converted_checkpoint_scores_every_token_as_the_official_tf_code(tf_ru
     cfg = model.config
     assert (cfg.untie_r, cfg.div_val, list(cfg.cutoffs)) == (spec["untie_r"], spec["div_val"], spec["cutoffs"])
     assert cfg.tf_memory and cfg.layer_norm_epsilon == 1e-12
-    got = _txl_nll(model, spec)
+    got = segment_nll(model, spec)
     assert got.shape == want.shape
     assert np.abs(got - want).max() < TOL, f"{name}: max |txl - tf| = {np.abs(got - want).max():.2e}"
 
@@ -142,7 +129,7 @@ def test_txl_with_the_pytorch_conventions_differs_from_tf_where_they_differ(tf_r
     model = _convert(tf_runs / "char", tmp_path / "txl")
     pytorch_like = TransformerXLLM(model.config.replace(tf_memory=False)).eval()
     pytorch_like.load_state_dict(model.state_dict())
-    assert np.abs(_txl_nll(pytorch_like, spec) - want).max() > 1e-3
+    assert np.abs(segment_nll(pytorch_like, spec) - want).max() > 1e-3
 
 
 def test_the_driver_runs_the_official_code_as_it_is() -> None:

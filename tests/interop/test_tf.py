@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from tests.interop.tf_files import tf_golden, tf_tiny
+from tests.interop.tf_files import segment_nll, tf_golden, tf_tiny
 from transformer_xl.errors import CheckpointError
 from transformer_xl.interop.tf import (
     GENERIC_LENGTHS,
@@ -34,16 +33,8 @@ def test_the_converted_model_scores_every_token_as_tensorflow_did(tiny: Path) ->
     ckpt = read_checkpoint(tiny, **lengths_for(None))
     model = TransformerXLLM(ckpt.config).eval()
     model.load_state_dict_strict(state_dict(ckpt))
-    ids = torch.tensor(spec["ids"]).t()
-    lengths = model.config.lengths(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"],
-                                   same_length=spec["same_length"])
-    t, mems, got = spec["tgt_len"], None, []
-    with torch.no_grad():
-        for s in range(spec["segments"]):
-            out = model(ids[:, s * t:(s + 1) * t], ids[:, s * t + 1:(s + 1) * t + 1], mems, lengths=lengths)
-            mems = out.mems
-            got.append(out.nll.t().numpy())
-    assert np.abs(np.array(got) - want).max() < 1e-5
+    got = segment_nll(model, spec)
+    assert np.abs(got - want).max() < 1e-5
 
 
 def test_the_architecture_comes_from_the_names_and_shapes(tiny: Path) -> None:

@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from tests.helpers import REPO
 
@@ -31,6 +32,21 @@ def tf_golden() -> tuple[dict, np.ndarray]:
     """The spec the tiny checkpoint was made with and TensorFlow's per-token NLL ``[n_seg, tgt_len, bsz]``."""
     doc = json.loads((TF_TINY / "tf_nll.json").read_text())
     return doc["spec"], np.array(doc["nll"])
+
+
+def segment_nll(model, spec: dict) -> np.ndarray:
+    """txl's per-token NLL ``[n_seg, tgt_len, bsz]`` of an oracle spec's stream ``ids [N, bsz]``, read segment by
+    segment with the memory carried over and the spec's lengths (as the TF driver evaluates it)."""
+    ids = torch.tensor(spec["ids"]).t()  # [B, N]
+    lengths = model.config.lengths(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"],
+                                   same_length=spec["same_length"])
+    t, mems, out = spec["tgt_len"], None, []
+    with torch.no_grad():
+        for s in range(spec["segments"]):
+            res = model(ids[:, s * t:(s + 1) * t], ids[:, s * t + 1:(s + 1) * t + 1], mems, lengths=lengths)
+            mems = res.mems
+            out.append(res.nll.t().numpy())
+    return np.array(out)
 
 
 def _str(b: bytes) -> bytes:
