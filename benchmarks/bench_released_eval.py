@@ -7,9 +7,10 @@ Usage::
 
 Each model (``transformer_xl.interop.tf.RELEASED``: the architecture ``txl convert --from tf`` reads from the
 checkpoint, and the paper's evaluation settings: tgt_len, mem_len, clamp_len, same_length, the TF memory) is built
-with random weights in a process of its own and scores random tokens as ``txl eval`` does (``evaluate``, ``--batch-size``
-streams): one segment to warm up, then ``--segments`` timed ones. The memory is full from the first segment (the TF
-code's first memory is ``mem_len`` zero states), so every segment costs what it costs in the middle of a test set.
+with random weights in a process of its own and scores random tokens as ``txl eval`` does (``evaluate``,
+``--batch-size`` streams): one segment to warm up, then ``--segments`` timed ones. The memory is full from the
+first segment (the TF code's first memory is ``mem_len`` zero states), so every segment costs what it costs in the
+middle of a test set.
 Recorded: tokens/s, the matmul FLOP/s beside the fp32 GEMM peak measured in the same process (a share, the yardstick
 of docs/performance.md), the peak resident memory, and the time the model's test set would take at that rate.
 The time depends on the weights only through the adaptive softmax's tail clusters (the random targets fall in them
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -94,7 +96,8 @@ def main() -> int:
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        report = {"command": "python benchmarks/bench_released_eval.py " + shlex.join(sys.argv[1:]), "rows": rows}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

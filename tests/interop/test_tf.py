@@ -103,3 +103,9 @@ def test_the_released_models_carry_the_papers_evaluation_settings() -> None:
     assert lengths_for("lm1b") == {"tgt_len": 32, "mem_len": 128, "clamp_len": -1, "same_length": True}
     assert {r.paper for r in RELEASED.values()} == {0.99, 1.08, 18.3, 21.8}
     assert lengths_for("ptb") == GENERIC_LENGTHS
+
+
+def test_the_cli_names_the_released_models_the_converter_knows() -> None:
+    from transformer_xl.cli.convert import RELEASED_NAMES
+
+    assert sorted(RELEASED_NAMES) == sorted(RELEASED)

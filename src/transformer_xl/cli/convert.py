@@ -107,31 +107,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
-    """``--from tf``: the checkpoint, its ``data/`` vocabulary and settings, every refusal before anything is
-    written; then the weights one variable at a time (:mod:`transformer_xl.interop.tf`)."""
-    from transformer_xl.interop.tf import lengths_for, read_checkpoint, released_files, state_dict
-    from transformer_xl.interop.tf_vocab import read_corpus_info, read_corpus_vocab
+    """``--from tf``: every refusal before anything is written (:func:`transformer_xl.interop.tf.open_tf`), then the
+    weights one variable at a time."""
+    from transformer_xl.interop.tf import open_tf, state_dict
     from transformer_xl.store.layout import CONFIG, VOCAB, WEIGHTS, save_model_dir
     from transformer_xl.store.outputs import write_output_manifest
 
-    say = stderr_note("txl convert")
-    pkl, info_file = released_files(args.path)
-    info = read_corpus_info(info_file) if info_file else None
-    vocab, cached_dataset = (None, None)
-    if args.vocab:
-        vocab = _import_vocab(args)
-    elif pkl is not None:
-        vocab, cached_dataset = read_corpus_vocab(pkl)
-    dataset = args.preset or (info or {}).get("dataset") or cached_dataset
-    if dataset not in RELEASED_NAMES:
-        dataset = None
-    ckpt = read_checkpoint(args.path, **lengths_for(dataset))
+    ckpt, vocab, dataset = open_tf(args.path, preset=args.preset, vocab=_import_vocab(args) if args.vocab else None)
     cfg = ckpt.config
-    if info is not None and (info["vocab_size"] != cfg.n_token or tuple(info["cutoffs"]) != cfg.cutoffs):
-        raise ConfigError(f"{info_file} says {info['vocab_size']} tokens with cutoffs {info['cutoffs']}, the "
-                          f"checkpoint's model has {cfg.n_token} with cutoffs {list(cfg.cutoffs)}: not its data")
-    if vocab is not None and len(vocab) != cfg.n_token:
-        raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={cfg.n_token}")
     state = state_dict(ckpt)
     with _output(args, [*inputs, ckpt.bundle.prefix.parent], []) as tmp:
         save_model_dir(tmp, state, cfg.to_json(), vocab.to_json() if vocab is not None else None)
@@ -145,8 +128,9 @@ def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
           f"{cfg.mem_len}, clamp_len {cfg.clamp_len}, same_length {cfg.same_length}; TF's LayerNorm epsilon 1e-12 and "
           f"memory (tf_memory); {len(ckpt.ignored)} variables that are not the model's left out")
     if dataset is None:
-        say(f"no released dataset named (data/corpus-info.json or --preset), so the model has generic lengths; give "
-            f"--preset {{{','.join(RELEASED_NAMES)}}} for a released model's evaluation settings")
+        stderr_note("txl convert")(f"no released dataset named (data/corpus-info.json or --preset), so the model has "
+                                   f"generic lengths; give --preset {{{','.join(RELEASED_NAMES)}}} for a released "
+                                   "model's evaluation settings")
     if vocab is not None:
         print(f"wrote vocabulary ({len(vocab):,} symbols) to {Path(args.out) / VOCAB}")
     return 0

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from transformer_xl.data.vocab import Vocab
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.interop.tensorbundle import BFLOAT16, TensorBundle, find_prefix
 from transformer_xl.model import TransformerXLLM, TXLConfig
@@ -371,16 +372,36 @@ def lengths_for(dataset: str | None) -> dict[str, Any]:
     return {"tgt_len": r.tgt_len, "mem_len": r.mem_len, "clamp_len": r.clamp_len, "same_length": r.same_length}
 
 
-def load_tf(src: str | Path, *, preset: str | None = None) -> TransformerXLLM:
-    """The model of a TensorFlow checkpoint of the official code, in eval mode: ``src`` as ``txl convert --from tf``
-    takes it; the evaluation settings of ``preset`` (a released dataset), else of the dataset its ``data/``
-    folder names (the vocabulary: :func:`transformer_xl.interop.tf_vocab.read_corpus_vocab`)."""
-    from transformer_xl.interop.tf_vocab import read_corpus_info
+def open_tf(src: str | Path, *, preset: str | None = None,
+            vocab: Vocab | None = None) -> tuple[TFCheckpoint, Vocab | None, str | None]:
+    """``(checkpoint, vocabulary, dataset)`` of ``src`` as ``txl convert --from tf`` takes it, every refusal made
+    and no tensor read: the released layout's ``data/corpus-info.json`` (checked against the checkpoint's model)
+    and ``cache.pkl`` (read without running code; ``vocab`` instead when given); the dataset is ``preset``, else the
+    one ``data/`` names, and gives the model the paper's evaluation settings when it is a released one (else
+    :data:`GENERIC_LENGTHS`; ``dataset`` None)."""
+    from transformer_xl.interop.tf_vocab import read_corpus_info, read_corpus_vocab
 
-    if preset is None:
-        _, info = released_files(src)
-        preset = read_corpus_info(info)["dataset"] if info is not None else None
-    ckpt = read_checkpoint(src, **lengths_for(preset))
+    pkl, info_file = released_files(src)
+    info = read_corpus_info(info_file) if info_file is not None else None
+    cached = None
+    if vocab is None and pkl is not None:
+        vocab, cached = read_corpus_vocab(pkl)
+    dataset = preset or (info or {}).get("dataset") or cached
+    dataset = dataset if dataset in RELEASED else None
+    ckpt = read_checkpoint(src, **lengths_for(dataset))
+    cfg = ckpt.config
+    if info is not None and (info["vocab_size"] != cfg.n_token or tuple(info["cutoffs"]) != cfg.cutoffs):
+        raise ConfigError(f"{info_file} says {info['vocab_size']} tokens with cutoffs {info['cutoffs']}, the "
+                          f"checkpoint's model has {cfg.n_token} with cutoffs {list(cfg.cutoffs)}: not its data")
+    if vocab is not None and len(vocab) != cfg.n_token:
+        raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model has n_token={cfg.n_token}")
+    return ckpt, vocab, dataset
+
+
+def load_tf(src: str | Path, *, preset: str | None = None) -> TransformerXLLM:
+    """The model of a TensorFlow checkpoint of the official code, in eval mode, with the evaluation settings of its
+    dataset (:func:`open_tf`)."""
+    ckpt, _, _ = open_tf(src, preset=preset)
     model = TransformerXLLM(ckpt.config)
     model.load_state_dict_strict(state_dict(ckpt))
     return model.eval()
