@@ -33,7 +33,7 @@ import torch
 
 from transformer_xl.experiments.bench.yardstick import forward_flops, gemm_peak, machine
 from transformer_xl.inference.evaluate import evaluate
-from transformer_xl.interop.tf import RELEASED
+from transformer_xl.interop.tf_released import RELEASED
 from transformer_xl.model import TransformerXLLM
 
 #: Tokens of each released model's test set as txl reads it (None: not known here; the estimate is per 100,000).

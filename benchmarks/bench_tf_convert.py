@@ -40,7 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from transformer_xl.interop.tensorbundle import TABLE_MAGIC, masked_crc32c
-from transformer_xl.interop.tf import PROJ_SAME_DIM, RELEASED, tf_shapes
+from transformer_xl.interop.tf import tf_shapes
+from transformer_xl.interop.tf_released import PROJ_SAME_DIM, RELEASED
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -105,9 +105,10 @@ def test_the_official_pytorch_code_agrees_where_it_expresses_the_variant(tf_runs
     spec = next(s for s in json.loads((tf_runs / "specs.json").read_text()) if s["name"] == "char-plain")
     want = np.array(json.loads((tf_runs / "char-plain" / "nll.json").read_text())["nll"])
     model = _convert(tf_runs / "char-plain", tmp_path / "txl")
-    kwargs, state = to_official(model)
-    monkeypatch.setattr(official_oracle, "LN_EPS", 1e-12)
-    kwargs = {k: v for k, v in kwargs.items() if k not in ("layer_norm_epsilon", "tf_memory")}
+    as_pytorch = TransformerXLLM(model.config.replace(layer_norm_epsilon=1e-5, tf_memory=False))
+    as_pytorch.load_state_dict(model.state_dict())  # the same weights, for the export's kwargs and names
+    kwargs, state = to_official(as_pytorch)
+    monkeypatch.setattr(official_oracle, "LN_EPS", 1e-12)  # and TF's epsilon and first memory given to the oracle
     kwargs.update(mem_len=spec["mem_len"], clamp_len=spec["clamp_len"], same_length=spec["same_length"])
     oracle = official_oracle.OfficialOracle(kwargs, state)
     ids = torch.tensor(spec["ids"])  # [N, B]

@@ -11,15 +11,8 @@ import pytest
 
 from tests.interop.tf_files import segment_nll, tf_golden, tf_tiny
 from transformer_xl.errors import CheckpointError
-from transformer_xl.interop.tf import (
-    GENERIC_LENGTHS,
-    RELEASED,
-    architecture,
-    lengths_for,
-    read_checkpoint,
-    state_dict,
-    tf_shapes,
-)
+from transformer_xl.interop.tf import architecture, read_checkpoint, state_dict, tf_shapes
+from transformer_xl.interop.tf_released import GENERIC_LENGTHS, lengths_for
 from transformer_xl.model import TransformerXLLM
 
 
@@ -62,7 +55,7 @@ def _shapes() -> dict[str, tuple[int, ...]]:
 
 @pytest.mark.parametrize("case", ["missing", "shape", "unknown", "no-layers", "not-xl"])
 def test_what_is_not_the_official_architecture_is_refused_in_one_line(case: str) -> None:
-    from transformer_xl.interop.tf import _check_variables
+    from transformer_xl.interop.tf import check_variables
 
     shapes = _shapes()
     if case == "missing":
@@ -82,7 +75,7 @@ def test_what_is_not_the_official_architecture_is_refused_in_one_line(case: str)
         match = "not a Transformer-XL of the official TF code"
     with pytest.raises(CheckpointError, match=match) as info:
         cfg, same = architecture(shapes, **GENERIC_LENGTHS)
-        _check_variables(shapes, tf_shapes(cfg, same))
+        check_variables(shapes, tf_shapes(cfg, same))
     assert "\n" not in str(info.value)
 
 
@@ -94,18 +87,3 @@ def test_proj_same_dim_false_reads_as_identity_projections() -> None:
     cfg, same = architecture(shapes, **GENERIC_LENGTHS)
     assert not same and cfg.tie_projs == (False, True, True)
     assert "transformer/adaptive_embed/cutoff_0/proj_W" not in tf_shapes(cfg, same)
-
-
-def test_the_released_models_carry_the_papers_evaluation_settings() -> None:
-    assert lengths_for("wt103") == {"tgt_len": 128, "mem_len": 1600, "clamp_len": 1000, "same_length": True}
-    assert lengths_for("enwik8") == lengths_for("text8") == {"tgt_len": 128, "mem_len": 3800, "clamp_len": 1000,
-                                                             "same_length": True}
-    assert lengths_for("lm1b") == {"tgt_len": 32, "mem_len": 128, "clamp_len": -1, "same_length": True}
-    assert {r.paper for r in RELEASED.values()} == {0.99, 1.08, 18.3, 21.8}
-    assert lengths_for("ptb") == GENERIC_LENGTHS
-
-
-def test_the_cli_names_the_released_models_the_converter_knows() -> None:
-    from transformer_xl.cli.convert import RELEASED_NAMES
-
-    assert sorted(RELEASED_NAMES) == sorted(RELEASED)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer_xl.errors import CheckpointError
+from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.interop.state_dicts import check_size, fill_tied, read_state_dict
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.store.files import read_json
@@ -73,11 +73,17 @@ def from_official(official_kwargs: dict[str, Any], state_dict: dict[str, Tensor]
 def to_official(model: TransformerXLLM) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(official constructor kwargs, official state_dict)`` for our model (``untie_r`` kept as a kwarg).
 
-    The kwargs are the config the model was built with.
+    The kwargs are the config the model was built with. A model of the TF code's LayerNorm epsilon or memory
+    (``layer_norm_epsilon``, ``tf_memory``), which the PyTorch code does not compute, is refused
+    (:class:`ConfigError`).
     """
     cfg = model.config
+    if cfg.tf_memory or cfg.layer_norm_epsilon != 1e-5:
+        raise ConfigError(f"the official PyTorch code has the LayerNorm epsilon 1e-5 and an empty first memory; this "
+                          f"model has {cfg.layer_norm_epsilon:g} and tf_memory {cfg.tf_memory} (the TF code's), so "
+                          "its scores would differ")
     kwargs = cfg.to_dict()
-    for key in ("init", "init_range", "init_std", "proj_init_std"):
+    for key in ("init", "init_range", "init_std", "proj_init_std", "layer_norm_epsilon", "tf_memory"):
         kwargs.pop(key)
     if not cfg.untie_r:
         kwargs.pop("untie_r")

@@ -48,65 +48,12 @@ from torch import Tensor
 from transformer_xl.data.vocab import Vocab
 from transformer_xl.errors import CheckpointError, ConfigError
 from transformer_xl.interop.tensorbundle import BFLOAT16, TensorBundle, find_prefix
+from transformer_xl.interop.tf_released import RELEASED, TF_LAYER_NORM_EPS, lengths_for
 from transformer_xl.model import TransformerXLLM, TXLConfig
 from transformer_xl.model.pretrained import mismatch
 from transformer_xl.store.tensors import check_finite
 
 P = "transformer/"
-TF_LAYER_NORM_EPS = 1e-12
-
-
-@dataclass(frozen=True)
-class Released:
-    """One of the paper's released TensorFlow models (``tf/sota/download.sh``, evaluated by ``tf/sota/*.sh``)."""
-
-    dataset: str
-    folder: str  # under the download root
-    metric: str
-    paper: float  # the paper's test figure (Tables 1-4)
-    tgt_len: int
-    mem_len: int
-    clamp_len: int
-    same_length: bool = True
-    model: tuple[tuple[str, Any], ...] = ()  # the architecture (tf/sota/*.sh), for estimates before a download
-
-    def config(self) -> TXLConfig:
-        """The released model's :class:`TXLConfig`, as ``txl convert --from tf`` writes it."""
-        return TXLConfig(**dict(self.model), tie_weight=True, layer_norm_epsilon=TF_LAYER_NORM_EPS, tf_memory=True,
-                         tgt_len=self.tgt_len, mem_len=self.mem_len, clamp_len=self.clamp_len,
-                         same_length=self.same_length)
-
-
-def _arch(n_token: int, n_layer: int, d_model: int, n_head: int, d_head: int, d_inner: int, *,
-          cutoffs: tuple[int, ...] = (), div_val: int = 1, tie_projs: tuple[bool, ...] = (False,),
-          untie_r: bool = False) -> tuple[tuple[str, Any], ...]:
-    return (("n_token", n_token), ("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head),
-            ("d_head", d_head), ("d_inner", d_inner), ("d_embed", d_model), ("cutoffs", cutoffs),
-            ("div_val", div_val), ("tie_projs", tie_projs), ("untie_r", untie_r))
-
-
-#: The four released models, their architecture (``tf/sota/*.sh``; the vocabulary sizes of the corpora) and the
-#: paper's evaluation settings for each.
-RELEASED: dict[str, Released] = {
-    "enwik8": Released("enwik8", "tf_enwik8", "bpc", 0.99, tgt_len=128, mem_len=3800, clamp_len=1000,
-                       model=_arch(204, 24, 1024, 8, 128, 3072)),
-    "text8": Released("text8", "tf_text8", "bpc", 1.08, tgt_len=128, mem_len=3800, clamp_len=1000,
-                      model=_arch(27, 24, 1024, 8, 128, 3072)),
-    "wt103": Released("wt103", "tf_wt103", "ppl", 18.3, tgt_len=128, mem_len=1600, clamp_len=1000,
-                      model=_arch(267735, 18, 1024, 16, 64, 4096, cutoffs=(20000, 40000, 200000), div_val=4,
-                                  tie_projs=(False, True, True, True), untie_r=True)),
-    "lm1b": Released("lm1b", "tf_lm1b", "ppl", 21.8, tgt_len=32, mem_len=128, clamp_len=-1,
-                     model=_arch(793471, 24, 1280, 16, 80, 8192, cutoffs=(60000, 100000, 640000), div_val=4,
-                                 tie_projs=(False, False, False, False), untie_r=True)),
-}
-#: ``proj_same_dim`` of each released model (One Billion Word's leaves its first cluster unprojected).
-PROJ_SAME_DIM = {"enwik8": True, "text8": True, "wt103": True, "lm1b": False}
-#: The download root of ``tf/sota/download.sh``: ``URL/<folder>/data/{cache.pkl,corpus-info.json}`` and
-#: ``URL/<folder>/model/{checkpoint,model.ckpt-*}``.
-RELEASE_URL = "http://curtis.ml.cmu.edu/datasets/pretrained_xl"
-#: Lengths of a checkpoint whose dataset is unknown (no ``data/``, no ``--preset``): the training lengths of the
-#: TF scripts' base models.
-GENERIC_LENGTHS = {"tgt_len": 128, "mem_len": 128, "clamp_len": -1, "same_length": False}
 
 
 @dataclass
@@ -237,7 +184,7 @@ def tf_shapes(cfg: TXLConfig, proj_same_dim: bool) -> dict[str, tuple[int, ...]]
     return out
 
 
-def _check_variables(shapes: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> list[str]:
+def check_variables(shapes: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> list[str]:
     """The checkpoint's variables that are not the model's (ignored), after refusing a missing model variable, one
     of another shape, or a ``transformer/`` variable the TF code does not make (other than an optimizer's slot)."""
     for name, shape in wanted.items():
@@ -264,7 +211,7 @@ def read_checkpoint(src: str | Path, **lengths: Any) -> TFCheckpoint:
     bundle = TensorBundle(find_prefix(src))
     shapes = bundle.shapes()
     cfg, proj_same_dim = architecture(shapes, **lengths)
-    ignored = _check_variables(shapes, tf_shapes(cfg, proj_same_dim))
+    ignored = check_variables(shapes, tf_shapes(cfg, proj_same_dim))
     return TFCheckpoint(bundle, cfg, proj_same_dim, ignored)
 
 
@@ -361,15 +308,6 @@ def released_files(src: str | Path) -> tuple[Path | None, Path | None]:
             pkl, info = data / "cache.pkl", data / "corpus-info.json"
             return (pkl if pkl.is_file() else None), (info if info.is_file() else None)
     return None, None
-
-
-def lengths_for(dataset: str | None) -> dict[str, Any]:
-    """The config lengths a converted model gets: the paper's evaluation settings of a released dataset, else
-    :data:`GENERIC_LENGTHS`."""
-    r = RELEASED.get(dataset or "")
-    if r is None:
-        return dict(GENERIC_LENGTHS)
-    return {"tgt_len": r.tgt_len, "mem_len": r.mem_len, "clamp_len": r.clamp_len, "same_length": r.same_length}
 
 
 def open_tf(src: str | Path, *, preset: str | None = None,

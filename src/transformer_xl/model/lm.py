@@ -199,18 +199,11 @@ class TransformerXLLM(nn.Module):
         given no memory)."""
         if self.config.mem_len == 0:
             return []
-        if self.config.tf_memory:
-            return self._zero_mems(batch_size, self.config.mem_len)
-        return self._empty_mems(batch_size)
+        return self._start_mems(batch_size, self.config.mem_len if self.config.tf_memory else 0)
 
-    def _empty_mems(self, batch_size: int) -> list[Tensor]:
+    def _start_mems(self, batch_size: int, length: int) -> list[Tensor]:
         p = next(self.parameters())
-        return [p.new_empty(batch_size, 0, self.config.d_model) for _ in range(self.config.n_layer + 1)]
-
-    def _zero_mems(self, batch_size: int, mem_len: int) -> list[Tensor]:
-        """The TF code's first memory (``tf_memory``): ``mem_len`` zero states per layer."""
-        p = next(self.parameters())
-        return [p.new_zeros(batch_size, mem_len, self.config.d_model) for _ in range(self.config.n_layer + 1)]
+        return [p.new_zeros(batch_size, length, self.config.d_model) for _ in range(self.config.n_layer + 1)]
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: Tensor, targets: Tensor | None = None, mems: list[Tensor] | None = None, *,
@@ -238,14 +231,11 @@ class TransformerXLLM(nn.Module):
         """
         lengths = self.config.lengths() if lengths is None else lengths
         bsz, qlen = self._check_inputs(input_ids, targets, mems)
-        if mems:
-            mems = list(mems)
-        elif lengths.mem_len > 0 and lengths.tf_memory:  # the TF code's first memory: mem_len zero states
-            mems = self._zero_mems(bsz, lengths.mem_len)
-            if key_mask is not None and key_mask.size(1) == qlen:  # the zero states are attended to: real keys
-                key_mask = torch.cat([key_mask.new_ones(bsz, lengths.mem_len), key_mask], dim=1)
-        else:
-            mems = self._empty_mems(bsz) if lengths.mem_len > 0 else []
+        if not mems and lengths.mem_len > 0:  # a fresh stream: empty, or the TF code's mem_len zero states
+            mems = self._start_mems(bsz, start := lengths.mem_len if lengths.tf_memory else 0)
+            if key_mask is not None and start and key_mask.size(1) == qlen:  # zero states are attended to: real keys
+                key_mask = torch.cat([key_mask.new_ones(bsz, start), key_mask], dim=1)
+        mems = list(mems) if mems else []
         mlen = mems[0].size(1) if mems else 0
         if not self.pos_enc.memory_position_free:
             cache = None  # absolute encodings: a memory position's keys depend on where it sits
