@@ -109,3 +109,34 @@ def test_nothing_there_is_one_line(tmp_path: Path) -> None:
         find_prefix(tmp_path / "nope")
     with pytest.raises(CheckpointError, match=r"no TensorFlow checkpoint \(\*.index\)"):
         find_prefix(tmp_path)
+
+
+def test_partitioned_variables_are_joined_from_their_slices() -> None:
+    """tests/assets/tf_partitioned: TensorFlow's Saver with a variable split by rows (fixed_size_partitioner(2): 3 + 2
+    rows) and one split by columns, each slice with distinct values, beside a plain variable; values.json holds
+    what TensorFlow gave for the whole variables (tf.concat of the parts)."""
+    import json
+
+    from tests.helpers import REPO
+
+    root = REPO / "tests" / "assets" / "tf_partitioned"
+    bundle = TensorBundle(root / "model.ckpt-0")
+    assert bundle.shapes() == {"part": (5, 3), "cols": (2, 4), "plain": (2,)}  # the slices' own keys left out
+    want = json.loads((root / "values.json").read_text())
+    assert bundle.read("part").tolist() == want["part"]
+    assert bundle.read("cols").tolist() == want["cols"]
+    assert bundle.read("plain").tolist() == [1.0, 2.0]
+
+
+def test_a_missing_slice_is_one_line(tmp_path: Path) -> None:
+    """The index with one slice's entry dropped (its key renamed so that it belongs to no variable)."""
+    from tests.helpers import REPO
+
+    root = REPO / "tests" / "assets" / "tf_partitioned"
+    for name in ("model.ckpt-0.index", "model.ckpt-0.data-00000-of-00001"):
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    bundle = TensorBundle(tmp_path / "model.ckpt-0")
+    key = next(n for n in bundle.entries if n.startswith("\x00part"))
+    bundle.entries["\x00gone"] = bundle.entries.pop(key)
+    with pytest.raises(CheckpointError, match="partitioned into 2 slices but the index holds 1"):
+        bundle.read("part")

@@ -53,7 +53,7 @@ def _shapes() -> dict[str, tuple[int, ...]]:
     return TensorBundle(find_prefix(TF_TINY)).shapes()
 
 
-@pytest.mark.parametrize("case", ["missing", "shape", "unknown", "no-layers", "not-xl"])
+@pytest.mark.parametrize("case", ["missing", "shape", "unknown", "no-layers", "not-xl", "empty-cluster", "bias-rank"])
 def test_what_is_not_the_official_architecture_is_refused_in_one_line(case: str) -> None:
     from transformer_xl.interop.tf import check_variables
 
@@ -70,6 +70,12 @@ def test_what_is_not_the_official_architecture_is_refused_in_one_line(case: str)
     elif case == "no-layers":
         shapes = {k: v for k, v in shapes.items() if "/layer_" not in k}
         match = "layers are"
+    elif case == "empty-cluster":  # a cluster of width 0 would divide by zero reading div_val
+        shapes["transformer/adaptive_embed/cutoff_1/lookup_table"] = (8, 0)
+        match = r"cutoff_1/lookup_table has shape \[8, 0\]"
+    elif case == "bias-rank":
+        shapes["transformer/adaptive_softmax/cutoff_2/b"] = ()
+        match = r"cutoff_2/b has shape \[\]"
     else:
         shapes = {"bert/embeddings/word_embeddings": (30, 8), "global_step": ()}
         match = "not a Transformer-XL of the official TF code"

@@ -13,10 +13,13 @@ and the LevelDB table format that ``core/lib/io/table`` keeps):
   of the tensor's bytes, which lie raw (row-major, little-endian) at ``offset`` of shard ``shard_id``.
 
 Nothing is read before it is asked for: :meth:`TensorBundle.read` reads one tensor, checking its size and checksum
-as it streams, so a checkpoint of any size converts holding one tensor at a time. The protobuf messages are decoded
+as it streams, so a checkpoint of any size converts holding one tensor at a time. A partitioned variable
+(``tf.fixed_size_partitioner`` and the like) is joined from its slices, stored under keys that encode the name and
+each slice's extent. The protobuf messages are decoded
 by the few lines of wire format below (no generated code, no ``protobuf`` dependency); CRC-32C is Google's
 ``google-crc32c`` (its C implementation). Every flaw of a file (truncated, tampered, a checksum that fails, a type
-or a partitioned variable this reader does not take) is a one-line :class:`~transformer_xl.errors.CheckpointError`.
+that is not a number, slices that do not cover their variable) is a one-line
+:class:`~transformer_xl.errors.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -110,7 +113,11 @@ class BundleEntry:
     offset: int
     size: int
     crc32c: int | None
-    sliced: bool = False
+    slices: tuple[tuple[tuple[int, int], ...], ...] = ()  # a partitioned variable: each slice's (start, length)s
+
+    @property
+    def sliced(self) -> bool:
+        return bool(self.slices)
 
     @property
     def dtype_name(self) -> str:
@@ -119,7 +126,7 @@ class BundleEntry:
 
 def _entry(name: str, value: bytes) -> BundleEntry:
     what = f"checkpoint index entry {name!r}"
-    dtype, shape, shard, offset, size, crc, sliced = 0, [], 0, 0, 0, None, False
+    dtype, shape, shard, offset, size, crc, slices = 0, [], 0, 0, 0, None, []
     for field, v in _fields(value, what):
         if field == 1 and isinstance(v, int):
             dtype = v
@@ -138,9 +145,14 @@ def _entry(name: str, value: bytes) -> BundleEntry:
             size = v
         elif field == 6 and isinstance(v, int):
             crc = v
-        elif field == 7:
-            sliced = True
-    return BundleEntry(name, dtype, tuple(shape), shard, offset, size, crc, sliced)
+        elif field == 7 and isinstance(v, bytes):  # TensorSliceProto: extent {start, length (absent: all)}
+            extents = []
+            for f, ext in _fields(v, what):
+                if f == 1 and isinstance(ext, bytes):
+                    parts = dict((k, x) for k, x in _fields(ext, what) if isinstance(x, int))
+                    extents.append((int(parts.get(1, 0)), int(parts.get(2, -1))))
+            slices.append(tuple(extents))
+    return BundleEntry(name, dtype, tuple(shape), shard, offset, size, crc, tuple(slices))
 
 
 # ---------------------------------------------------------------------------------------------- the index table
@@ -213,10 +225,13 @@ def read_index(path: str | Path) -> tuple[dict[str, int], dict[str, BundleEntry]
                     elif field == 2 and isinstance(v, int):
                         header["endianness"] = v
                 continue
-            try:
-                name = key.decode("utf-8")
-            except UnicodeDecodeError:
-                raise CheckpointError(f"{path}: a variable name is not UTF-8 (damaged)") from None
+            if key.startswith(b"\x00"):  # a slice of a partitioned variable: its key encodes name and extent
+                name = key.decode("latin-1")
+            else:
+                try:
+                    name = key.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CheckpointError(f"{path}: a variable name is not UTF-8 (damaged)") from None
             entries[name] = _entry(name, value)
     if header is None:
         raise CheckpointError(f"{path} has no bundle header (not a tf.train.Saver V2 checkpoint)")
@@ -237,7 +252,7 @@ class TensorBundle:
             raise CheckpointError(f"{self.prefix}.index names {n} data shards (damaged)")
         self.shards = [Path(f"{self.prefix}.data-{i:05d}-of-{n:05d}") for i in range(n)]
         for i, shard in enumerate(self.shards):  # a shard shorter than its entries say: truncated (whatever is cut)
-            need = max((e.offset + e.size for e in self.entries.values() if e.shard == i and not e.sliced), default=0)
+            need = max((e.offset + e.size for e in self.entries.values() if e.shard == i), default=0)
             try:
                 have = shard.stat().st_size
             except FileNotFoundError:
@@ -248,8 +263,9 @@ class TensorBundle:
                                       "the shard is truncated")
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        """Variable name -> shape, from the index alone."""
-        return {name: e.shape for name, e in self.entries.items()}
+        """Variable name -> shape, from the index alone (a partitioned variable under its own name, its slices'
+        entries left out)."""
+        return {name: e.shape for name, e in self.entries.items() if not name.startswith("\x00")}
 
     def read(self, name: str) -> np.ndarray:
         """The tensor ``name`` as a numpy array (bfloat16 as ``uint16`` words), its size and CRC-32C checked while
@@ -258,7 +274,37 @@ class TensorBundle:
         if e is None:
             raise CheckpointError(f"{self.prefix} has no variable {name!r}")
         if e.sliced:
-            raise CheckpointError(f"{self.prefix}: {name} is a partitioned variable, which this reader does not take")
+            return self._join(e)
+        return self._read(e)
+
+    def _join(self, e: BundleEntry) -> np.ndarray:
+        """A partitioned variable from its slices. A slice's key encodes the name, then each dimension's start and
+        length as order-preserving numbers, so the slices' keys sort as their starts do: they are matched to the
+        index's extents in that order, each checked to have its extent's shape, and together to cover the whole."""
+        escaped = b"".join({0: b"\x00\xff", 255: b"\xff\x00"}.get(c, bytes([c])) for c in e.name.encode("utf-8"))
+        prefix = (b"\x00" + escaped + b"\x00\x01").decode("latin-1")  # OrderedCode: 0, then the name
+        keys = sorted((n for n in self.entries if n.startswith(prefix)), key=lambda n: n.encode("latin-1"))
+        extents = sorted(tuple((start, e.shape[d] if length < 0 else length) for d, (start, length) in enumerate(x))
+                         for x in e.slices)
+        if len(keys) != len(extents) or any(len(x) != len(e.shape) for x in extents):
+            raise CheckpointError(f"{self.prefix}: {e.name} is partitioned into {len(extents)} slices but the index "
+                                  f"holds {len(keys)} of them (damaged)")
+        out, covered = None, 0
+        for key, extent in zip(keys, extents):
+            part = self._read(self.entries[key], what=e.name)
+            if part.shape != tuple(length for _, length in extent) or any(
+                    start + length > size for (start, length), size in zip(extent, e.shape)):
+                raise CheckpointError(f"{self.prefix}: a slice of {e.name} does not fit its extent (damaged)")
+            if out is None:
+                out = np.zeros(e.shape, dtype=part.dtype)
+            out[tuple(slice(start, start + length) for start, length in extent)] = part
+            covered += part.size
+        if out is None or covered != out.size:
+            raise CheckpointError(f"{self.prefix}: the slices of {e.name} do not cover it (damaged)")
+        return out
+
+    def _read(self, e: BundleEntry, what: str | None = None) -> np.ndarray:
+        name = what or e.name
         dtype = DTYPES.get(e.dtype)
         if dtype is None:
             raise CheckpointError(f"{self.prefix}: {name} is of type {e.dtype_name}, not a number type")

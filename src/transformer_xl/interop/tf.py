@@ -68,10 +68,15 @@ class TFCheckpoint:
 
 # ---------------------------------------------------------------------------------------------- the architecture
 def _clusters(shapes: dict[str, tuple[int, ...]], what: str) -> list[tuple[int, ...]]:
-    out, i = [], 0
-    while f"{P}{what}/cutoff_{i}/{'lookup_table' if 'embed' in what else 'b'}" in shapes:
-        out.append(shapes[f"{P}{what}/cutoff_{i}/{'lookup_table' if 'embed' in what else 'b'}"])
-        i += 1
+    """The shapes of ``what``'s ``cutoff_0, cutoff_1, ...`` tables (the embedding's) or biases (the softmax's), each
+    checked to be a 2-d (1-d) shape of sizes >= 1."""
+    leaf, rank = ("lookup_table", 2) if "embed" in what else ("b", 1)
+    out: list[tuple[int, ...]] = []
+    while (shape := shapes.get(f"{P}{what}/cutoff_{len(out)}/{leaf}")) is not None:
+        if len(shape) != rank or min(shape) < 1:
+            raise CheckpointError(f"{P}{what}/cutoff_{len(out)}/{leaf} has shape {list(shape)}, not a {rank}-d "
+                                  "shape of this architecture")
+        out.append(shape)
     return out
 
 
@@ -115,8 +120,6 @@ def architecture(shapes: dict[str, tuple[int, ...]], **lengths: Any) -> tuple[TX
         if len(tables) < 2:
             raise CheckpointError(f"the checkpoint has no {P}adaptive_embed/lookup_table and {len(tables)} "
                                   "cutoff_i tables: not an architecture of the official TF code")
-        if any(len(t) != 2 for t in tables):
-            raise CheckpointError("an adaptive_embed/cutoff_i/lookup_table is not 2-d")
         sizes, dims = [t[0] for t in tables], [t[1] for t in tables]
         d_embed, div_val = dims[0], max(1, dims[0] // dims[1])
         if div_val < 2 or any(d != d_embed // div_val**i for i, d in enumerate(dims)):
