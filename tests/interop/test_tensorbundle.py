@@ -83,7 +83,7 @@ def test_a_missing_shard_is_one_line(ckpt: Path) -> None:
 
 
 def test_the_prefix_is_found_from_a_directory_its_index_or_the_released_layout(ckpt: Path) -> None:
-    for src in (ckpt, Path(f"{ckpt}.index"), ckpt.parent, ckpt.parent.parent):
+    for src in (ckpt, Path(f"{ckpt}.index"), Path(f"{ckpt}.data-00000-of-00001"), ckpt.parent, ckpt.parent.parent):
         assert find_prefix(src) == ckpt
 
 

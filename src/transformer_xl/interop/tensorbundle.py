@@ -344,12 +344,15 @@ _CHECKPOINT_LINE = re.compile(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"\s*
 
 
 def find_prefix(src: str | Path) -> Path:
-    """The checkpoint prefix that ``src`` names: a prefix itself (``.../model.ckpt-0``, or its ``.index`` file), a
-    directory whose ``checkpoint`` file names one (a path recorded on another machine is looked for beside it) or
-    that holds exactly one ``*.index``, or a released model directory holding ``model/``."""
+    """The checkpoint prefix that ``src`` names: a prefix itself (``.../model.ckpt-0``, its ``.index`` or a data
+    shard), a directory whose ``checkpoint`` file names one (a path recorded on another machine is looked for beside
+    it) or that holds exactly one ``*.index``, or a released model directory holding ``model/``."""
     src = Path(src)
     if src.name.endswith(".index") and src.is_file():
         return src.with_name(src.name[: -len(".index")])
+    shard = re.fullmatch(r"(.+)\.data-\d{5}-of-\d{5}", src.name)
+    if shard and src.is_file():  # a data shard: its checkpoint's prefix
+        return find_prefix(src.with_name(shard.group(1)))
     if Path(f"{src}.index").is_file():
         return src
     if not src.is_dir():
