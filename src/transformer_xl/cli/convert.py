@@ -119,10 +119,9 @@ def _convert_tf(args: argparse.Namespace, inputs: list[Any]) -> int:
     with _output(args, [*inputs, ckpt.bundle.prefix.parent], []) as tmp:
         save_model_dir(tmp, state, cfg.to_json(), vocab.to_json() if vocab is not None else None)
         write_output_manifest(tmp, OUTPUT, [CONFIG, WEIGHTS, *([VOCAB] if vocab is not None else [])])
-    params = sum(t.numel() for t in {id(t): t for t in state.values()}.values())
-    print(f"wrote txl model ({params:,} parameters: {cfg.n_layer} layers, d_model {cfg.d_model}, {cfg.n_head} heads "
-          f"of {cfg.d_head}, d_inner {cfg.d_inner}, n_token {cfg.n_token}, div_val {cfg.div_val}, cutoffs "
-          f"{list(cfg.cutoffs)}, untie_r {cfg.untie_r}{'' if ckpt.proj_same_dim else ', proj_same_dim False'}) "
+    print(f"wrote txl model ({cfg.parameter_count():,} parameters: {cfg.n_layer} layers, d_model {cfg.d_model}, "
+          f"{cfg.n_head} heads of {cfg.d_head}, d_inner {cfg.d_inner}, n_token {cfg.n_token}, div_val {cfg.div_val}, "
+          f"cutoffs {list(cfg.cutoffs)}, untie_r {cfg.untie_r}{'' if ckpt.proj_same_dim else ', proj_same_dim False'}) "
           f"from {ckpt.bundle.prefix} to {args.out}")
     print(f"settings{' of the paper (' + dataset + ')' if dataset else ''}: tgt_len {cfg.tgt_len}, mem_len "
           f"{cfg.mem_len}, clamp_len {cfg.clamp_len}, same_length {cfg.same_length}; TF's LayerNorm epsilon 1e-12 and "

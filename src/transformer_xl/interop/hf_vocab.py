@@ -65,8 +65,8 @@ class Inert:
 class RestrictedUnpickler(pickle.Unpickler):
     """A :class:`pickle.Unpickler` that resolves only the globals of the module docstring."""
 
-    def __init__(self, file: io.BufferedIOBase, *, source: str = "pickle") -> None:
-        super().__init__(file, encoding="utf-8")
+    def __init__(self, file: io.BufferedIOBase, *, source: str = "pickle", encoding: str = "utf-8") -> None:
+        super().__init__(file, encoding=encoding)  # encoding: of Python 2's byte strings ("bytes" keeps them bytes)
         self.source = source
         self.inert: set[str] = set()
 

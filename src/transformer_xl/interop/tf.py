@@ -35,7 +35,6 @@ make, is a one-line :class:`~transformer_xl.errors.CheckpointError`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -228,15 +227,13 @@ def _tensor(bundle: TensorBundle, name: str) -> Tensor:
     return torch.from_numpy(array).float()
 
 
-def state_dict(ckpt: TFCheckpoint, *, progress: Callable[[str], None] | None = None) -> dict[str, Tensor]:
+def state_dict(ckpt: TFCheckpoint) -> dict[str, Tensor]:
     """The txl state dict of the checkpoint's model, built one variable at a time (each read, checked, transposed
     where TF stores ``[in, out]``, then its read buffer dropped): the whole takes the memory of the model once. Tied
     names share one tensor. NaN or inf in a weight is refused."""
     cfg, bundle = ckpt.config, ckpt.bundle
 
     def get(name: str, transpose: bool = False, flip: bool = False) -> Tensor:
-        if progress is not None:
-            progress(name)
         t = _tensor(bundle, P + name)
         check_finite({P + name: t}, bundle.prefix)
         if transpose:

@@ -16,7 +16,6 @@ as UTF-8.
 from __future__ import annotations
 
 import io
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,7 @@ class Record:
 
 class _CacheUnpickler(RestrictedUnpickler):
     def __init__(self, file: io.BufferedIOBase, *, source: str) -> None:
-        pickle.Unpickler.__init__(self, file, encoding="bytes")
-        self.source = source
-        self.inert: set[str] = set()
+        super().__init__(file, source=source, encoding="bytes")
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in RECORDS:
