@@ -232,6 +232,7 @@ def state_dict(ckpt: TFCheckpoint) -> dict[str, Tensor]:
     where TF stores ``[in, out]``, then its read buffer dropped): the whole takes the memory of the model once. Tied
     names share one tensor. NaN or inf in a weight is refused."""
     cfg, bundle = ckpt.config, ckpt.bundle
+    wanted = tf_shapes(cfg, ckpt.proj_same_dim)  # which projections TF made: the one rule, checked on reading
 
     def get(name: str, transpose: bool = False, flip: bool = False) -> Tensor:
         t = _tensor(bundle, P + name)
@@ -242,16 +243,15 @@ def state_dict(ckpt: TFCheckpoint) -> dict[str, Tensor]:
 
     state: dict[str, Tensor] = {"pos_enc.r_w_bias": get("r_w_bias"), "pos_enc.r_r_bias": get("r_r_bias")}
     tables = cfg.cluster_shapes()
-    emb_projs: list[Tensor | None] = []
+    emb_projs: list[Tensor] = []
     if cfg.div_val == 1:
         state["word_emb.emb_layers.0.weight"] = get("adaptive_embed/lookup_table")
         if cfg.d_embed != cfg.d_model:
             emb_projs.append(get("adaptive_embed/proj_W", transpose=True))
     else:
-        for i, (_, di) in enumerate(tables):
+        for i in range(len(tables)):
             state[f"word_emb.emb_layers.{i}.weight"] = get(f"adaptive_embed/cutoff_{i}/lookup_table")
-            if P + f"adaptive_embed/cutoff_{i}/proj_W" in bundle.entries and (ckpt.proj_same_dim or
-                                                                             di != cfg.d_model):
+            if P + f"adaptive_embed/cutoff_{i}/proj_W" in wanted:
                 emb_projs.append(get(f"adaptive_embed/cutoff_{i}/proj_W", transpose=True))
             else:  # TF leaves this cluster unprojected (proj_same_dim=False): x @ I is x, exactly
                 emb_projs.append(torch.eye(cfg.d_model))
@@ -283,7 +283,7 @@ def state_dict(ckpt: TFCheckpoint) -> dict[str, Tensor]:
         state["crit.cluster_bias"] = get("adaptive_softmax/cutoff_0/cluster_b", flip=True)
     projected = cfg.div_val != 1 or cfg.d_embed != cfg.d_model
     for i in range(len(cfg.cutoffs) + 1 if projected else 0):
-        if P + f"adaptive_softmax/cutoff_{i}/proj" in bundle.entries:
+        if P + f"adaptive_softmax/cutoff_{i}/proj" in wanted:
             state[f"crit.out_projs.{i}"] = get(f"adaptive_softmax/cutoff_{i}/proj", transpose=True)
         elif cfg.tie_projs[i]:
             state[f"crit.out_projs.{i}"] = state[f"word_emb.emb_projs.{0 if cfg.div_val == 1 else i}"]
