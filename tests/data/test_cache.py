@@ -117,6 +117,24 @@ def test_corrupt_arrays_are_refused(tmp_path: Path) -> None:
         load_corpus(str(corpus), cache_dir=tmp_path / "c")
 
 
+@pytest.mark.parametrize("head", [b"PK\x03\x04", b"PK\x05\x06" + bytes(18), b"\x93NUMPY\x09\x09"],
+                         ids=["zip-magic", "empty-zip", "unknown-version"])
+def test_an_array_that_starts_like_another_format_is_one_line(tmp_path: Path, head: bytes) -> None:
+    """np.load picks .npz by the zip magic: a damaged array beginning with it raised zipfile.BadZipFile (the fuzz
+    campaign's seed 24). The cache reads the .npy format only, so it is a bad array like any other."""
+    from transformer_xl.data.cache import read_npy
+
+    corpus, first = _user_cache(tmp_path)
+    npy = first.cache_dir / "train.npy"
+    good = npy.read_bytes()
+    npy.write_bytes(head + good[len(head):])
+    with pytest.raises(DataError, match=r"train\.npy: unreadable cache array \(.+\); rebuild with --rebuild$"):
+        load_corpus(str(corpus), cache_dir=tmp_path / "c")
+    for mmap in (False, True):
+        with pytest.raises(ValueError):
+            read_npy(npy, mmap=mmap)
+
+
 def test_list_caches_reads_manifests_only(tmp_path: Path) -> None:
     from transformer_xl.data.cache import list_caches
 

@@ -176,6 +176,22 @@ def stale_reason(
     return None
 
 
+def read_npy(path: Path, *, mmap: bool = False) -> np.ndarray:
+    """An array from a ``.npy`` file, and from that format only, memory-mapped with ``mmap``. ``np.load`` picks the
+    format by the file's first bytes, so a damaged array that begins with the zip magic was opened as an ``.npz``
+    and raised ``zipfile.BadZipFile``; here it is a bad ``.npy`` magic like any other. Whatever bad bytes do (a
+    header that does not parse, a size the file does not hold, pickled objects) is a :class:`ValueError` naming it."""
+    try:
+        if mmap:
+            return np.lib.format.open_memmap(path, mode="r")
+        with open(path, "rb") as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from None
+    except (SyntaxError, EOFError, TokenError, RecursionError, MemoryError, OverflowError):
+        raise ValueError("its .npy header cannot be parsed") from None
+
+
 def load_arrays(cache_dir: Path, entries: dict[str, Any], vocab_size: int | None = None) -> dict[str, np.ndarray]:
     """Memory-map the arrays listed in a manifest section, checking length and dtype, and with ``vocab_size``
     that every id is below it."""
@@ -183,10 +199,9 @@ def load_arrays(cache_dir: Path, entries: dict[str, Any], vocab_size: int | None
     for key, info in entries.items():
         path = cache_dir / check_plain_name(info["file"], f"cache manifest in {cache_dir}")
         try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, SyntaxError, EOFError, TokenError) as exc:  # a bad header fails to parse
-            why = str(exc) if isinstance(exc, (OSError, ValueError)) else "its .npy header cannot be parsed"
-            raise DataError(f"{path}: unreadable cache array ({why}); rebuild with --rebuild") from None
+            arr = read_npy(path, mmap=True)
+        except ValueError as exc:
+            raise DataError(f"{path}: unreadable cache array ({exc}); rebuild with --rebuild") from None
         if arr.ndim != 1 or arr.shape[0] != info["length"] or str(arr.dtype) != info["dtype"]:
             raise DataError(f"{path}: does not match its manifest; rebuild with --rebuild")
         if vocab_size is not None and arr.size and int(arr.max()) >= vocab_size:

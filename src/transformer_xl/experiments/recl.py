@@ -66,11 +66,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from tokenize import TokenError
 from typing import Any
 
 import numpy as np
 
+from transformer_xl.data.cache import read_npy
 from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.experiments.recl_metric import (  # noqa: F401 - the metric is part of this module's API
     ATTENTION_LENGTH,
@@ -133,8 +133,8 @@ class LossCache:
         if entry is None or not path.is_file():
             return None
         try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, SyntaxError, EOFError, TokenError):  # a damaged file is measured again
+            arr = read_npy(path)
+        except ValueError:  # a damaged file is measured again
             return None
         return arr if arr.shape == (entry["tokens"],) else None
 
