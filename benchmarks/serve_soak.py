@@ -6,14 +6,17 @@ the WikiText-2 vocabulary (33,278 words, from the embedded training text). Three
 
 1. **alone**: every honest client runs its script by itself, one after another (a session of ``--turns`` greedy,
    streamed completions after a few words of WikiText-2), and its texts are kept;
-2. **soak**: for ``--duration`` seconds all honest clients repeat their scripts at once (a fresh session id each
-   round) while the abusive client cycles through the attacks below and a prober asks ``/health`` every 50 ms;
+2. **soak**: all honest clients repeat their scripts at once (a fresh session id each round) while the abusive client
+   cycles through the attacks below and a prober asks ``/health`` every 50 ms, for ``--duration`` seconds and on
+   until the abusive client has made every attack once (a slow CPU takes longer over one cycle), but never past
+   ``--max-duration``: an attack the soak ended before is reported under ``attacks_not_run`` with the reason;
 3. **after**: the server is left idle and its RSS read again.
 
 Verdicts: every honest round equals its text alone; ``/health`` under 100 ms at the 99th percentile; every attack
-answered as it should be (its status); the server's peak RSS within ``--rss-bound-mib`` of its RSS before the soak,
-and its RSS after within 10 % of it (before: after the alone phase and one round of every honest client at once,
-when the server has run its full batch); no log line forged by what a client sent.
+made at least once, and answered as it should be (its status; an attack that raised counts its exception); the
+server's peak RSS within ``--rss-bound-mib`` of its RSS before the soak, and its RSS after within 10 % of it
+(before: after the alone phase and one round of every honest client at once, when the server has run its full
+batch); no log line forged by what a client sent.
 
 Usage (the committed figures; ``--duration 8 --clients 4`` is the test's quick form)::
 
@@ -172,11 +175,16 @@ def together(port: int, prompts: list[str], turns: int, tag: str) -> list[list[s
 
 # ------------------------------------------------------------------------------------------------ attacks
 def attacks(port: int, words: list[str]) -> dict[str, tuple[Any, set[int]]]:
-    """Each attack: a function doing it (returning a status) and the statuses that are right."""
+    """Each attack: a function doing it (returning a status) and the statuses that are right. Nothing is sent
+    before an attack is made (``attacks(0, [])`` lists them)."""
     huge = {"prompt": "the", "pad": "x" * (MAX_BODY + 10)}
-    body = http(port, "POST", "/tokenize", json.dumps({"prompt": " ".join(words[:9000])}).encode())[1]
-    # the longest prompt allowed, in the model's own tokens (a server without /tokenize: 7,000 words of text)
-    long_prompt = json.loads(body).get("tokens", [])[:8192] or " ".join(words[:7000])
+
+    def long_echo() -> int:
+        body = http(port, "POST", "/tokenize", json.dumps({"prompt": " ".join(words[:9000])}).encode())[1]
+        # the longest prompt allowed, in the model's own tokens (a server without /tokenize: 7,000 words of text)
+        tokens = json.loads(body).get("tokens", [])[:8192] if body.startswith(b"{") else []
+        long_prompt = tokens or " ".join(words[:7000])
+        return completion(port, {"prompt": long_prompt, "echo": True, "logprobs": 5, "max_tokens": 0})[0]
 
     def chunked_body() -> int:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
@@ -248,9 +256,7 @@ def attacks(port: int, words: list[str]) -> dict[str, tuple[Any, set[int]]]:
             lambda: completion(port, {"prompt": "the"}, headers={"Origin": "http://evil.example"})[0], {403}),
         "prompt over --max-prompt-chars": (
             lambda: completion(port, {"prompt": "a" * 300_000}, headers=None)[0], {400, 413}),
-        "echo + logprobs on 8,192 tokens": (
-            lambda: completion(port, {"prompt": long_prompt, "echo": True, "logprobs": 5, "max_tokens": 0})[0],
-            {200}),
+        "echo + logprobs on 8,192 tokens": (long_echo, {200}),
         "n=8 x 2,048 tokens, client gone after 0.3 s": (disconnect, {499}),
         "4 stop strings at the length cap": (
             lambda: completion(port, {"prompt": "the", "max_tokens": 64, "stop": ["q" * 256] * 4})[0], {200}),
@@ -297,6 +303,7 @@ def soak(server: Server, words: list[str], args: argparse.Namespace, root: Path)
     rounds: Counter[str] = Counter()
     outcomes: dict[str, Counter[str]] = {}
     errors: list[str] = []
+    cycled = threading.Event()  # the abusive client has made every attack once
 
     def prober() -> None:
         while not stop.is_set():
@@ -329,19 +336,24 @@ def soak(server: Server, words: list[str], args: argparse.Namespace, root: Path)
                     break
                 t0 = time.perf_counter()
                 try:
-                    status = attack()
-                except OSError as exc:
-                    status, _ = 0, exc
+                    status: int | str = attack()
+                except OSError:
+                    status = 0
+                except Exception as exc:  # an attack that raised is a wrong answer, and the cycle goes on
+                    status = f"{type(exc).__name__}: {str(exc)[:80]}"
                 seen = outcomes.setdefault(name, Counter())
                 seen["right" if status in right else f"status {status}"] += 1
                 seen["seconds"] += time.perf_counter() - t0
+            else:
+                cycled.set()
 
     threads = [threading.Thread(target=prober), threading.Thread(target=abuser),
                *(threading.Thread(target=honest, args=(c,)) for c in range(args.clients))]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
-    time.sleep(args.duration)
+    time.sleep(min(args.duration, args.max_duration))
+    cycled.wait(max(0.0, args.max_duration - (time.perf_counter() - t0)))
     stop.set()
     for t in threads:
         t.join()
@@ -366,7 +378,10 @@ def soak(server: Server, words: list[str], args: argparse.Namespace, root: Path)
         "health": {"probes": len(health), "unanswered": failed[0], "p50_ms": 1000 * percentile(health, 0.5),
                    "p99_ms": 1000 * percentile(health, 0.99), "max_ms": 1000 * max(health)},
         "rss": {"before_bytes": rss_before, "peak_bytes": max([rss_before, *rss]), "after_bytes": rss_after},
+        "max_duration_s": args.max_duration,
         "attacks": {name: dict(seen) for name, seen in outcomes.items()},
+        "attacks_not_run": {name: f"the soak ended at its --max-duration of {args.max_duration:g} s before the "
+                            "abusive client reached it" for name in attacks(0, []) if name not in outcomes},
         "forged_log_lines": forged[:5],
         "server_stats": stats,
     }
@@ -380,26 +395,13 @@ def cpu() -> str:
     return f"{m['cpu']} ({' '.join(m['cpu_flags'])}; class {m['cpu_class']})"
 
 
-def verdicts(report: dict[str, Any]) -> dict[str, bool]:
-    """What the run must show (see the module docstring)."""
-    rss = report["rss"]
-    rounds = report["honest_rounds"]
-    return {
-        "every honest round equals its text alone": rounds.get("equal", 0) > 0 and set(rounds) == {"equal"},
-        "/health p99 under 100 ms": report["health"]["p99_ms"] < 100 and not report["health"]["unanswered"],
-        "every attack answered rightly": all(set(seen) <= {"right", "seconds"} for seen in
-                                             report["attacks"].values()),
-        "RSS after within 10 % of before": abs(rss["after_bytes"] - rss["before_bytes"]) <= 0.1 * rss["before_bytes"],
-        f"peak RSS under before + {report['rss_bound_mib']} MiB":
-            rss["peak_bytes"] <= rss["before_bytes"] + report["rss_bound_mib"] * 2 ** 20,
-        "no forged log line": not report["forged_log_lines"],
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=16, help="honest streaming clients")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of soak")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of soak (at least; it goes on until every "
+                   "attack has been made once)")
+    p.add_argument("--max-duration", type=float, default=600.0, help="seconds after which the soak ends even if "
+                   "attacks were not made yet (they are reported as not run, and the run fails; default: 600)")
     p.add_argument("--turns", type=int, default=3, help="completions per honest session")
     p.add_argument("--rss-bound-mib", type=int, default=256, help="the most the server's RSS may rise above its "
                    "level before the soak (default: 256)")
@@ -411,9 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-limit-flags", action="store_true", help="leave out --max-body-bytes, --body-timeout and "
                    "--header-timeout (a version without them)")
     args = p.parse_args(argv)
+    from transformer_xl.experiments.bench.soak import soak_verdicts
+
     args.command = shlex.join(["python", "benchmarks/serve_soak.py", *(sys.argv[1:] if argv is None else argv)])
     report = run(args)
-    report["verdicts"] = verdicts(report)
+    report["verdicts"] = soak_verdicts(report)
     text = json.dumps(report, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
