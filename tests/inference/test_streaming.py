@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import eval_model, token_data, word_vocab
-from transformer_xl.errors import DataError
+from transformer_xl.errors import ConfigError, DataError
 from transformer_xl.inference.lines import LineEncoder, split_lines
 from transformer_xl.inference.score import score_ids, score_text
 from transformer_xl.inference.streaming import StreamScorer, score_stream
@@ -95,3 +95,28 @@ def test_nothing_but_whitespace_is_nothing_to_score() -> None:
     for documents in (False, True):
         with pytest.raises(DataError, match=r"^nothing to score: in is empty$"):
             list(score_stream(model, LineEncoder(vocab), [" ", "", "\t"], documents=documents, name="in"))
+
+
+def test_a_stream_growing_past_the_machine_is_refused_at_the_segment_that_would_exceed_it(monkeypatch) -> None:
+    """What a stream's buffers take grows with each segment until its memory is full: the machine's memory is
+    checked at every such segment, not at the first only, so the one that would not fit is refused before it runs."""
+    from transformer_xl.inference import budget
+
+    model = eval_model(n_token=50)
+    tgt, mem = model.config.tgt_len, 40 * model.config.tgt_len
+
+    def need(positions: int) -> int:
+        return budget.scoring_bytes(model.config, rows=1, positions=positions, tgt_len=tgt, mem_len=mem)["total"]
+
+    assert need(5 * tgt + 1) < need(6 * tgt + 1)
+    asked = []
+    monkeypatch.setattr(budget, "SMALL", 0)
+    monkeypatch.setattr(budget, "available_bytes", lambda device: asked.append(device) or need(5 * tgt + 1))
+    scorer = StreamScorer(model, [0], mem_len=mem)
+    ids = np.random.default_rng(0).integers(0, 50, 6 * tgt).tolist()
+    for k in range(5):  # five segments fit
+        assert scorer.feed(ids[k * tgt:(k + 1) * tgt]).shape == (tgt,)
+    assert len(asked) == 5
+    with pytest.raises(ConfigError, match=rf"\(1 stream of up to {6 * tgt + 1:,} tokens, .* needs .* but cpu has"):
+        scorer.feed(ids[5 * tgt:])
+    assert scorer.pos == 5 * tgt  # the sixth segment was not read

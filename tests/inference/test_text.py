@@ -29,6 +29,27 @@ def test_stream_text_stop_strings_are_cut_and_held_back(tmp_path) -> None:
         list(stream_text(model, codec, "ab", stop_tokens=["<nope>"]))
 
 
+def test_samples_a_stop_string_did_not_end_go_on_after_one_it_did_end(tmp_path) -> None:
+    """Several samples as a batch: the one that meets a stop string stops, the others run to their length."""
+    vocab = Vocab(["<eos>", *"abcdefgh "], eos="<eos>")
+    model, _ = _tiny(tmp_path, vocab)
+    codec = TextCodec(vocab)
+    free: list = []
+    list(stream_text(model, codec, "ab", num_samples=3, results=free, max_new_tokens=30, do_sample=True, seed=4))
+    texts = [r.text for r in free]
+    # a stop string early in the first sample and nowhere in the other two
+    stop = next(texts[0][i:i + n] for n in (2, 3, 4) for i in range(12)
+                if texts[0][i:i + n] not in texts[1] and texts[0][i:i + n] not in texts[2])
+    results: list = []
+    pieces = list(stream_text(model, codec, "ab", num_samples=3, results=results, stop_strings=[stop],
+                              max_new_tokens=30, do_sample=True, seed=4))
+    assert results[0].finish_reason == "stop_string" and results[0].text == texts[0][:texts[0].index(stop)]
+    for b in (1, 2):
+        assert results[b].finish_reason == "length" and len(results[b].token_ids) == 30, results[b]
+        assert results[b].text == texts[b]
+        assert "".join(p.text for p in pieces if p.sample == b) == texts[b]
+
+
 def test_sample_text_holds_back_what_may_begin_a_stop_string() -> None:
     from transformer_xl.inference.text import SampleText
 

@@ -102,12 +102,25 @@ def test_without_a_key_only_requests_naming_this_server_are_answered(small, host
 
 @pytest.mark.parametrize("origin, status", [
     ("http://evil.example", 403), ("https://evil.example:{port}", 403), ("null", 403), ("file://", 403),
-    ("http://127.0.0.1:{port}", 200), ("http://localhost:3000", 200), ("https://proxy.example", 200)])
+    # a page served from any other address: an IP is no name of this server (the Host check lets IPs through, since
+    # no DNS name can be rebound to one; an Origin is a page, which any address can serve)
+    ("http://203.0.113.5", 403), ("http://203.0.113.5:{port}", 403), ("http://[2001:db8::1]:{port}", 403),
+    ("http://10.0.0.1:{port}", 403),
+    ("http://127.0.0.1:{port}", 200), ("http://localhost:3000", 200), ("https://proxy.example", 200),
+    ("http://[::1]:8080", 200)])
 def test_a_request_from_another_sites_page_is_refused(small, origin, status) -> None:
     got, doc = small.post("/v1/completions", ASK, {"Origin": origin.format(port=small.port)})
     assert got == status, doc
     if status == 403:
         assert doc["error"]["code"] == "cross_origin"
+
+
+def test_a_page_of_the_address_the_server_is_reached_at_is_its_own_and_no_other_address_is(small) -> None:
+    mine = {"Host": "10.1.2.3:8000"}
+    assert small.post("/v1/completions", ASK, {**mine, "Origin": "http://10.1.2.3:8000"})[0] == 200
+    for origin in ("http://203.0.113.5:8000", "http://10.1.2.3:9000", "http://10.1.2.4:8000"):
+        got, doc = small.post("/v1/completions", ASK, {**mine, "Origin": origin})
+        assert got == 403 and doc["error"]["code"] == "cross_origin", origin
 
 
 def test_with_keys_any_key_in_any_case_of_the_scheme_and_no_host_check(keyed) -> None:

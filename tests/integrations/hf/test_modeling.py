@@ -3,6 +3,8 @@ padding that changes no real token's score, the memory carried by ``generate``, 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import torch
 
@@ -221,6 +223,33 @@ def test_generate_continues_a_memory_it_is_given() -> None:
     assert samples.shape == (3, 8) and shared.mems[0].size(0) == 3  # the memory repeated for each sequence
     with pytest.raises(ValueError, match="the memory has read all 6 ids of input_ids: nothing new to read"):
         hf.generate(prompt, max_new_tokens=1, pad_token_id=PAD, **{CACHE_NAME: _memory(hf(prompt))})
+
+
+def test_a_memory_read_in_two_calls_counts_every_token_it_has_read() -> None:
+    """A memory that read the prompt in two calls has read both calls' tokens: ``generate`` after it takes the ids
+    after them, for a batch of prompts and for several sequences per prompt, as it does from no memory at all."""
+    hf = _wrapped()
+    prompt = _ids(2, 7, seed=14)
+
+    def read(*cuts: int) -> TransfoXLMemory:
+        memory = None
+        with torch.no_grad():
+            for lo, hi in pairwise((0, *cuts)):
+                memory = _memory(hf(prompt[:, lo:hi], **({} if memory is None else {CACHE_NAME: memory})))
+        return memory
+
+    memory = read(3, 5)
+    assert memory.get_seq_length() == 5 and memory.seen == 5
+    whole = hf.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=PAD)
+    more = hf.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=PAD, **{CACHE_NAME: memory})
+    assert more.tolist() == whole.tolist()
+    assert memory.seen == 7 + 3  # the prompt and every generated token but the last
+    sampled = []
+    for given in ({}, {CACHE_NAME: read(2, 4, 5)}):
+        torch.manual_seed(3)
+        sampled.append(hf.generate(prompt, max_new_tokens=3, do_sample=True, num_return_sequences=2,
+                                   pad_token_id=PAD, **given))
+    assert sampled[0].shape == (4, 10) and sampled[1].tolist() == sampled[0].tolist()
 
 
 def test_which_ids_are_new_to_the_memory() -> None:
