@@ -3,6 +3,7 @@ size and time and only JSON, the Host and Origin checks, API keys."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 
@@ -45,6 +46,50 @@ def test_a_body_announced_over_the_limit_is_refused_before_it_is_sent(small) -> 
     status, data = read_status(sock, 5)
     assert status == 413 and time.monotonic() - start < 2, data[:200]
     assert b'"code":"body_too_large"' in data.replace(b" ", b"") and b"--max-body-bytes" in data
+
+
+@pytest.mark.parametrize("size", [LIMIT + 1, 8 << 20])
+def test_pythons_urllib_which_sends_the_whole_body_first_reads_the_413(small, size: int) -> None:
+    """urllib writes the whole body before it reads: a server that answers and closes at once resets the
+    connection under it (a broken pipe, the answer lost). The server reads on, for a bounded number of bytes and
+    seconds, what follows a refusal (nginx's lingering close)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    ask = urllib.request.Request(f"http://127.0.0.1:{small.port}/v1/completions", data=b" " * size, headers=JSON)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(ask, timeout=30)
+    assert refused.value.code == 413
+    assert json.loads(refused.value.read())["error"]["code"] == "body_too_large"
+
+
+def _send_until_closed(sock: socket.socket, chunk: bytes, every: float, within: float) -> tuple[float, int]:
+    """Send ``chunk`` every ``every`` seconds until the server closes ``sock``: (seconds, bytes sent)."""
+    start, sent = time.monotonic(), 0
+    try:
+        while time.monotonic() - start < within:
+            sock.sendall(chunk)
+            sent += len(chunk)
+            time.sleep(every)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    return time.monotonic() - start, sent
+
+
+def test_what_follows_a_refusal_is_read_for_bounded_seconds_and_bytes(small, monkeypatch) -> None:
+    from transformer_xl.serve import connections
+
+    head = _head("POST", "/v1/completions", Content_Type="application/json", Content_Length=str(10 ** 12))
+    monkeypatch.setattr(connections, "LINGER_SECONDS", 0.5)
+    seconds, _ = _send_until_closed(small.raw(head), b" " * 1024, every=0.02, within=10)  # a trickle, for ever
+    assert 0.4 < seconds < 3, seconds
+    monkeypatch.setattr(connections, "LINGER_SECONDS", 30.0)
+    monkeypatch.setattr(connections, "LINGER_BYTES", 1 << 20)
+    seconds, sent = _send_until_closed(small.raw(head), b" " * (1 << 20), every=0, within=10)  # a flood
+    assert sent < 48 << 20 and seconds < 5, (sent, seconds)  # 1 MiB read, then what the sockets' buffers hold
 
 
 def test_a_chunked_body_is_counted_as_it_arrives(small) -> None:
