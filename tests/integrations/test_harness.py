@@ -360,8 +360,41 @@ def test_register_puts_the_backend_in_the_harness_registry(monkeypatch) -> None:
     fresh = registry.Registry("model", base_cls=LM)
     monkeypatch.setattr(registry, "model_registry", fresh)
     register()
-    register()  # twice: still one entry
-    assert fresh.get(MODEL_NAME) is TransformerXLHarness and list(fresh.keys()) == [MODEL_NAME]
+    register()  # twice: still one entry each
+    assert fresh.get(MODEL_NAME) is TransformerXLHarness and list(fresh.keys()) == [MODEL_NAME, "txl"]
+    assert fresh.get("txl") is TransformerXLHarness
+
+
+def test_the_backend_is_declared_where_the_harness_looks_for_plugins() -> None:
+    """The ``lm_eval.models`` entry points (lm-evaluation-harness's plugin discovery, 0.4.14 on), read through
+    ``importlib.metadata`` as the harness reads them."""
+    import importlib.metadata
+
+    from transformer_xl.integrations.harness import MODEL_NAMES
+
+    points = {e.name: e for e in importlib.metadata.entry_points(group="lm_eval.models")
+              if e.value.startswith("transformer_xl.")}
+    assert sorted(points) == sorted(MODEL_NAMES)
+    for point in points.values():
+        assert point.load() is TransformerXLHarness
+
+
+def test_the_harness_finds_the_backend_by_its_entry_point_alone() -> None:
+    """Where the installed harness has plugin discovery: its own registry resolves ``txl`` and ``transformer-xl`` in
+    a fresh process that never imported txl."""
+    import importlib.metadata
+
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.api import registry
+
+    if not hasattr(registry, "import_plugins"):
+        pytest.skip(f"lm-evaluation-harness {importlib.metadata.version('lm_eval')} has no plugin discovery (0.4.14 "
+                    "adds it): the entry points themselves are checked by the test before this one")
+    code = ("import sys; from lm_eval.api.registry import get_model; assert 'transformer_xl' not in sys.modules; "
+            "print(get_model('txl').__module__, get_model('transformer-xl').__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["transformer_xl.integrations.harness", "TransformerXLHarness"], lm_eval.__file__
 
 
 def test_the_harness_command_line_without_the_harness_and_its_help(monkeypatch, capsys) -> None:

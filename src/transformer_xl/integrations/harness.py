@@ -42,10 +42,12 @@ try:  # the core package does not need the harness: without it, the backend is a
 except ImportError:  # pragma: no cover - depends on the environment
     _Base = object  # type: ignore[assignment,misc]
 
-__all__ = ["MODEL_NAME", "TransformerXLHarness", "main", "register"]
+__all__ = ["MODEL_NAME", "MODEL_NAMES", "TransformerXLHarness", "main", "register"]
 
 #: The name the backend is registered under (``--model transformer-xl``).
 MODEL_NAME = "transformer-xl"
+#: Every name it is registered and declared under (``--model txl`` as well): pyproject.toml's ``lm_eval.models``.
+MODEL_NAMES = (MODEL_NAME, "txl")
 
 
 def _flag(name: str, value: Any) -> bool | None:
@@ -213,11 +215,13 @@ class TransformerXLHarness(_Base):  # type: ignore[misc,valid-type]
 
 
 def register() -> None:
-    """Register :class:`TransformerXLHarness` as ``transformer-xl`` in the harness's model registry (once)."""
+    """Register :class:`TransformerXLHarness` as ``transformer-xl`` and ``txl`` in the harness's model registry (once;
+    the names the package's ``lm_eval.models`` entry points declare, for the harness versions that read them)."""
     from lm_eval.api.registry import model_registry
 
-    if MODEL_NAME not in model_registry:
-        model_registry.register(MODEL_NAME, target=TransformerXLHarness)
+    for name in MODEL_NAMES:
+        if name not in model_registry:
+            model_registry.register(name, target=TransformerXLHarness)
 
 
 if _Base is not object:
