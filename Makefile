@@ -18,7 +18,7 @@ MUTATEDEPS := $(VENV)/.txl-mutation
 # The demo's thread count is pinned: CPU float results depend on it (and on the torch build), not on the speed.
 DEMO_THREADS ?= 1
 
-.PHONY: install test test-avx2 test-hf4 test-tf test-all lint docs docs-serve figures demo clean mutate gpu-check gpu-wheels
+.PHONY: install test test-slow test-avx2 test-hf4 test-tf test-all lint docs docs-serve figures demo clean mutate gpu-check gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ figures: $(RUNTIME)
 test: lint docs
 	bash .ci/pytest.sh -m "not slow and not hf4 and not tf"
 
+# The tests marked slow (subprocess-heavy and long runs: torchrun and kill-and-resume, the fuzz campaign at its full
+# size, the serve soak, compiled graphs, trained experiments, the whole GPU check on tiny CPU sizes), in parallel
+# workers, each within its budget (tests/conftest.py); CI runs them after `make test`.
+test-slow: $(TESTDEPS)
+	bash .ci/pytest.sh -m "slow and not hf4 and not tf"
+
 # The suite with PyTorch's CPU kernels held to AVX2 (no AVX-512, no bf16 or AMX instructions: a bf16 product ~100x
 # slower than fp32), as on most laptops and AMD Zen 2/3 servers; CI runs it after `make test` on an AVX-512 machine.
 AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
@@ -79,7 +85,7 @@ $(HF4DEPS): pyproject.toml constraints-hf4.txt | $(HF4)/bin/python
 
 HF4_TESTS = $(shell grep -rlE 'mark\.hf4' tests | sort)
 test-hf4: $(HF4DEPS)
-	TXL_REQUIRE_HF4=1 PYTEST_VENV=$(HF4) bash .ci/pytest.sh -m "hf4 and not slow" $(HF4_TESTS)
+	TXL_REQUIRE_HF4=1 PYTEST_VENV=$(HF4) bash .ci/pytest.sh -m hf4 $(HF4_TESTS)
 
 # The tests whose oracle is the official TensorFlow code (tf/model.py of kimiyoung/transformer-xl, run as it is by
 # tests/equivalence/tf_oracle.py under TensorFlow 2's v1 layer): TensorFlow in an environment of its own (.venv-tf,
@@ -95,7 +101,7 @@ $(TFDEPS): constraints-tf.txt | $(TFENV)/bin/python
 	touch $@
 
 test-tf: $(TESTDEPS) $(TFDEPS)
-	TXL_REQUIRE_TF=1 bash .ci/pytest.sh -m "tf and not slow" tests/equivalence/test_tf.py
+	TXL_REQUIRE_TF=1 bash .ci/pytest.sh -m tf tests/equivalence/test_tf.py
 
 test-all: lint docs
 	bash .ci/pytest.sh

@@ -121,6 +121,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """The ``exports`` marker; and, for ``make test-hf4`` (TXL_REQUIRE_HF4=1), which runs the tests whose oracle is
     transformers 4's TransfoXL, a stop at once where the oracle is missing, rather than each test skipping."""
     config.addinivalue_line("markers", "exports: exports a model to ONNX itself (tens of seconds); runs last")
+    config.addinivalue_line("markers", "longest: minutes long; runs first (pytest-xdist hands tests out in their "
+                                       "order, so the other workers share the rest meanwhile)")
     if os.environ.get("TXL_REQUIRE_HF4"):
         from transformer_xl.interop.hf import hf_available
 
@@ -134,11 +136,13 @@ SLOW_TIMEOUT_S = 900
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that export to ONNX (marked ``exports``, or using the session's ``onnx_export``) run last, in their
+    """The tests marked ``longest`` run first, so that a run of parallel workers does not wait for one of them at its
+    end. The tests that export to ONNX (marked ``exports``, or using the session's ``onnx_export``) run last, in their
     order: under ``pytest -x`` a quick test that fails stops the run before an export (tens of seconds) is made. A
     test marked ``slow`` and no ``timeout`` of its own gets :data:`SLOW_TIMEOUT_S`."""
-    items.sort(key=lambda item: "onnx_export" in getattr(item, "fixturenames", ()) or
-               item.get_closest_marker("exports") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("longest") is None,
+                                 "onnx_export" in getattr(item, "fixturenames", ()) or
+                                 item.get_closest_marker("exports") is not None))
     for item in items:
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))

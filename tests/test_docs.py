@@ -71,6 +71,7 @@ def run_blocks(blocks: list[tuple[str, str]], cwd: Path, **env_extra: str) -> No
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_getting_started_runs_as_printed(tmp_path: Path) -> None:
     blocks = marked_blocks(REPO / "docs" / "getting-started.md")
     code = "\n".join(c for _, c in blocks)
@@ -177,6 +178,7 @@ def marked_files(page: Path) -> dict[str, str]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_local_harness_task_runs_as_printed(tmp_path: Path) -> None:
     """The harness page's task over a local text file: its text file and YAML written as printed, its command run as
     printed (the harness's command line, offline) against a tiny model standing in for ``run``; the harness reads one

@@ -24,6 +24,7 @@ def _generate(capsys, model: str, *extra: str) -> dict:
 
 @pytest.mark.parametrize("options", [["--greedy"], ["--seed", "4", "--top-k", "8", "--num-samples", "2"],
                                      ["--greedy", "--mem-len", "3", "--repetition-penalty", "1.3"]])
+@pytest.mark.slow
 def test_generate_on_onnxruntime_gives_the_torch_backends_tokens(onnx_export, capsys, options) -> None:
     _, model_dir, export = onnx_export()
     want = _generate(capsys, str(model_dir), *options)
@@ -97,6 +98,7 @@ def test_a_run_without_its_vocabulary_or_tokenizer_is_told_in_order(tmp_path, ca
 
 
 @pytest.mark.exports
+@pytest.mark.slow
 def test_a_subword_model_is_exported_with_its_tokenizer_without_a_vocabulary(tmp_path, capsys) -> None:
     """A model of a run that recorded a tokenizer and has no vocabulary beside it: a warning, then an export with
     the tokenizer (recorded as how text is split) and no vocabulary or level."""
@@ -227,6 +229,7 @@ def test_an_earlier_export_is_replaceable_but_not_with_the_users_files_in_it(onn
 
 
 @pytest.mark.exports
+@pytest.mark.slow
 def test_force_exports_over_the_run_and_keeps_the_old_run_whole(tmp_path, capsys) -> None:
     """``txl export onnx RUN RUN --force``: the export takes RUN's place and the run, every file of it, is moved to
     RUN.old-1 (read from its old place while exporting); nothing is deleted."""

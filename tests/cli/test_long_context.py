@@ -9,6 +9,7 @@ import pytest
 from transformer_xl.cli import main
 
 
+@pytest.mark.slow
 def test_cli_long_context_writes_tables_json_and_figures(tmp_path, capsys) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "lc"

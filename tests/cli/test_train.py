@@ -33,6 +33,7 @@ def _txl(args: list[str], env: dict, **kw):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_two_processes_never_share_a_run_directory(tmp_path, word_corpus) -> None:
     """A running `txl train` holds its run: a second fresh run and a resume are refused in one line naming it;
     once it has stopped, a resume takes the directory over."""
@@ -70,6 +71,7 @@ def test_two_processes_never_share_a_run_directory(tmp_path, word_corpus) -> Non
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_refused_resume_changes_nothing_and_a_plain_one_still_works(tmp_path, word_corpus) -> None:
     from tests.helpers import subprocess_env
     from tests.helpers import tiny_train_config as tiny_cfg

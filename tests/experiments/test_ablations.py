@@ -164,6 +164,7 @@ def test_a_signal_leaves_the_variant_unfinished_and_resumable(tmp_path, monkeypa
         A.run_ablation(BASE, corpus, tmp_path / "x", variant, tgt_len=8, steps=0, search=search)
 
 
+@pytest.mark.slow
 def test_equal_memory_lengths_fit_the_transformer_xl_peak(tmp_path) -> None:
     variants = [A.parse_variant(n) for n in ("norec-ours-full-eqmem", "norec-ours-full-eqmem-eqtok")]
     doc = A.equal_memory_lengths(BASE, variants, tgt_len=8, batch_size=4)

@@ -39,6 +39,7 @@ def test_every_reader_survives_a_fast_fuzz_subset(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.longest  # about 6 minutes on one core of a Zen 3
 def test_every_reader_survives_thousands_of_cases(tmp_path) -> None:
     counts = _run_campaign(tmp_path, examples=2000, timeout=3600)
     print(counts)

@@ -153,6 +153,7 @@ def test_generate_until_a_single_string_and_sampling_at_temperature_zero(wiki) -
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> None:
     pytest.importorskip("lm_eval")
     model_dir, docs = wiki
@@ -202,6 +203,7 @@ def test_the_harness_command_line_reports_txl_scores(wiki, tmp_path, capsys) -> 
     assert [s["resps"][0][0] for s in generated] == want and all("," not in w for w in want)
 
 
+@pytest.mark.slow
 def test_the_harness_command_line_refuses_a_missing_model_in_one_line(tmp_path, capsys, monkeypatch) -> None:
     """``txl-lm-eval`` with ``pretrained=`` a path that holds no model: one line and exit 2, no traceback."""
     pytest.importorskip("lm_eval")

@@ -303,6 +303,7 @@ def test_the_model_is_handed_back_in_the_mode_of_each_module_even_when_refused(t
 
 
 @pytest.mark.exports
+@pytest.mark.slow
 def test_a_model_in_training_with_a_subword_tokenizer_is_exported_as_in_eval(tmp_path) -> None:
     """``export_onnx`` itself (the session's export goes through the CLI, without a tokenizer): a model left
     training, dropout on (but for one dropout module the user froze), is exported as evaluated and handed back with

@@ -29,6 +29,7 @@ def _losses(run: Path) -> list[float]:
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process(tmp_path, word_corpus) -> None:
     data = word_corpus
     # adaptive softmax (DDP with find_unused_parameters), memories, batch_chunk inside each process
@@ -68,6 +69,7 @@ def test_unused_parameter_rule() -> None:
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 @pytest.mark.parametrize("model", [dict(cutoffs=[10, 25]), dict(sample_softmax=8), dict(cutoffs=[10, 25], div_val=2)])
+@pytest.mark.slow
 def test_two_processes_print_no_ddp_warning(tmp_path, word_corpus, model) -> None:
     # rule False: DDP without the unused-parameter search must not fail (it would at the next step if a parameter
     # got no gradient); rule True: the search is on, and the only warning allowed is DDP's "found no unused

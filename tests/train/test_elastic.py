@@ -117,6 +117,7 @@ def _assert_same_run(run: Path, reference: Path, *, exact: bool = True, steps: i
         torch.testing.assert_close(a[k], b[k], **tol, msg=k)
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_restarted_and_the_run_continues_exactly(job, undisturbed, tmp_path) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out, 2, "--max-restarts", "1"), **_popen(out))
@@ -130,6 +131,7 @@ def test_a_killed_worker_is_restarted_and_the_run_continues_exactly(job, undistu
     _assert_same_run(out, undisturbed)
 
 
+@pytest.mark.slow
 def test_a_preempted_job_saves_exits_and_the_same_command_continues(job, undisturbed, tmp_path) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out), **_popen(out))
@@ -152,6 +154,7 @@ def test_a_preempted_job_saves_exits_and_the_same_command_continues(job, undistu
     _assert_same_run(out, undisturbed)
 
 
+@pytest.mark.slow
 def test_a_stalled_rank_fails_the_job_within_the_timeout_naming_it(job, tmp_path) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen(job(out, 2, dist_timeout=4.0), **_popen(out))
@@ -175,6 +178,7 @@ def test_a_stalled_rank_fails_the_job_within_the_timeout_naming_it(job, tmp_path
 CONSTANT = dict(scheduler="constant", warmup_step=0)
 
 
+@pytest.mark.slow
 def test_another_process_count_continues_the_global_batch(job, tmp_path) -> None:
     one = tmp_path / "one"  # 8 steps: 2 processes sum the gradient in another order than 1, a difference that
     single = _finish(subprocess.Popen(job(one, 1, max_step=8, **CONSTANT), **_popen(one)))  # grows over a long run
@@ -188,6 +192,7 @@ def test_another_process_count_continues_the_global_batch(job, tmp_path) -> None
     _assert_same_run(out, one, exact=False, steps=8)
 
 
+@pytest.mark.slow
 def test_a_process_count_that_cannot_split_the_batch_is_refused_before_anything_is_written(job, tmp_path) -> None:
     out = tmp_path / "run"
     p = _finish(subprocess.Popen(job(out, 3), **_popen(out)))
@@ -198,6 +203,7 @@ def test_a_process_count_that_cannot_split_the_batch_is_refused_before_anything_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_repeated_two_process_runs_all_exit_cleanly(job, tmp_path) -> None:
     for i in range(2):  # benchmarks/reliability_tour.py runs 50 (docs/reliability.md)
         out = tmp_path / f"run{i}"

@@ -335,6 +335,7 @@ Killed(cfg).fit()
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_killed_and_resumed_run_shows_every_step_once_with_the_metrics_jsonl_value(tmp_path, word_corpus,
                                                                                      offline) -> None:
     run = tmp_path / "run"
@@ -370,6 +371,7 @@ def test_a_killed_and_resumed_run_shows_every_step_once_with_the_metrics_jsonl_v
 
 @pytest.mark.integration
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+@pytest.mark.slow
 def test_under_torchrun_only_rank_0_logs(tmp_path, word_corpus, offline) -> None:
     cfg = tiny_cfg(tmp_path / "run", str(word_corpus), max_step=4, batch_size=8, loggers=["tensorboard", "wandb"])
     (tmp_path / "c.json").write_text(cfg.to_json())

@@ -60,6 +60,7 @@ def _records(run: Path, kind: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("when, log_interval", [("after", 1), ("during", 1), ("after", 4)])
+@pytest.mark.slow
 def test_sigkill_then_resume_reproduces_every_later_loss(tmp_path, when: str, log_interval: int) -> None:
     """With ``log_interval`` 4 the checkpoint of step 6 falls between two log lines: the line of step 8 averages
     steps 5-8 in the resumed run too (the losses since the last line are in the checkpoint)."""

@@ -20,6 +20,7 @@ def _opts(tmp_path, device: str = "cpu") -> CheckOptions:
 
 # ---------------------------------------------------------------------------------------------- part e
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_tiny_run_killed_and_resumed_logs_the_undisturbed_losses_bit_for_bit(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("TXL_CACHE_DIR", raising=False)  # the part's private cache
     r = train_resume(_opts(tmp_path))

@@ -103,6 +103,7 @@ def _log_likelihood(resp: list) -> float:
     return float(first[0] if isinstance(first, (list, tuple)) else first)
 
 
+@pytest.mark.slow
 def test_the_harness_hf_backend_matches_txls_own_backend(wiki, tmp_path, monkeypatch) -> None:
     """``HFLM`` over our model and tokenizer gives each document's and each choice's log-likelihood as txl's own
     backend does. Two of the harness's conventions set ``add_bos_token``: a document is read after the harness's
