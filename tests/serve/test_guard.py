@@ -64,6 +64,20 @@ def test_pythons_urllib_which_sends_the_whole_body_first_reads_the_413(small, si
     assert json.loads(refused.value.read())["error"]["code"] == "body_too_large"
 
 
+def test_requests_and_the_openai_client_read_the_413_as_well(small) -> None:
+    """The clients that read while they send (requests, httpx under the openai client) keep reading the refusal
+    with the lingering close."""
+    requests = pytest.importorskip("requests")
+    openai = pytest.importorskip("openai")
+
+    got = requests.post(f"http://127.0.0.1:{small.port}/v1/completions", data=b" " * (8 << 20), headers=JSON,
+                        timeout=30)
+    assert got.status_code == 413 and got.json()["error"]["code"] == "body_too_large"
+    with pytest.raises(openai.APIStatusError) as refused:
+        small.client().completions.create(model="tiny", prompt="the " * (2 << 20), max_tokens=1)
+    assert refused.value.status_code == 413
+
+
 def _send_until_closed(sock: socket.socket, chunk: bytes, every: float, within: float) -> tuple[float, int]:
     """Send ``chunk`` every ``every`` seconds until the server closes ``sock``: (seconds, bytes sent)."""
     start, sent = time.monotonic(), 0
