@@ -78,6 +78,22 @@ def test_requests_and_the_openai_client_read_the_413_as_well(small) -> None:
     assert refused.value.status_code == 413
 
 
+
+def test_curl_reads_the_413(small, tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    body = tmp_path / "body.json"
+    body.write_bytes(b" " * (8 << 20))
+    out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "-H", "Content-Type: application/json",
+                          "--data-binary", f"@{body}", f"http://127.0.0.1:{small.port}/v1/completions"],
+                         capture_output=True, text=True, timeout=60)
+    text, _, status = out.stdout.rpartition("\n")
+    assert status == "413" and '"body_too_large"' in text, (out.returncode, out.stdout[-500:], out.stderr[-500:])
+
+
 def _send_until_closed(sock: socket.socket, chunk: bytes, every: float, within: float) -> tuple[float, int]:
     """Send ``chunk`` every ``every`` seconds until the server closes ``sock``: (seconds, bytes sent)."""
     start, sent = time.monotonic(), 0
