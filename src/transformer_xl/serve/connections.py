@@ -47,7 +47,8 @@ class LingeringTransport:
 
 
 def header_deadline_protocol(seconds: float) -> type:
-    """uvicorn's ``H11Protocol`` closing a connection whose request head is not in within ``seconds``."""
+    """uvicorn's ``H11Protocol`` closing a connection whose request head is not in within ``seconds``, and one
+    answered before its body was read with a lingering close (module docstring)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
