@@ -178,13 +178,15 @@ def attacks(port: int, words: list[str]) -> dict[str, tuple[Any, set[int]]]:
     """Each attack: a function doing it (returning a status) and the statuses that are right. Nothing is sent
     before an attack is made (``attacks(0, [])`` lists them)."""
     huge = {"prompt": "the", "pad": "x" * (MAX_BODY + 10)}
+    long_prompt: list = []  # asked of the server once, at the first echo
 
     def long_echo() -> int:
-        body = http(port, "POST", "/tokenize", json.dumps({"prompt": " ".join(words[:9000])}).encode())[1]
-        # the longest prompt allowed, in the model's own tokens (a server without /tokenize: 7,000 words of text)
-        tokens = json.loads(body).get("tokens", [])[:8192] if body.startswith(b"{") else []
-        long_prompt = tokens or " ".join(words[:7000])
-        return completion(port, {"prompt": long_prompt, "echo": True, "logprobs": 5, "max_tokens": 0})[0]
+        if not long_prompt:
+            body = http(port, "POST", "/tokenize", json.dumps({"prompt": " ".join(words[:9000])}).encode())[1]
+            # the longest prompt allowed, in the model's own tokens (a server without /tokenize: 7,000 words of text)
+            tokens = json.loads(body).get("tokens", [])[:8192] if body.startswith(b"{") else []
+            long_prompt.append(tokens or " ".join(words[:7000]))
+        return completion(port, {"prompt": long_prompt[0], "echo": True, "logprobs": 5, "max_tokens": 0})[0]
 
     def chunked_body() -> int:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
