@@ -18,7 +18,7 @@ from transformer_xl import ConfigError, TransformerXLLM
 from transformer_xl.inference.arena import HUGE_PAGE
 from transformer_xl.inference.captured import CapturedDecoder, CaptureOptions
 from transformer_xl.inference.generate import _decoder, generate, reference_generate, stream
-from transformer_xl.model import Recurrence
+from transformer_xl.model import Recurrence, native
 from transformer_xl.model.int8 import quantize_rows
 
 V = 40
@@ -73,19 +73,41 @@ def test_batch_one_equals_the_plain_step(overrides, mem_len) -> None:
     assert all((a - b).abs().max() <= 1e-5 for a, b in zip(cap.mems, plain.mems))
 
 
-@pytest.mark.parametrize("batch, int8", [(1, False), (3, True)])
-def test_compiled_step_equals_the_plain_step(batch, int8) -> None:
-    """The graph torch.compile makes (inductor's C++ kernels), not only the function it compiles: every product a
-    reduction inductor generates; at batch 3 the rows' sums fused into one pass, over int8 weights widened as read
-    (against the plain step over their dequantized values)."""
+@pytest.mark.parametrize("batch, int8, products", [(1, False, "compiled"), (3, True, "compiled"),
+                                                   (1, False, "native"), (3, True, "native")])
+def test_compiled_step_equals_the_plain_step(batch, int8, products) -> None:
+    """The graph torch.compile makes, not only the function it compiles. ``compiled``: every product a reduction
+    inductor generates; at batch 3 the rows' sums fused into one pass, over int8 weights widened as read (against the
+    plain step over their dequantized values). ``native``: txl's kernels called from the graph; int8 with the
+    activation quantized per row, so within a tolerance of the plain step on the same tokens (teacher-forced)."""
+    if products == "native" and (why := native.unavailable()):
+        pytest.skip(why)
     model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
     ids = _prompt(b=batch)
-    dec = CapturedDecoder(model, batch=batch, mem_len=4, int8=int8)
+    dec = CapturedDecoder(model, batch=batch, mem_len=4, int8=int8, products=products)
+    assert dec.weights["layers"][0]["ff1"].form == ("tiles" if products == "native" else "blocks")
     plain = generate(model, ids, max_new_tokens=12, mem_len=4, captured=False)
+    if products == "native" and int8:
+        got = _forced(dec, model, ids, plain.new_tokens)
+        err = (got - plain.log_probs[:, 1:]).abs().max()
+        assert 0 < err <= 0.05
+        return
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)
     assert torch.equal(cap.new_tokens, plain.new_tokens)
     assert (cap.log_probs - plain.log_probs).abs().max() <= 1e-5
     assert dec.compile_s is not None and dec.compile_s > 0
+
+
+def _forced(dec: CapturedDecoder, model: TransformerXLLM, ids: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """The log-probabilities ``dec`` gives each of ``new``'s tokens after the one before it (the plain path's
+    tokens fed to both), ``[B, len(new) - 1]``."""
+    forced = torch.cat([ids, new], 1)
+    mems = generate(model, ids, max_new_tokens=1, mem_len=dec.mem_len).mems
+    lps = []
+    for t in range(ids.size(1), forced.size(1) - 1):
+        lp, mems = dec.step(forced[:, t], mems)
+        lps.append(lp.gather(1, forced[:, t + 1, None]))
+    return torch.cat(lps, 1)
 
 
 #: A captured step compiled and compared with the plain step in a child process (the test below).
@@ -150,7 +172,7 @@ def test_int8_weights_multiply_by_their_dequantized_values(monkeypatch, batch, w
     monkeypatch.setattr(packing, "int8_words", lambda: words)
     model = _dequantized(_model(cutoffs=[10, 25], tie_weight=False))
     ids = _prompt(b=batch)
-    dec = _eager(model, batch=batch, mem_len=4, int8=True)
+    dec = _eager(model, batch=batch, mem_len=4, int8=True, products="compiled")
     cap = generate(model, ids, max_new_tokens=8, mem_len=4, captured=dec)
     plain = generate(model, ids, max_new_tokens=8, mem_len=4, captured=False)
     assert dec.weights["layers"][0]["qkv"].weight.dtype == torch.int8
@@ -207,15 +229,12 @@ def test_narrower_types_stay_close() -> None:
     model = _model()
     ids = _prompt()
     plain = generate(model, ids, max_new_tokens=8, mem_len=4, captured=False)
-    forced = torch.cat([ids, plain.new_tokens], 1)
-    for kw, tol in (({"kv_dtype": "bfloat16"}, 0.03), ({"int8": True}, 0.15)):
+    cases = [({"kv_dtype": "bfloat16"}, 0.03), ({"int8": True, "products": "compiled"}, 0.15)]
+    if native.available():
+        cases.append(({"int8": True, "products": "native"}, 0.15))
+    for kw, tol in cases:
         dec = _eager(model, mem_len=4, **kw)
-        mems = generate(model, ids, max_new_tokens=1, mem_len=4).mems
-        lps = []
-        for t in range(ids.size(1), forced.size(1) - 1):  # the plain path's tokens, fed to both
-            lp, mems = dec.step(forced[:, t], mems)
-            lps.append(lp.gather(1, forced[:, t + 1, None]))
-        got = torch.cat(lps, 1)
+        got = _forced(dec, model, ids, plain.new_tokens)
         assert (dec.weights["layers"][0]["qkv"].weight.dtype == torch.int8) == bool(kw.get("int8")), kw
         assert (got - plain.log_probs[:, 1:]).abs().max() <= tol, kw
         assert (got - plain.log_probs[:, 1:]).abs().max() > 0, kw

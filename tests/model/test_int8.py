@@ -19,6 +19,7 @@ from transformer_xl.errors import ConfigError
 from transformer_xl.inference.captured import CapturedDecoder
 from transformer_xl.inference.generate import generate, reference_generate
 from transformer_xl.inference.packing import unblock_rows
+from transformer_xl.model import native
 from transformer_xl.model.int8 import BLOCK, Int8Linear, int8_matmul, is_quantized, quantize_linears, quantize_rows
 
 V = 60
@@ -182,21 +183,27 @@ def test_quantize_linears_takes_linear_layers_only() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- one int8 path
+@pytest.mark.parametrize("products", ["compiled", "native"])
 @pytest.mark.parametrize("overrides", [{}, {"cutoffs": [10, 25]}, {"pre_lnorm": True, "untie_r": True}])
-def test_the_plain_int8_model_and_the_captured_int8_step_share_their_int8_numbers(overrides) -> None:
+def test_the_plain_int8_model_and_the_captured_int8_step_share_their_int8_numbers(overrides, products) -> None:
     """One int8 scheme: the quantized model's layers and the captured int8 step hold the same int8 numbers and bf16
     scales (each multiplies by them with its own kernel: the plain one rounds its input to bf16, the captured one
-    does not, tests/inference/test_captured.py), and both are int8 (far from float)."""
+    does not or, with txl's kernels, quantizes it per row, tests/inference/test_captured.py), and both are int8 (far
+    from float)."""
+    if products == "native" and (why := native.unavailable()):
+        pytest.skip(why)
     model = generation_model(0, n_token=40, **overrides)
     quant = generation_model(0, n_token=40, **overrides).quantize("int8")
-    dec = CapturedDecoder(model, batch=2, mem_len=4, int8=True, compile=False)  # packed from the float model
+    dec = CapturedDecoder(model, batch=2, mem_len=4, int8=True, compile=False, products=products)  # from the floats
     for layer, packed in zip(quant.layers, dec.weights["layers"]):
         for lin, name in ((layer.dec_attn.qkv_net, "qkv"), (layer.dec_attn.o_net, "o"),
                           (layer.pos_ff.CoreNet[0], "ff1"), (layer.pos_ff.CoreNet[3], "ff2")):
             got = packed[name]
-            assert is_quantized(lin) and torch.equal(unblock_rows(got.weight, lin.out_features)[:, :lin.in_features],
-                                                     lin.weight[:, :lin.in_features])
-            assert torch.equal(got.scale.reshape(-1)[:lin.out_features], lin.scale)
+            shape = (lin.out_features, lin.in_features)
+            numbers = native.untile(got.weight, shape) if got.form == "tiles" else \
+                unblock_rows(got.weight, lin.out_features)[:, :lin.in_features]
+            assert is_quantized(lin) and torch.equal(numbers, lin.weight[:, :lin.in_features])
+            assert torch.equal(got.scale.reshape(-1)[:lin.out_features], lin.scale.to(got.scale.dtype))
     ids = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(1))
     plain = generate(quant, ids, max_new_tokens=12, mem_len=4)
     cap = generate(model, ids, max_new_tokens=12, mem_len=4, captured=dec)

@@ -52,7 +52,9 @@ from transformer_xl.inference.decode import (
 )
 from transformer_xl.inference.packing import ROW_BLOCK, pack
 from transformer_xl.model import Lengths, TransformerXLLM
+from transformer_xl.model.dispatch import decode_products
 from transformer_xl.model.fastpath import allow_graphs, compile_unavailable
+from transformer_xl.model.native import PRODUCTS, unavailable
 from transformer_xl.model.positional import sinusoid
 
 #: Key/value ring dtypes :class:`CapturedDecoder` accepts (by name).
@@ -93,12 +95,14 @@ def pays(new_tokens: int, step_s: float, compile_s: float, saving: float = SAVIN
     return new_tokens * step_s * saving > compile_s
 
 
-def step_key(model: TransformerXLLM, *, batch: int, lengths: Lengths, options: CaptureOptions) -> str:
+def step_key(model: TransformerXLLM, *, batch: int, lengths: Lengths, options: CaptureOptions,
+             products: str | None = None) -> str:
     """What the compiled graph of a step depends on, as one string: the model's shape, the batch, the lengths, the
-    options, the weights' type and device, torch's version."""
+    options, the weights' type and device, the products' form (default: the rule's), torch's version."""
     p = next(model.parameters())
+    products = products or decode_products(p.device)
     return json.dumps([torch.__version__, model.config.to_dict(), batch, lengths.mem_len, lengths.clamp_len,
-                       lengths.same_length, options.int8, options.kv_dtype, str(p.dtype), p.device.type],
+                       lengths.same_length, options.int8, options.kv_dtype, str(p.dtype), p.device.type, products],
                       sort_keys=True)
 
 
@@ -192,11 +196,14 @@ class CapturedDecoder:
         kv_dtype: ``"float32"`` or ``"bfloat16"``: the type of the keys/values kept in the ring.
         compile: compile the step (``False``: the same function run eagerly, for tests and debugging).
         clamp_len / same_length: as :class:`~transformer_xl.model.config.Lengths` (default: the model's).
+        products: the form of the matrix products, ``"native"`` (txl's kernels), ``"compiled"`` (inductor's
+            reductions) or ``"blas"`` (default: :func:`~transformer_xl.model.dispatch.decode_products`, the rule per
+            CPU).
     """
 
     def __init__(self, model: TransformerXLLM, *, batch: int, mem_len: int | None = None,
                  clamp_len: int | None = None, same_length: bool | None = None, int8: bool = False,
-                 kv_dtype: str = "float32", compile: bool = True) -> None:
+                 kv_dtype: str = "float32", compile: bool = True, products: str | None = None) -> None:
         check_supported(model)
         if kv_dtype not in KV_DTYPES:
             raise ConfigError(f"unknown kv_dtype {kv_dtype!r}; known: {', '.join(KV_DTYPES)}")
@@ -207,10 +214,19 @@ class CapturedDecoder:
         self.model, self.int8, self.kv_dtype = model, int8, kv_dtype
         p = next(model.parameters())
         self.device, dtype = p.device, p.dtype
+        if (products == "blas" and self.device.type == "cpu") or (products in ("native", "compiled") and \
+                self.device.type != "cpu"):
+            raise ConfigError(f"products {products!r} do not run on {self.device}")
         if int8 and self.device.type != "cpu":
             raise ConfigError(f"int8 decoding is for the CPU; the model is on {self.device}")
+        if products not in (None, *PRODUCTS):
+            raise ConfigError(f"unknown products {products!r}; known: {', '.join(PRODUCTS)}")
+        if products == "native" and (why := unavailable()):
+            raise ConfigError(f"txl's native kernels cannot run here: {why}")
+        #: the form of the step's matrix products (:func:`~transformer_xl.model.dispatch.decode_products`)
+        self.products: str = products or decode_products(self.device)
         with torch.no_grad():
-            self.weights = pack(model, int8=int8)
+            self.weights = pack(model, int8=int8, products=self.products)
         # under tf_memory a query sees mem_len + 1 keys: all of a full ring, as without same_length
         self.spec = spec_of(model, self.weights["head"], mem_len=self.mem_len,
                             same_length=lengths.same_length and not lengths.tf_memory)
@@ -245,7 +261,8 @@ class CapturedDecoder:
         self._fn = _compiled(self.device, batch) if compile else step
         self.compiled = self._fn is not step  # the step is torch.compile's graph (False: the function run eagerly)
         #: what its compiled graph depends on (:func:`step_key`), for :func:`compile_estimate`
-        self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype))
+        self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype),
+                            products=self.products)
         # equivalent mutants: load() makes the memory buffers before any step
         self._hist: Tensor | None = None  # pragma: no mutate  # [L + 1, B, C_h, D] append-only memory rows
         # equivalent mutants: load() sets both bounds before any step; any _mems but the last returned is reloaded

@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.inference.packing import INT8_UNROLL, ROW_BLOCK, Linear, unblock_rows
-from transformer_xl.model import TransformerXLLM
+from transformer_xl.inference.packing import INT8_UNROLL, ROW_BLOCK, Linear, unpack
+from transformer_xl.model import TransformerXLLM, native
 
 #: Rows of ``x`` up to which :func:`blocked_linear` is one multiply-and-sum per row (beyond: one matrix product).
 SUM_ROWS = 16
@@ -113,12 +113,20 @@ def stored(x: Tensor) -> Tensor:
 
 
 def linear(x: Tensor, lin: Linear) -> Tensor:
-    """``x W^T + b`` for ``x [N, in]`` (:class:`~transformer_xl.inference.packing.Linear`): row blocks (float or
-    int8) by :func:`blocked_linear`, a float ``[out, in]`` matrix (off the CPU) by BLAS."""
-    x = stored(x)
-    if lin.weight.dim() == 2:
+    """``x W^T + b`` for ``x [N, in]`` (:class:`~transformer_xl.inference.packing.Linear`): tiles by txl's kernels
+    (:mod:`~transformer_xl.model.native`; called from the compiled graph), row blocks (float or int8) by
+    :func:`blocked_linear`, a float ``[out, in]`` matrix (off the CPU) by BLAS. More than :data:`SUM_ROWS` rows
+    run eagerly (a memory's projection): one matrix product over the matrix unpacked (int8: its numbers times their
+    scales, the activation not quantized)."""
+    if lin.form == "blas":
         return F.linear(x, lin.weight, lin.bias)
-    return blocked_linear(x, lin)
+    if x.size(0) > SUM_ROWS and not torch.compiler.is_compiling():
+        return F.linear(x, unpack(lin).to(x.dtype), lin.bias)
+    if lin.form == "tiles":
+        if lin.scale is None:
+            return native.gemv(x, lin.weight, lin.shape[0], lin.bias)
+        return native.gemv_q8(x, lin.weight, lin.scale, lin.shape[0], lin.bias)
+    return blocked_linear(stored(x), lin)
 
 
 def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
@@ -141,10 +149,7 @@ def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
     with more rows (a memory's projection): the matrix unblocked, one matrix product."""
     n, out = x.size(0), lin.shape[0]
     if n > SUM_ROWS and not torch.compiler.is_compiling():
-        weight = unblock_rows(lin.weight, out)[:, :lin.shape[1]].to(x.dtype)
-        if lin.scale is not None:
-            weight = weight * lin.scale.reshape(-1)[:out, None].to(x.dtype)
-        return F.linear(x, weight, lin.bias)
+        return F.linear(x, unpack(lin).to(x.dtype), lin.bias)
     if lin.scale is None:
         weight = lin.weight.to(x.dtype)
         y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])

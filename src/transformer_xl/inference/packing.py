@@ -14,7 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_xl.model import TransformerXLLM
+from transformer_xl.model.dispatch import decode_products
 from transformer_xl.model.int8 import quantize_rows
+from transformer_xl.model.native import TILE_F32, TILE_Q8, tile, untile
 
 #: Output rows of a matrix (and slots of a ring) are interleaved in blocks of this many (one AVX-512 vector of
 #: float32): :func:`block_rows`, :func:`~transformer_xl.inference.decode.block_slots`.
@@ -29,10 +31,13 @@ class Linear(NamedTuple):
     """A linear map ``x -> x W^T + b`` as a step reads it (:func:`pack_linear`)."""
 
     weight: Tensor  # row blocks [ceil(out / 16), in, 16] (float, or int8 in lanes), int8 in words
-    # [ceil(out / 16), in / 4, 16, 4]; or float [out, in] (BLAS, off the CPU)
-    scale: Tensor | None  # int8: one bf16 scale per output row, [ceil(out / 16), 16]; float: None
+    # [ceil(out / 16), in / 4, 16, 4]; or float [out, in] (BLAS, off the CPU); or tiles of txl's kernels
+    # (form "tiles": transformer_xl.model.native.tile, float32 [O, I, 8, 8] or int8 [O, I, 4, 32])
+    scale: Tensor | None  # int8: one bf16 scale per output row, [ceil(out / 16), 16] (tiles: float32 [O * 4]);
+    # float: None
     bias: Tensor | None  # [out]
     shape: tuple[int, int]  # (out, in) of the map; ``weight`` may hold zero rows or columns beyond them
+    form: str = "blocks"  # "blocks" (row blocks or int8 words: inductor's reductions), "tiles", "blas"
 
     @property
     def padding_bytes(self) -> int:
@@ -51,22 +56,33 @@ def int8_words() -> bool:
     return pick_vec_isa().bit_width() < 512
 
 
-def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool, *, words: bool | None = None) -> Linear:
-    """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`): in row blocks (:func:`block_rows`),
-    int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`, the plain model's scheme; in
-    32-bit words, :func:`block_words`, with ``words``, by default where :func:`int8_words`) or float; a float matrix
-    off the CPU as it is (BLAS)."""
+def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool, *, words: bool | None = None,
+                products: str | None = None) -> Linear:
+    """``weight [out, in]`` and ``bias`` as a step reads them (:class:`Linear`), in the form of ``products``
+    (default :func:`~transformer_xl.model.dispatch.decode_products` of the weight's device): ``"native"``, tiles of
+    txl's kernels (:func:`~transformer_xl.model.native.tile`; int8 with float32 row scales); ``"compiled"``, row
+    blocks (:func:`block_rows`), int8 with one bf16 scale per row (:func:`~transformer_xl.model.int8.quantize_rows`,
+    the plain model's scheme; in 32-bit words, :func:`block_words`, with ``words``, by default where
+    :func:`int8_words`) or float; ``"blas"`` (off the CPU), a float matrix as it is."""
     weight = weight.detach()
     bias = None if bias is None else bias.detach()
+    products = products or decode_products(weight.device)
+    shape = (weight.size(0), weight.size(1))
+    if products == "native" and weight.dtype == torch.float32:  # txl's kernels take float32 (others: row blocks)
+        if not int8:
+            return Linear(tile(weight.float(), *TILE_F32), None, bias, shape, "tiles")
+        q, scale = quantize_rows(weight)
+        scale = F.pad(scale.float(), (0, -scale.size(0) % TILE_Q8[0]))
+        return Linear(tile(q[:, :weight.size(1)], *TILE_Q8), scale, bias, shape, "tiles")
     if int8:
         q, scale = quantize_rows(weight)  # [out, in_16] (the plain model's kernel pads in)
         q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
         scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
         blocks = block_words(q) if (int8_words() if words is None else words) else block_rows(q)
         return Linear(blocks, scale, bias, (weight.size(0), weight.size(1)))
-    if weight.device.type == "cpu":
-        return Linear(block_rows(weight), None, bias, (weight.size(0), weight.size(1)))
-    return Linear(weight.contiguous(), None, bias, (weight.size(0), weight.size(1)))
+    if products != "blas" or weight.device.type == "cpu":
+        return Linear(block_rows(weight), None, bias, shape)
+    return Linear(weight.contiguous(), None, bias, shape, "blas")
 
 
 def block_rows(weight: Tensor) -> Tensor:
@@ -88,6 +104,19 @@ def block_words(q: Tensor) -> Tensor:
     return padded.view(-1, ROW_BLOCK, n_in // INT8_UNROLL, INT8_UNROLL).transpose(1, 2).contiguous()
 
 
+def unpack(lin: Linear) -> Tensor:
+    """The ``[out, in]`` matrix of ``lin`` (int8: its numbers times their scales, in float32)."""
+    if lin.form == "blas":
+        return lin.weight
+    if lin.form == "tiles":
+        weight = untile(lin.weight, lin.shape)
+    else:
+        weight = unblock_rows(lin.weight, lin.shape[0])[:, :lin.shape[1]]
+    if lin.scale is None:
+        return weight
+    return weight.float() * lin.scale.reshape(-1)[:lin.shape[0], None].float()
+
+
 def unblock_rows(blocks: Tensor, out: int) -> Tensor:
     """The ``[out, in]`` matrix of :func:`block_rows`' (or :func:`block_words`') ``blocks`` (a copy)."""
     if blocks.dim() == 4:  # int8 words: [K, in / 4, 16, 4]
@@ -99,14 +128,16 @@ def _layer_norm(ln: torch.nn.LayerNorm) -> tuple[Tensor, Tensor]:
     return ln.weight.detach(), ln.bias.detach()
 
 
-def pack(model: TransformerXLLM, *, int8: bool = False, words: bool | None = None) -> dict:
+def pack(model: TransformerXLLM, *, int8: bool = False, words: bool | None = None,
+         products: str | None = None) -> dict:
     """The weights a step reads, laid out for it (the docstring of :mod:`transformer_xl.inference.decode`;
-    ``words``: :func:`pack_linear`); tensors only, in nested dicts/tuples."""
-    if int8 and words is None:
+    ``words``, ``products``: :func:`pack_linear`); tensors only, in nested dicts/tuples."""
+    products = products or decode_products(next(model.parameters()).device)
+    if int8 and words is None and products == "compiled":
         words = int8_words()
 
     def lin(weight: Tensor, bias: Tensor | None = None) -> Linear:
-        return pack_linear(weight, bias, int8, words=words)
+        return pack_linear(weight, bias, int8, words=words, products=products)
 
     cfg = model.config
     crit, emb, pos = model.crit, model.word_emb, model.pos_enc

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_xl.model import native
 from transformer_xl.model.fastpath import cluster_embed, cluster_nll
 from transformer_xl.model.int8 import int8_linear
 
@@ -135,9 +136,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             hidden = hidden @ proj  # [N, D] @ [D, d_i] -> [N, d_i]
         if self.int8_logits is not None:
             return self.int8_logits[i](hidden)
-        logit = F.linear(hidden, weight, bias)
+        logit = native.linear(hidden, weight, bias)
         if i == 0 and self.n_clusters:
-            logit = torch.cat([logit, F.linear(hidden, self.cluster_weight, self.cluster_bias)], dim=-1)
+            logit = torch.cat([logit, native.linear(hidden, self.cluster_weight, self.cluster_bias)], dim=-1)
         return logit
 
     def nll(self, hidden: Tensor, target: Tensor) -> Tensor:

@@ -32,7 +32,7 @@ import math
 
 from torch import Tensor, nn
 
-from transformer_xl.model.dispatch import attend, feed_forward, project_rows, recompute
+from transformer_xl.model.dispatch import apply_linear, attend, feed_forward, project_rows, recompute
 from transformer_xl.model.fastpath import CompactDropout, ReLUDropout
 from transformer_xl.model.segment import Segment
 
@@ -67,7 +67,7 @@ class MultiHeadAttention(nn.Module):
         (as the official code), or, for the absolute encodings under pre-LN, queries from ``h``."""
         he = self.n_head * self.d_head
         if prenorm_query or x is h:
-            q, kv = self.qkv_net(x).split([he, 2 * he], dim=-1)  # [B, Q, 3*H*E] in two (its backward: one cat)
+            q, kv = apply_linear(self.qkv_net, x).split([he, 2 * he], dim=-1)  # [B, Q, 3*H*E] (backward: one cat)
             return q, kv
         return project_rows(self.qkv_net, h, slice(None, he)), self._kv(x)
 
@@ -93,7 +93,7 @@ class MultiHeadAttention(nn.Module):
         # with an inference cache)
         k, v = seg.keys_values(self.index, mem, kv, self.n_head, self._memory_kv)
         a = recompute(self.recompute, self._attend, q, k, v, seg)  # [B, H, Q, E]
-        out = self.o_net(a.transpose(1, 2).reshape(bsz, qlen, -1))  # [B, Q, D]
+        out = apply_linear(self.o_net, a.transpose(1, 2).reshape(bsz, qlen, -1))  # [B, Q, D]
         if self.training:
             out = self.drop(out)
         return out

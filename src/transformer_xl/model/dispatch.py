@@ -27,6 +27,10 @@ for backward                                                                    
                                                                                   a recorded gradient
 dropout                    ``F.dropout``, or a 1-byte mask on the CPU             :class:`~.fastpath.CompactDropout`:
                                                                                   the device
+a linear layer at a few    ``F.linear`` (BLAS), or txl's matrix-vector kernel     :func:`linear`: the rows, no
+rows (a generation step)   (:mod:`~transformer_xl.model.native`)                  gradient, :func:`decode_products`
+the captured decode step's BLAS (CUDA), inductor's compiled reductions, or        :func:`decode_products`: the device,
+matrix products            txl's kernels, float32 and int8                        the CPU's vendor and vector width
 =========================  =====================================================  ===================================
 
 Shapes: ``B`` batch, ``H`` heads, ``Q`` query length, ``K`` key length, ``E`` d_head.
@@ -42,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_xl.model import blocked, fastpath
+from transformer_xl.model import blocked, fastpath, native
 from transformer_xl.model.blocked import ShiftedScores
 from transformer_xl.model.fastpath import attend_explicit, attend_fused, attend_one_query, recomputed
 from transformer_xl.model.flex import attend_flex, supports_head_dim
@@ -211,13 +215,13 @@ def _whole(p: Scores) -> Tensor | None:
     return p.dense() if isinstance(p, ShiftedScores) else p
 
 
-def project_rows(linear: nn.Module, x: Tensor, rows: slice) -> Tensor:
+def project_rows(layer: nn.Module, x: Tensor, rows: slice) -> Tensor:
     """Rows ``rows`` of ``linear(x)`` (no bias), multiplying by those rows of the weight only: of a float layer, or
     of an int8 layer (:class:`~transformer_xl.model.int8.Int8Linear`, with their scales; equal to its whole output
     sliced, ``tests/model/test_dispatch.py``)."""
-    if is_quantized(linear):
-        return linear.rows(x, rows)
-    return F.linear(x, linear.weight[rows])
+    if is_quantized(layer):
+        return layer.rows(x, rows)
+    return linear(x, layer.weight[rows])
 
 
 def feed_forward(core: nn.Sequential, x: Tensor, training: bool) -> Tensor:
@@ -225,7 +229,7 @@ def feed_forward(core: nn.Sequential, x: Tensor, training: bool) -> Tensor:
     ReLU only (the dropouts are no-ops there, and a generation step at batch 1 pays for every module call)."""
     if training:
         return core(x)
-    return core[3](F.relu(core[0](x)))
+    return apply_linear(core[3], F.relu(apply_linear(core[0], x)))
 
 
 def recompute(enabled: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
@@ -247,3 +251,43 @@ def mask_bias(*, qlen: int, mlen: int, mem_len: int, same_length: bool, device: 
                                          device=device), dtype)
     return fastpath.mask_bias(qlen=qlen, mlen=mlen, mem_len=mem_len, same_length=same_length, device=device,
                               dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------- matrix products
+def decode_products(device: torch.device | str = "cpu") -> str:
+    """How a decode step multiplies by its weights (first matching row wins):
+
+    ====  ==========================================  ============  ===========================================
+    row   when                                        form          why
+    ====  ==========================================  ============  ===========================================
+    1     not the CPU                                 ``blas``      cuBLAS's kernels stream a GPU's memory
+    2     ``TXL_DECODE_PRODUCTS`` is ``native`` or    that form     to measure both forms on one machine
+          ``compiled`` (``native`` where it runs)                   (``txl bench decode``) and send the result
+    3     txl's kernels do not build here             ``compiled``  (:func:`~.native.unavailable` says why)
+    4     an AMD CPU, or a CPU whose vector width     ``native``    MKL's float matrix-vector kernel runs on one
+          PyTorch uses is AVX2 (any vendor)                         core on AMD; inductor's reductions reached
+                                                                    half the read rate on a Zen 3 and int8
+                                                                    widened to float is bound by arithmetic on
+                                                                    AVX2; txl's kernels stream every core and
+                                                                    multiply int8 in integers (``vpmaddubsw``)
+    5     anything else (an Intel CPU with AVX-512)   ``compiled``  inductor's AVX-512 reductions (float, and
+                                                                    int8 read in lanes by masked loads);
+                                                                    txl's kernels use AVX2 instructions only
+    ====  ==========================================  ============  ===========================================
+
+    ``native``: :mod:`~transformer_xl.model.native` (float32 tiles, int8 tiles with the activation quantized per
+    row); ``compiled``: row blocks reduced by inductor's C++ (:func:`transformer_xl.inference.decode.blocked_linear`).
+    Both compute ``x W^T`` over the same weights (the int8 forms differ by the activation's rounding,
+    ``tests/inference/test_captured.py``). The figures: ``docs/generation-speed.md``."""
+    return native.products(device)
+
+
+#: ``F.linear``, or at a few rows txl's kernel (the table's row "a linear layer at a few rows").
+linear = native.linear
+
+
+def apply_linear(layer: nn.Module, x: Tensor) -> Tensor:
+    """``layer(x)`` for an ``nn.Linear``, through :func:`linear`; an int8 layer as it is."""
+    if is_quantized(layer):
+        return layer(x)
+    return linear(x, layer.weight, layer.bias)

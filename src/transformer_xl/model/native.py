@@ -1,0 +1,181 @@
+"""txl's own matrix-vector kernels for decoding, compiled at first use for this machine's CPU.
+
+A decode step multiplies a few rows by every weight matrix of the model: it is bound by reading the matrices once.
+Three things stop the library kernels from doing that on every CPU, measured on an AMD EPYC Zen 3 (2 cores, AVX2;
+``benchmarks/decode_kernels.py``, ``docs/generation-speed.md``):
+
+* MKL's single-precision matrix-vector kernel (``torch.mv``, ``F.linear`` at one row) runs on one core on AMD CPUs
+  (pytorch/pytorch#96643): 14 GB/s over the WT103-base weights against a read rate of 27-38 GB/s;
+* inductor's compiled reductions over row blocks (the captured step's float form) reach about half the read rate
+  there;
+* int8 weights widened to float as they are read are bound by arithmetic on AVX2 (4 GB/s), slower than float32.
+
+``native_gemv.cpp`` (beside this file) holds two operators, registered as ``torch.ops.txl.gemv`` and
+``torch.ops.txl.gemv_q8`` with fake implementations, so that ``torch.compile`` calls them from a compiled graph:
+
+* **gemv**: float32, the weights in tiles of 8 rows x 8 columns (:func:`tile`, one sequential stream per thread),
+  or as stored ``[out, in]``; FMA on AVX2;
+* **gemv_q8**: int8 weights with one scale per row (the scheme of :func:`transformer_xl.model.int8.quantize_rows`)
+  in tiles of 4 rows x 32 columns; every row of ``x`` quantized to int8 with a scale of its own (``max |x| / 127``,
+  rounded to nearest), products accumulated in 32-bit integers by ``vpmaddubsw``/``vpmaddwd`` (``|x|`` as unsigned
+  bytes times ``w`` with ``x``'s sign: 32 weights an instruction), then scaled. The quantized activation is the
+  only difference from the float product over the same int8 weights (tested within
+  :data:`INT8_ACTIVATION_TOLERANCE`).
+
+Each call splits the rows in one contiguous range per thread (``at::parallel_for``: one OpenMP region, torch's own
+runtime), at least 64 KiB of weights each. The kernels are compiled with ``-O3 -march=native`` by
+``torch.utils.cpp_extension`` (ninja and a C++ compiler; about 15 s once per machine and torch version, cached in
+torch's extensions directory). Where that fails, :func:`unavailable` says why and the decode path keeps the
+compiled forms (:func:`transformer_xl.model.dispatch.decode_products`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: The C++ source of the operators.
+SOURCE = Path(__file__).with_name("native_gemv.cpp")
+#: Tile shapes (rows, columns) of the float32 and int8 operators (the constants of ``native_gemv.cpp``).
+TILE_F32, TILE_Q8 = (8, 8), (4, 32)
+#: The largest difference of ``gemv_q8`` from the float product over the same int8 weights, relative to the largest
+#: output magnitude, that the tests accept: the activation's rounding to 1/254 of its largest entry (a bound of
+#: ``sqrt(in) * max|x| / 254 * rms(w)`` per output in the worst case, far less on average).
+INT8_ACTIVATION_TOLERANCE = 0.02
+
+
+def vendor(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's vendor as the kernel reports it (``AuthenticAMD``, ``GenuineIntel``; ``""`` where unknown)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("vendor_id")), "")
+
+
+def _build_name() -> str:
+    """The extension's name: one per source, torch version, Python and CPU (``-march=native`` code runs only on the
+    instruction set it was compiled for, and an extensions directory may be shared between machines)."""
+    try:
+        cpu = " ".join(line for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines()[:40]
+                       if line.startswith(("flags", "model name")))
+    except OSError:
+        cpu = ""
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()
+                            + cpu.encode()).hexdigest()[:12]
+    return f"txl_native_{digest}"
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why the operators cannot run in this process (one line), or None once they are loaded (compiled first
+    when this machine has not built them yet). ``TXL_NATIVE=0`` turns them off."""
+    if os.environ.get("TXL_NATIVE", "1") == "0":
+        return "TXL_NATIVE=0 turns txl's native kernels off"
+    from torch.utils import cpp_extension
+
+    if not cpp_extension.is_ninja_available():
+        return "ninja is not installed (pip install ninja)"
+    if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+        return "no C++ compiler (c++, g++ or clang++) on the PATH"
+    flags = ["-O3", "-march=native", "-fopenmp"]
+    try:
+        cpp_extension.load(name=_build_name(), sources=[str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                           is_python_module=False, verbose=False)
+    except Exception as e:
+        line = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        return f"compiling txl's native kernels failed: {line[:200]}"
+    _register_fakes()
+    return None
+
+
+def available() -> bool:
+    """Whether ``torch.ops.txl.gemv`` and ``gemv_q8`` run here (:func:`unavailable`)."""
+    return unavailable() is None
+
+
+def _register_fakes() -> None:
+    """Shapes for ``torch.compile`` (the operators are opaque to it: extern calls in its graph)."""
+
+    @torch.library.register_fake("txl::gemv")
+    def _gemv(x: Tensor, w: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
+        return x.new_empty(x.size(0), out)
+
+    @torch.library.register_fake("txl::gemv_q8")
+    def _gemv_q8(x: Tensor, w: Tensor, scale: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
+        return x.new_empty(x.size(0), out)
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+#: Rows of ``x`` up to which :func:`linear` multiplies by txl's matrix-vector kernel (a generation step: bound by
+#: reading the weights); beyond, BLAS's matrix product, bound by arithmetic.
+NATIVE_ROWS = 4
+#: The forms of a decode step's products (:func:`products`).
+PRODUCTS = ("native", "compiled", "blas")
+
+
+def products(device: torch.device | str = "cpu") -> str:
+    """The form of a decode step's matrix products here: the rule and its reasons are the table of
+    :func:`transformer_xl.model.dispatch.decode_products`."""
+    if torch.device(device).type != "cpu":
+        return "blas"
+    return _cpu_products(os.environ.get("TXL_DECODE_PRODUCTS", ""))
+
+
+@functools.cache
+def _cpu_products(wanted: str) -> str:
+    if wanted == "compiled" or not available():
+        return "compiled"
+    if wanted == "native":
+        return "native"
+    isa = torch.backends.cpu.get_cpu_capability().upper()
+    return "native" if vendor() == "AuthenticAMD" or isa == "AVX2" else "compiled"
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``; at :data:`NATIVE_ROWS` rows or fewer of float32 on the CPU, without a gradient
+    and outside ``torch.compile``, where :func:`products` says ``native``, by :func:`gemv` over the weight as stored
+    (every core streams its share of the rows; MKL's kernel uses one on AMD CPUs)."""
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.numel() > NATIVE_ROWS * x.size(-1) or not x.numel() or torch.compiler.is_compiling()
+            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            or not weight.is_contiguous() or products() != "native"):
+        return F.linear(x, weight, bias)
+    out = gemv(x.reshape(-1, x.size(-1)), weight, weight.size(0), bias)
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+def tile(weight: Tensor, rows: int, cols: int) -> Tensor:
+    """``weight [out, in]`` as tiles ``[ceil(out / rows), ceil(in / cols), rows, cols]`` (zeros pad the last block
+    of rows and the columns beyond ``in``): a block of ``rows`` rows is one sequential stream, ``cols`` columns of
+    each row at a time."""
+    out, n_in = weight.shape
+    padded = F.pad(weight, (0, -n_in % cols, 0, -out % rows))
+    return padded.view(padded.size(0) // rows, rows, padded.size(1) // cols, cols).transpose(1, 2).contiguous()
+
+
+def untile(tiles: Tensor, shape: tuple[int, int]) -> Tensor:
+    """The ``[out, in]`` matrix of :func:`tile`'s ``tiles`` (a copy)."""
+    blocks, width, rows, cols = tiles.shape
+    return tiles.transpose(1, 2).reshape(blocks * rows, width * cols)[:shape[0], :shape[1]]
+
+
+def gemv(x: Tensor, weight: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
+    """``x W^T + b`` for ``x [N, in]`` float32 and ``weight`` float32 tiles (:func:`tile` with :data:`TILE_F32`) or
+    ``[out, in]`` as stored."""
+    return torch.ops.txl.gemv(x, weight, out, bias)
+
+
+def gemv_q8(x: Tensor, weight: Tensor, scale: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
+    """``x (q s)^T + b`` for ``x [N, in]`` float32, int8 tiles ``q`` (:func:`tile` with :data:`TILE_Q8`) and float32
+    row scales ``s [>= out]``; ``x`` quantized per row to int8 (module docstring)."""
+    return torch.ops.txl.gemv_q8(x, weight, scale, out, bias)

@@ -1,0 +1,234 @@
+// Matrix-vector products for decoding: a few rows of x times a large matrix, bound by reading the matrix once.
+// Compiled at first use by transformer_xl.inference.native (torch.utils.cpp_extension, for this machine's CPU).
+//
+//   txl::gemv(x [N, in] f32, w [O, I, 8, 8] f32, out, bias [out]?)                 -> [N, out] f32
+//   txl::gemv(x [N, in] f32, w [out, in] f32, out, bias [out]?)                     -> [N, out] f32 (rows as stored)
+//   txl::gemv_q8(x [N, in] f32, w [O, I, 4, 32] i8, scale [O * 4] f32, out, bias?) -> [N, out] f32
+//
+// w is tiled (transformer_xl.inference.native.tile): the rows of a block of R rows, K columns at a time, side by
+// side, so that a block is one sequential stream of R x K numbers per step of its loop and the hardware prefetcher
+// sees one stream per thread. Zeros pad the last block and columns beyond in.
+//
+// The blocks are split into one contiguous range per thread (at::parallel_for: one OpenMP region per call), so
+// every core streams its share; no BLAS call (MKL's single-precision matrix-vector kernel runs on one core on AMD
+// CPUs). gemv_q8 quantizes every row of x to int8 with a scale of its own (max |x| / 127) and accumulates the int8
+// products in 32-bit integers: on AVX2 by vpmaddubsw (|x| as unsigned bytes times w with x's sign) and vpmaddwd, 32
+// weights an instruction, the way int8 dot products are done without VNNI.
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TXL_AVX2 1
+#endif
+
+namespace {
+
+constexpr int64_t kRowsF = 8, kColsF = 8;    // float32 tiles: 8 rows x 8 columns (256 bytes)
+constexpr int64_t kRowsQ = 4, kColsQ = 32;   // int8 tiles: 4 rows x 32 columns (128 bytes)
+constexpr int64_t kChunkBytes = 1 << 16;     // at least this many bytes of w per thread, or fewer threads
+
+#ifdef TXL_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif
+
+// acc[j] = sum_k w[b, k, j] x[k] for the 8 rows j of float block b (I tiles of 8 x 8); x padded to I * 8.
+inline void block_f32(const float* x, const float* w, int64_t tiles, float* acc) {
+#ifdef TXL_AVX2
+  __m256 a[kRowsF];
+  for (int j = 0; j < kRowsF; ++j) a[j] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < tiles; ++t, w += kRowsF * kColsF) {
+    const __m256 xv = _mm256_loadu_ps(x + t * kColsF);
+    for (int j = 0; j < kRowsF; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + j * kColsF), xv, a[j]);
+  }
+  for (int j = 0; j < kRowsF; ++j) acc[j] = hsum(a[j]);
+#else
+  for (int j = 0; j < kRowsF; ++j) acc[j] = 0.f;
+  for (int64_t t = 0; t < tiles; ++t, w += kRowsF * kColsF)
+    for (int j = 0; j < kRowsF; ++j)
+      for (int c = 0; c < kColsF; ++c) acc[j] += w[j * kColsF + c] * x[t * kColsF + c];
+#endif
+}
+
+// acc[j] = sum_k w[b, k, j] xq[k] for the 4 rows j of int8 block b; xa = |xq| as unsigned bytes.
+inline void block_q8(const int8_t* xq, const uint8_t* xa, const int8_t* w, int64_t tiles, int32_t* acc) {
+#ifdef TXL_AVX2
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a[kRowsQ];
+  for (int j = 0; j < kRowsQ; ++j) a[j] = _mm256_setzero_si256();
+  for (int64_t t = 0; t < tiles; ++t, w += kRowsQ * kColsQ) {
+    const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kColsQ));
+    const __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + t * kColsQ));
+    for (int j = 0; j < kRowsQ; ++j) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * kColsQ));
+      a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xu, _mm256_sign_epi8(wv, xs)), ones));
+    }
+  }
+  for (int j = 0; j < kRowsQ; ++j) acc[j] = hsum_i32(a[j]);
+#else
+  (void)xa;
+  for (int j = 0; j < kRowsQ; ++j) acc[j] = 0;
+  for (int64_t t = 0; t < tiles; ++t, w += kRowsQ * kColsQ)
+    for (int j = 0; j < kRowsQ; ++j)
+      for (int c = 0; c < kColsQ; ++c) acc[j] += int32_t(w[j * kColsQ + c]) * int32_t(xq[t * kColsQ + c]);
+#endif
+}
+
+void check(const at::Tensor& x, const at::Tensor& w, int64_t out, const c10::optional<at::Tensor>& bias,
+           at::ScalarType wt, int64_t rows, int64_t cols) {
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "txl gemv: CPU tensors only");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "txl gemv: x must be float32 [N, in]");
+  TORCH_CHECK(w.dim() == 4 && w.scalar_type() == wt && w.is_contiguous() && w.size(2) == rows && w.size(3) == cols,
+              "txl gemv: w must be contiguous tiles [O, I, ", rows, ", ", cols, "] of ", wt);
+  TORCH_CHECK(out > (w.size(0) - 1) * rows && out <= w.size(0) * rows, "txl gemv: out does not match w's blocks");
+  TORCH_CHECK(x.size(1) <= w.size(1) * cols, "txl gemv: x has more columns than w");
+  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
+                        "txl gemv: bias must be float32 [out]");
+}
+
+// Blocks [0, blocks) split into one contiguous range per thread, each of kChunkBytes at least.
+template <class F>
+void over_blocks(int64_t blocks, int64_t block_bytes, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, block_bytes));
+  at::parallel_for(0, blocks, grain, f);
+}
+
+// y[i, r] = w[r] . x[i] for rows [r0, r1) of a row-major w [*, in]: 4 rows read together, one stream each.
+void rows_f32(const float* x, const float* w, int64_t in, int64_t r0, int64_t r1, float* y) {
+  int64_t r = r0;
+#ifdef TXL_AVX2
+  for (; r + 4 <= r1; r += 4) {
+    const float* w0 = w + r * in;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 8 <= in; k += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + k);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + in + k), xv, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 2 * in + k), xv, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 3 * in + k), xv, a3);
+    }
+    float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+    for (; k < in; ++k)
+      for (int j = 0; j < 4; ++j) s[j] += w0[j * in + k] * x[k];
+    for (int j = 0; j < 4; ++j) y[r + j] = s[j];
+  }
+#endif
+  for (; r < r1; ++r) {
+    float s = 0.f;
+    for (int64_t k = 0; k < in; ++k) s += w[r * in + k] * x[k];
+    y[r] = s;
+  }
+}
+
+at::Tensor gemv_rows(const at::Tensor& x_, const at::Tensor& w, int64_t out, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_.device().is_cpu() && w.device().is_cpu(), "txl gemv: CPU tensors only");
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "txl gemv: x must be float32 [N, in]");
+  TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(0) == out && w.size(1) == x_.size(1),
+              "txl gemv: w must be contiguous float32 [out, in] matching x [N, in]");
+  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
+                        "txl gemv: bias must be float32 [out]");
+  const at::Tensor x = x_.contiguous();
+  const int64_t n = x.size(0), in = x.size(1);
+  at::Tensor y = at::empty({n, out}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  over_blocks((out + 3) / 4, 4 * in * 4, [&](int64_t b0, int64_t b1) {
+    const int64_t r1 = std::min(out, b1 * 4);
+    for (int64_t i = 0; i < n; ++i) rows_f32(xp + i * in, wp, in, b0 * 4, r1, yp + i * out);
+  });
+  return bias ? y.add_(*bias) : y;
+}
+
+at::Tensor gemv(const at::Tensor& x_, const at::Tensor& w, int64_t out, const c10::optional<at::Tensor>& bias) {
+  if (w.dim() == 2) return gemv_rows(x_, w, out, bias);
+  check(x_, w, out, bias, at::kFloat, kRowsF, kColsF);
+  const int64_t n = x_.size(0), in = x_.size(1), tiles = w.size(1), width = tiles * kColsF;
+  std::vector<float> xp(n * width, 0.f);  // x padded to whole tiles
+  const at::Tensor x = x_.contiguous();
+  for (int64_t i = 0; i < n; ++i) std::copy_n(x.data_ptr<float>() + i * in, in, xp.data() + i * width);
+  at::Tensor y = at::empty({n, out}, x.options());
+  const float* wp = w.data_ptr<float>();
+  const float* bp = bias ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  over_blocks(w.size(0), tiles * kRowsF * kColsF * 4, [&](int64_t b0, int64_t b1) {
+    float acc[kRowsF];
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t i = 0; i < n; ++i) {
+        block_f32(xp.data() + i * width, wp + b * tiles * kRowsF * kColsF, tiles, acc);
+        for (int64_t j = 0; j < kRowsF && b * kRowsF + j < out; ++j)
+          yp[i * out + b * kRowsF + j] = acc[j] + (bp ? bp[b * kRowsF + j] : 0.f);
+      }
+  });
+  return y;
+}
+
+at::Tensor gemv_q8(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& scale, int64_t out,
+                   const c10::optional<at::Tensor>& bias) {
+  check(x_, w, out, bias, at::kChar, kRowsQ, kColsQ);
+  TORCH_CHECK(scale.dim() == 1 && scale.size(0) >= out && scale.scalar_type() == at::kFloat && scale.is_contiguous(),
+              "txl gemv_q8: scale must be contiguous float32 [out] or longer");
+  const int64_t n = x_.size(0), in = x_.size(1), tiles = w.size(1), width = tiles * kColsQ;
+  const at::Tensor x = x_.contiguous();
+  // every row of x to int8 with its own scale; |x| kept as unsigned bytes for vpmaddubsw
+  std::vector<int8_t> xq(n * width, 0);
+  std::vector<uint8_t> xa(n * width, 0);
+  std::vector<float> xs(n, 0.f);
+  const float* xp = x.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    float m = 0.f;
+    for (int64_t k = 0; k < in; ++k) m = std::fmax(m, std::fabs(xp[i * in + k]));
+    xs[i] = m / 127.f;
+    const float inv = m > 0.f ? 127.f / m : 0.f;
+    for (int64_t k = 0; k < in; ++k) {
+      const int v = static_cast<int>(std::nearbyint(xp[i * in + k] * inv));
+      xq[i * width + k] = static_cast<int8_t>(v);
+      xa[i * width + k] = static_cast<uint8_t>(v < 0 ? -v : v);
+    }
+  }
+  at::Tensor y = at::empty({n, out}, x.options());
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = scale.data_ptr<float>();
+  const float* bp = bias ? bias->data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  over_blocks(w.size(0), tiles * kRowsQ * kColsQ, [&](int64_t b0, int64_t b1) {
+    int32_t acc[kRowsQ];
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t i = 0; i < n; ++i) {
+        block_q8(xq.data() + i * width, xa.data() + i * width, wp + b * tiles * kRowsQ * kColsQ, tiles, acc);
+        for (int64_t j = 0; j < kRowsQ && b * kRowsQ + j < out; ++j) {
+          const int64_t r = b * kRowsQ + j;
+          yp[i * out + r] = float(acc[j]) * sp[r] * xs[i] + (bp ? bp[r] : 0.f);
+        }
+      }
+  });
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(txl, m) {
+  m.def("gemv(Tensor x, Tensor w, int out, Tensor? bias=None) -> Tensor");
+  m.def("gemv_q8(Tensor x, Tensor w, Tensor scale, int out, Tensor? bias=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(txl, CPU, m) {
+  m.impl("gemv", &gemv);
+  m.impl("gemv_q8", &gemv_q8);
+}
