@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from transformer_xl.cli.args import add_command, add_device, add_report_outputs, parse_int_list, positive_int
+from transformer_xl.errors import ConfigError
 from transformer_xl.store.files import write_json
 
 BENCH_HELP = """benchmark training/evaluation throughput against Hugging Face TransfoXL
@@ -47,11 +48,76 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
     from transformer_xl.cli.experiment import add_eval_speed
 
-    kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed,generate}",
+    kinds = p.add_subparsers(dest="bench_kind", metavar="{eval-speed,generate,decode}",
                              help="eval-speed: Transformer-XL vs the vanilla sliding window (paper Table 9); "
-                             "generate: generation tokens/s vs Hugging Face and the read-rate limit")
+                             "generate: generation tokens/s vs Hugging Face and the read-rate limit; "
+                             "decode: where the captured decode step's time goes on this CPU (a report to send)")
     add_eval_speed(kinds, "eval-speed")
     add_generate(kinds)
+    add_decode(kinds)
+
+
+BENCH_DECODE_HELP = """where the captured decode step's time goes on this machine (a profile to send with a report)
+
+Times one captured step of a random-weight model of a paper shape and its parts, each in the form the step runs it:
+every matrix family over all layers, the softmax's matrix, the attention over the memory, the log-softmax, the
+input embedding, what is beyond them and the decoder's wrapper; each with the bytes it reads and its rate as a share
+of the read rate measured in the same process; with the CPU's model, vendor, flags and caches, the threads, and the
+form each choice took (transformer_xl.experiments.bench.decode_profile). --products all measures every form that
+runs here, one after the other.
+"""
+
+
+def add_decode(kinds: argparse._SubParsersAction) -> None:
+    d = add_command(kinds, "decode", BENCH_DECODE_HELP)
+    d.add_argument("--shape", default="wt103-base", choices=["wt103-base", "enwik8-base", "tiny"],
+                   help="model shape (random weights; tiny: 2 layers, d_model 64, for a quick check) "
+                   "(default: wt103-base)")
+    d.add_argument("--mem-len", type=positive_int, default=640, help="memory length, full (default: 640)")
+    d.add_argument("--batch", type=positive_int, default=1, help="rows decoded at once (default: 1)")
+    d.add_argument("--int8", action="store_true", help="int8 weights (with a bfloat16 ring unless --kv-dtype)")
+    d.add_argument("--kv-dtype", choices=["float32", "bfloat16"], default=None,
+                   help="the key/value ring (default: float32; bfloat16 with --int8)")
+    d.add_argument("--products", default="auto",
+                   help="the matrix products' form: auto (the rule for this CPU), native (txl's kernels), compiled "
+                   "(inductor's reductions), or all (every form that runs here) (default: auto)")
+    d.add_argument("--steps", type=positive_int, default=20, help="timed calls per figure, best kept (default: 20)")
+    d.add_argument("--profile", action="store_true", help="accepted for symmetry with `txl bench --profile`: "
+                   "this command always profiles")
+    add_report_outputs(d)
+    d.set_defaults(func=run_decode)
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    from transformer_xl.experiments.bench.decode_profile import profile_decode, profile_markdown
+    from transformer_xl.experiments.bench.generate import shape_config
+    from transformer_xl.model import TXLConfig, native
+
+    if args.products not in ("auto", "all", "native", "compiled"):
+        raise ConfigError(f"unknown --products {args.products!r}; known: auto, native, compiled, all")
+    if args.products == "all":
+        forms = ["compiled"] + ([] if native.unavailable() else ["native"])
+    else:
+        forms = [None if args.products == "auto" else args.products]
+    config = TXLConfig(n_token=1000, n_layer=2, n_head=4, d_model=64, d_head=16, d_inner=256, mem_len=args.mem_len,
+                       tgt_len=16, cutoffs=(200,)) if args.shape == "tiny" else shape_config(args.shape)
+    kv = args.kv_dtype or ("bfloat16" if args.int8 else "float32")
+    command = _command()
+    reports = []
+    for form in forms:
+        report = profile_decode(config, shape=args.shape, mem_len=args.mem_len, batch=args.batch, int8=args.int8,
+                                kv_dtype=kv, products=form, steps=args.steps,
+                                log=lambda line: print(line, file=sys.stderr, flush=True))
+        report["command"] = command
+        reports.append(report)
+        print(profile_markdown(report, f"`{command}`: products {report['forms']['products']}") + "\n")
+    if args.json:
+        write_json(args.json, reports[0] if len(reports) == 1 else {"profiles": reports}, indent=1, sort_keys=False)
+    if args.markdown:
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write("\n\n".join(profile_markdown(r, f"`{command}`: products {r['forms']['products']}")
+                                 for r in reports) + "\n")
+    return 0
 
 
 BENCH_GENERATE_HELP = """generation tokens/s of txl vs Hugging Face's loop and the memory-bandwidth limit

@@ -229,7 +229,8 @@ class CapturedDecoder:
             self.weights = pack(model, int8=int8, products=self.products)
         # under tf_memory a query sees mem_len + 1 keys: all of a full ring, as without same_length
         self.spec = spec_of(model, self.weights["head"], mem_len=self.mem_len,
-                            same_length=lengths.same_length and not lengths.tf_memory)
+                            same_length=lengths.same_length and not lengths.tf_memory,
+                            native_attention=self.products == "native" and dtype == torch.float32)
         cfg, slots = model.config, ring_slots(self.mem_len)
         # every layer's keys in slot blocks, values by dimension (decode.step); on the CPU on huge pages, one buffer
         # each (arena: a step writes them, and views of one buffer would be inputs that alias each other)

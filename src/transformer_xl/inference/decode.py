@@ -69,6 +69,7 @@ class StepSpec:
     n_clusters: int  # tail clusters
     same_length: bool
     mem_len: int
+    native_attention: bool = False  # the attention over the ring by txl's kernel (transformer_xl.model.native)
 
 
 def supported(model: TransformerXLLM) -> str | None:
@@ -83,8 +84,10 @@ def supported(model: TransformerXLLM) -> str | None:
     return None
 
 
-def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool) -> StepSpec:
-    """The constants of ``model``'s step with the packed softmax ``heads`` (fused: one matrix, else per cluster)."""
+def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: bool,
+            native_attention: bool = False) -> StepSpec:
+    """The constants of ``model``'s step with the packed softmax ``heads`` (fused: one matrix, else per cluster);
+    ``native_attention``: the attention over the ring by txl's kernel."""
     cfg = model.config
     crit = model.crit
     emb_bounds = tuple(model.word_emb.bounds) if cfg.div_val > 1 else ((0, cfg.n_token),)  # one table: div_val 1
@@ -94,7 +97,7 @@ def spec_of(model: TransformerXLLM, heads: tuple, *, mem_len: int, same_length: 
                     eps=model.layers[0].pos_ff.layer_norm.eps, scale=model.layers[0].dec_attn.scale,
                     emb_scale=model.word_emb.emb_scale, emb_bounds=emb_bounds,
                     head_sizes=sizes if fused else (), shortlist=crit.shortlist, n_clusters=crit.n_clusters,
-                    same_length=same_length, mem_len=mem_len)
+                    same_length=same_length, mem_len=mem_len, native_attention=native_attention)
 
 
 def check_supported(model: TransformerXLLM) -> None:
@@ -194,10 +197,18 @@ def embed(spec: StepSpec, embs: tuple, tok: Tensor) -> Tensor:
 
 def head_log_probs(spec: StepSpec, heads: tuple, h: Tensor) -> Tensor:
     """The adaptive softmax's full log-distribution ``[B, V]`` (as ``ProjectedAdaptiveLogSoftmax.log_prob``)."""
+    return log_probs_of(spec, head_logits(spec, heads, h))
+
+
+def head_logits(spec: StepSpec, heads: tuple, h: Tensor) -> list[Tensor]:
+    """The logits of the softmax's head and of every tail cluster (the matrix products of :func:`head_log_probs`)."""
     if spec.head_sizes:
-        logits = list(linear(h, heads[0][1]).split(spec.head_sizes, dim=-1))
-    else:
-        logits = [linear(h if proj is None else linear(h, proj), lin) for proj, lin in heads]
+        return list(linear(h, heads[0][1]).split(spec.head_sizes, dim=-1))
+    return [linear(h if proj is None else linear(h, proj), lin) for proj, lin in heads]
+
+
+def log_probs_of(spec: StepSpec, logits: list[Tensor]) -> Tensor:
+    """``[B, V]`` from :func:`head_logits`: the head's log-softmax, and each tail's added to its cluster's."""
     head = F.log_softmax(logits[0], dim=-1)  # [B, shortlist + n_clusters]
     if not spec.n_clusters:
         return head
@@ -255,8 +266,29 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
     ``ks`` (in slot blocks, ``[B, H, C / 16, E, 16]`` per layer) and ``vs`` (by dimension, ``[B, H, E, C]``),
     ``cur`` into ``slot_pos [C]`` and advances ``cur`` (in place); ``C`` = :func:`ring_slots` of ``mem_len``.
     ``pos_keys``: :func:`position_keys` of the model for ``C`` distances."""
+    where = ring_position(spec, slot_pos, cur)
+    bsz = tok.size(0)
+    h = embed(spec, weights["emb"], tok)  # [B, D]
+    hids = [h]
+    for i, w in enumerate(weights["layers"]):
+        x = F.layer_norm(h, h.shape[-1:], *w["ln1"], spec.eps) if spec.pre_lnorm else h
+        q, k, v = linear(x, w["qkv"]).view(bsz, 3, spec.n_head, spec.d_head).unbind(1)  # [B, H, E] each
+        a = attend_ring(spec, w, q, k, v, ks[i], vs[i], pos_keys[i], where)
+        out = linear(a, w["o"])  # [B, D]
+        h = h + out if spec.pre_lnorm else F.layer_norm(h + out, h.shape[-1:], *w["ln1"], spec.eps)
+        x = F.layer_norm(h, h.shape[-1:], *w["ln2"], spec.eps) if spec.pre_lnorm else h
+        core = linear(torch.relu(linear(x, w["ff1"])), w["ff2"])  # [B, D]
+        h = h + core if spec.pre_lnorm else F.layer_norm(h + core, h.shape[-1:], *w["ln2"], spec.eps)
+        hids.append(h)
+    cur.add_(1)
+    return head_log_probs(spec, weights["head"], h), torch.stack(hids)
+
+
+def ring_position(spec: StepSpec, slot_pos: Tensor, cur: Tensor) -> tuple[Tensor, ...]:
+    """Where the new token goes in the ring and what every slot holds for it (writes ``cur`` into ``slot_pos``):
+    its slot ``[1]``, that slot's block and lane ``[1]`` each, the additive mask ``[C]`` (empty slots, and the
+    farthest under ``same_length``) and every slot's row of distances ``[C]``."""
     n_slot = spec.mem_len + 1  # the slots in use (slot_pos may hold more: ring_slots)
-    bsz, n_head, d_head = tok.size(0), spec.n_head, spec.d_head
     slot = torch.remainder(cur, n_slot).view(1)  # [1]
     blk, lane = torch.div(slot, ROW_BLOCK, rounding_mode="floor"), torch.remainder(slot, ROW_BLOCK)  # [1] each
     slot_pos.index_copy_(0, slot, cur.view(1))
@@ -265,25 +297,23 @@ def step(spec: StepSpec, weights: dict, tok: Tensor, ks: list[Tensor], vs: list[
     if spec.same_length:  # every query sees mem_len keys, itself included
         visible = visible & (dist < spec.mem_len)
     bias = torch.where(visible, 0.0, float("-inf"))  # [C]
-    by_slot = dist.clamp(0, n_slot - 1)  # [C] the distance row of every slot
+    return slot, blk, lane, bias, dist.clamp(0, n_slot - 1)
 
-    h = embed(spec, weights["emb"], tok)  # [B, D]
-    hids = [h]
-    for i, w in enumerate(weights["layers"]):
-        x = F.layer_norm(h, h.shape[-1:], *w["ln1"], spec.eps) if spec.pre_lnorm else h
-        q, k, v = linear(x, w["qkv"]).view(bsz, 3, n_head, d_head).unbind(1)  # [B, H, E] each
-        ks[i][:, :, blk, :, lane] = k[None].to(ks[i].dtype)  # [1, B, H, E]: slot blk * 16 + lane
-        vs[i].index_copy_(3, slot, v[..., None].to(vs[i].dtype))
-        ac = _dot_keys(stored(q + w["u"]), ks[i])  # terms (a)+(c): [B, H, C]
-        bd = _dot_positions(stored(q + w["v"]), pos_keys[i])[:, :, by_slot]  # terms (b)+(d): [B, H, C]
-        score = (ac + bd) * spec.scale + bias  # [B, H, C]
-        e = torch.exp(score - score.amax(-1, keepdim=True))  # the softmax, normalized after the values' sum
-        a = _mix_values(e, vs[i]) / e.sum(-1, keepdim=True)  # [B, H, E]
-        out = linear(a.reshape(bsz, n_head * d_head), w["o"])  # [B, D]
-        h = h + out if spec.pre_lnorm else F.layer_norm(h + out, h.shape[-1:], *w["ln1"], spec.eps)
-        x = F.layer_norm(h, h.shape[-1:], *w["ln2"], spec.eps) if spec.pre_lnorm else h
-        core = linear(torch.relu(linear(x, w["ff1"])), w["ff2"])  # [B, D]
-        h = h + core if spec.pre_lnorm else F.layer_norm(h + core, h.shape[-1:], *w["ln2"], spec.eps)
-        hids.append(h)
-    cur.add_(1)
-    return head_log_probs(spec, weights["head"], h), torch.stack(hids)
+
+def attend_ring(spec: StepSpec, w: dict, q: Tensor, k: Tensor, v: Tensor, ks: Tensor, vs: Tensor, pos_keys: Tensor,
+                where: tuple[Tensor, ...]) -> Tensor:
+    """One layer's attention of the new token over its ring: writes ``k, v [B, H, E]`` into the ring at
+    :func:`ring_position` ``where``, scores every slot (terms (a)+(c) by the keys, (b)+(d) by the position keys at
+    the slot's distance), the softmax normalized after the values' sum; ``[B, H * E]``."""
+    slot, blk, lane, bias, by_slot = where
+    ks[:, :, blk, :, lane] = k[None].to(ks.dtype)  # [1, B, H, E]: slot blk * 16 + lane
+    vs.index_copy_(3, slot, v[..., None].to(vs.dtype))
+    if spec.native_attention:
+        a = native.ring_attend(q + w["u"], q + w["v"], ks, pos_keys, vs, by_slot, bias, spec.scale)
+        return a.to(q.dtype).reshape(q.size(0), -1)
+    ac = _dot_keys(stored(q + w["u"]), ks)  # terms (a)+(c): [B, H, C]
+    bd = _dot_positions(stored(q + w["v"]), pos_keys)[:, :, by_slot]  # terms (b)+(d): [B, H, C]
+    score = (ac + bd) * spec.scale + bias  # [B, H, C]
+    e = torch.exp(score - score.amax(-1, keepdim=True))  # the softmax, normalized after the values' sum
+    a = _mix_values(e, vs) / e.sum(-1, keepdim=True)  # [B, H, E]
+    return a.reshape(q.size(0), -1)

@@ -17,6 +17,7 @@
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
@@ -221,9 +222,160 @@ at::Tensor gemv_q8(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& 
   return y;
 }
 
+// ---------------------------------------------------------------------------------------------- attention
+// One query per row over a ring of keys/values (transformer_xl.inference.decode): keys in slot blocks
+// [B, H, C / 16, E, 16], position keys [H, C / 16, E, 16] by distance, values by dimension [B, H, E, C], float32 or
+// bfloat16 (widened as read). score_c = scale (qu . k_c + qv . p_{d(c)}) + bias_c; out = softmax(score) . v. The
+// (row, head) pairs are split between threads, one contiguous range each.
+
+#ifdef TXL_AVX2
+// e^x for x <= 0 (the softmax's arguments after the max is taken off): 2^n e^r, r in [-ln2/2, ln2/2], a degree-6
+// polynomial (relative error about 2e-7); below -87 the result is 0.
+inline __m256 exp_neg(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+
+// dots[c] = q . keys[c] for the C slots of one head's blocks [C / 16, E, 16]: four blocks at once on AVX2 (eight
+// independent sums, so that the multiply-adds' latency is hidden).
+template <class T>
+void dot_blocks(const float* q, const T* k, int64_t blocks, int64_t e_dim, float* dots) {
+  int64_t b = 0;
+  const int64_t stride = e_dim * 16;
+#ifdef TXL_AVX2
+  for (; b + 4 <= blocks; b += 4) {
+    const T* k0 = k + b * stride;
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+    for (int64_t e = 0; e < e_dim; ++e) {
+      const __m256 qe = _mm256_set1_ps(q[e]);
+      for (int j = 0; j < 4; ++j) {
+        a[2 * j] = _mm256_fmadd_ps(qe, load8(k0 + j * stride + e * 16), a[2 * j]);
+        a[2 * j + 1] = _mm256_fmadd_ps(qe, load8(k0 + j * stride + e * 16 + 8), a[2 * j + 1]);
+      }
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dots + b * 16 + j * 8, a[j]);
+  }
+#endif
+  for (; b < blocks; ++b) {
+    const T* kb = k + b * stride;
+    for (int j = 0; j < 16; ++j) {
+      float a = 0.f;
+      for (int64_t e = 0; e < e_dim; ++e) a += q[e] * float(kb[e * 16 + j]);
+      dots[b * 16 + j] = a;
+    }
+  }
+}
+
+template <class T>
+void ring_heads(const float* qu, const float* qv, const T* ks, const T* ps, const T* vs, const int64_t* by_slot,
+                const float* bias, float scale, int64_t heads, int64_t slots, int64_t e_dim, int64_t p0, int64_t p1,
+                float* out) {
+  std::vector<float> ac(slots), bd(slots);
+  const int64_t blocks = slots / 16;
+  for (int64_t p = p0; p < p1; ++p) {  // p = row * heads + head
+    const int64_t head = p % heads;
+    dot_blocks(qu + p * e_dim, ks + p * slots * e_dim, blocks, e_dim, ac.data());
+    dot_blocks(qv + p * e_dim, ps + head * slots * e_dim, blocks, e_dim, bd.data());
+    float m = -INFINITY;
+    for (int64_t c = 0; c < slots; ++c) {
+      ac[c] = (ac[c] + bd[by_slot[c]]) * scale + bias[c];
+      m = std::max(m, ac[c]);
+    }
+    int64_t c = 0;
+    float total = 0.f;
+#ifdef TXL_AVX2
+    __m256 tv = _mm256_setzero_ps();
+    const __m256 mv = _mm256_set1_ps(m);
+    for (; c + 8 <= slots; c += 8) {
+      const __m256 ev = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(ac.data() + c), mv));
+      _mm256_storeu_ps(ac.data() + c, ev);
+      tv = _mm256_add_ps(tv, ev);
+    }
+    total = hsum(tv);
+#endif
+    for (; c < slots; ++c) {
+      ac[c] = std::exp(ac[c] - m);
+      total += ac[c];
+    }
+    const T* v = vs + p * e_dim * slots;
+    for (int64_t e = 0; e < e_dim; ++e, v += slots) {
+      float a = 0.f;
+      int64_t k = 0;
+#ifdef TXL_AVX2
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;  // four sums: the latency hidden
+      for (; k + 32 <= slots; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(ac.data() + k), load8(v + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(ac.data() + k + 8), load8(v + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(ac.data() + k + 16), load8(v + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(ac.data() + k + 24), load8(v + k + 24), a3);
+      }
+      for (; k + 8 <= slots; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(ac.data() + k), load8(v + k), a0);
+      a = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+      for (; k < slots; ++k) a += ac[k] * float(v[k]);
+      out[p * e_dim + e] = a / total;
+    }
+  }
+}
+
+at::Tensor ring_attend(const at::Tensor& qu_, const at::Tensor& qv_, const at::Tensor& ks, const at::Tensor& ps,
+                       const at::Tensor& vs, const at::Tensor& by_slot_, const at::Tensor& bias_, double scale) {
+  TORCH_CHECK(ks.dim() == 5 && ks.size(4) == 16 && ks.is_contiguous(), "txl ring_attend: keys must be [B, H, C/16, E, 16]");
+  const int64_t bsz = ks.size(0), heads = ks.size(1), slots = ks.size(2) * 16, e_dim = ks.size(3);
+  TORCH_CHECK(ps.dim() == 4 && ps.size(0) == heads && ps.size(1) * 16 == slots && ps.size(2) == e_dim &&
+              ps.is_contiguous() && ps.scalar_type() == ks.scalar_type(), "txl ring_attend: position keys must be "
+              "[H, C/16, E, 16] of the keys' type");
+  TORCH_CHECK(vs.dim() == 4 && vs.size(0) == bsz && vs.size(1) == heads && vs.size(2) == e_dim &&
+              vs.size(3) == slots && vs.is_contiguous() && vs.scalar_type() == ks.scalar_type(),
+              "txl ring_attend: values must be [B, H, E, C] of the keys' type");
+  TORCH_CHECK(ks.scalar_type() == at::kFloat || ks.scalar_type() == at::kBFloat16,
+              "txl ring_attend: the ring must be float32 or bfloat16");
+  const at::Tensor qu = qu_.contiguous().to(at::kFloat), qv = qv_.contiguous().to(at::kFloat);
+  TORCH_CHECK(qu.numel() == bsz * heads * e_dim && qv.numel() == qu.numel(), "txl ring_attend: queries must be [B, H, E]");
+  const at::Tensor by_slot = by_slot_.contiguous().to(at::kLong), bias = bias_.contiguous().to(at::kFloat);
+  TORCH_CHECK(by_slot.numel() == slots && bias.numel() == slots, "txl ring_attend: by_slot and bias must be [C]");
+  const int64_t* bs = by_slot.data_ptr<int64_t>();
+  for (int64_t c = 0; c < slots; ++c) TORCH_CHECK(bs[c] >= 0 && bs[c] < slots, "txl ring_attend: by_slot out of range");
+  at::Tensor out = at::empty({bsz, heads, e_dim}, qu.options());
+  const int64_t slot_bytes = e_dim * 3 * ks.element_size();
+  const int64_t grain = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, slots * slot_bytes));
+  at::parallel_for(0, bsz * heads, grain, [&](int64_t p0, int64_t p1) {
+    if (ks.scalar_type() == at::kFloat)
+      ring_heads(qu.data_ptr<float>(), qv.data_ptr<float>(), ks.data_ptr<float>(), ps.data_ptr<float>(),
+                 vs.data_ptr<float>(), bs, bias.data_ptr<float>(), float(scale), heads, slots, e_dim, p0, p1,
+                 out.data_ptr<float>());
+    else
+      ring_heads(qu.data_ptr<float>(), qv.data_ptr<float>(), ks.data_ptr<c10::BFloat16>(),
+                 ps.data_ptr<c10::BFloat16>(), vs.data_ptr<c10::BFloat16>(), bs, bias.data_ptr<float>(),
+                 float(scale), heads, slots, e_dim, p0, p1, out.data_ptr<float>());
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(txl, m) {
+  m.def("ring_attend(Tensor qu, Tensor qv, Tensor ks, Tensor ps, Tensor vs, Tensor by_slot, Tensor bias, float scale) -> Tensor");
   m.def("gemv(Tensor x, Tensor w, int out, Tensor? bias=None) -> Tensor");
   m.def("gemv_q8(Tensor x, Tensor w, Tensor scale, int out, Tensor? bias=None) -> Tensor");
 }
@@ -231,4 +383,5 @@ TORCH_LIBRARY(txl, m) {
 TORCH_LIBRARY_IMPL(txl, CPU, m) {
   m.impl("gemv", &gemv);
   m.impl("gemv_q8", &gemv_q8);
+  m.impl("ring_attend", &ring_attend);
 }
