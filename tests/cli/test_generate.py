@@ -205,6 +205,30 @@ def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypa
     assert all(len(s["token_ids"]) == 8 for s in runs["--captured --quantize int8"])
 
 
+@pytest.mark.parametrize("products, speedup, said", [("native", 0.7, True), ("native", 2.5, False),
+                                                    ("compiled", 0.7, False)])
+def test_captured_int8_says_in_one_line_when_its_products_do_not_pay(tmp_path, capsys, monkeypatch, products, speedup,
+                                                                    said) -> None:
+    """``--captured --quantize int8``: txl's kernels probed (int8 against float32, the samples' rows) and a ratio
+    below 1 said in one line; inductor's forms (AVX-512 CPUs) not probed. The tokens come either way."""
+    from transformer_xl.inference import captured, decode
+    from transformer_xl.model import native
+
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch: decode.step)
+    monkeypatch.setattr(native, "products", lambda device="cpu": products)
+    asked: list[tuple] = []
+    monkeypatch.setattr(native, "int8_speedup", lambda n_in, rows: asked.append((n_in, rows)) or speedup)
+    _, model_dir = _tiny(tmp_path, _word_vocab())
+    assert main(["generate", str(model_dir), "--prompt", "the game", "--max-new-tokens", "4", "--greedy",
+                 "--num-samples", "2", "--json", "--captured", "--quantize", "int8"]) == 0
+    out = capsys.readouterr()
+    assert all(len(s["token_ids"]) == 4 for s in json.loads(out.out)["samples"])
+    assert asked == ([(16, 2)] if products == "native" else [])  # d_model 16, 2 samples
+    line = (f"txl generate: int8 weights measured {speedup:.2f}x the speed of float32 in the captured step's products "
+            "on this CPU (2 rows): --quantize int8 saves memory here, not time\n")
+    assert (line in out.err) == said
+
+
 def test_cli_generate_chooses_the_captured_step_and_notes_its_compilation(tmp_path, capsys, monkeypatch) -> None:
     """By default the library's rule chooses (here made to say yes): the captured step, its first step noted on
     stderr, the plain step's tokens; ``--no-captured`` keeps the plain step; the two flags exclude each other."""

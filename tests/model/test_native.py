@@ -157,3 +157,49 @@ def test_linear_takes_the_kernel_at_a_few_rows_without_a_gradient_only(monkeypat
     native.linear(torch.randn(1, 41), w.requires_grad_())  # a gradient is recorded: F.linear
     native.linear(torch.randn(1, 41).double(), w.detach().double())  # not float32
     assert calls == []
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bsz, slots", [(1, 16), (2, 48), (3, 656)])
+def test_ring_attention_equals_the_softmax_written_out(dtype, bsz, slots) -> None:
+    """``ring_attend`` against ``softmax(scale (qu . k_c + qv . p_{d(c)}) + bias) . v`` in float64 over the same
+    (widened) ring: distances in any order, masked slots (``-inf``) and scores far apart (the polynomial exp)."""
+    from transformer_xl.inference.decode import block_slots
+
+    torch.manual_seed(slots + bsz)
+    heads, e_dim = 3, 41
+    keys, pos = torch.randn(bsz, heads, slots, e_dim).to(dtype), torch.randn(heads, slots, e_dim).to(dtype)
+    vals = torch.randn(bsz, heads, e_dim, slots).to(dtype)
+    qu, qv = 3 * torch.randn(bsz, heads, e_dim), 3 * torch.randn(bsz, heads, e_dim)
+    by_slot = torch.randperm(slots)
+    bias = torch.zeros(slots)
+    bias[torch.randperm(slots)[:slots // 3]] = float("-inf")
+    bias[0] = 0.0
+    got = native.ring_attend(qu, qv, block_slots(keys), block_slots(pos), vals, by_slot, bias, 0.15)
+    k64, p64, v64 = keys.double(), pos.double(), vals.double()
+    score = torch.einsum("bhe,bhce->bhc", qu.double(), k64)
+    score = score + torch.einsum("bhe,hce->bhc", qv.double(), p64)[..., by_slot]
+    prob = torch.softmax(score * 0.15 + bias.double(), -1)
+    want = torch.einsum("bhc,bhec->bhe", prob, v64)
+    assert got.dtype == torch.float32 and got.shape == (bsz, heads, e_dim)
+    assert (got.double() - want).abs().max() <= 1e-5 * max(1.0, want.abs().max())
+
+
+@needs_kernels
+def test_ring_attention_refuses_bad_shapes_in_one_line() -> None:
+    from transformer_xl.inference.decode import block_slots
+
+    ks, ps = block_slots(torch.randn(1, 2, 32, 8)), block_slots(torch.randn(2, 32, 8))
+    vs, q, by, bias = torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8), torch.arange(32), torch.zeros(32)
+    for args, match in [
+        ((q, q, ks, ps[:1], vs, by, bias), "position keys must be"),
+        ((q, q, ks, ps, vs[..., :16], by, bias), "values must be"),
+        ((q, q, ks, ps.bfloat16(), vs, by, bias), "position keys must be"),
+        ((q, q, ks, ps, vs, by[:16], bias), "by_slot and bias must be"),
+        ((q, q, ks, ps, vs, by + 32, bias), "by_slot out of range"),
+        ((q[:, :1], q, ks, ps, vs, by, bias), "queries must be"),
+        ((q, q, ks.double(), ps.double(), vs.double(), by, bias), "float32 or bfloat16"),
+    ]:
+        with pytest.raises(RuntimeError, match=match):
+            native.ring_attend(*args, 0.1)

@@ -186,6 +186,20 @@ def int8_check(model: Any, rows: int, note: Callable[[str], None]) -> None:
         note(line)
 
 
+def captured_int8_check(model: Any, rows: int, note: Callable[[str], None]) -> None:
+    """Say in one line (``note``) when the captured step's int8 products measure no faster than its float32 ones on
+    this CPU (txl's kernels: :func:`transformer_xl.model.native.int8_speedup`; inductor's forms, chosen on AVX-512
+    CPUs, were measured faster in int8: ``docs/generation-speed.md``)."""
+    from transformer_xl.model import native
+
+    if native.products(next(model.parameters()).device) != "native":
+        return
+    speedup = native.int8_speedup(model.config.d_model, rows)
+    if speedup < 1:
+        note(f"int8 weights measured {speedup:.2f}x the speed of float32 in the captured step's products on this "
+             f"CPU ({rows} rows): --quantize int8 saves memory here, not time")
+
+
 def add_quantize(parser: argparse.ArgumentParser) -> None:
     """``--quantize int8`` (``args.quantize``): int8 weights for CPU inference (``TransformerXLLM.quantize``)."""
     parser.add_argument("--quantize", choices=["int8"], default=None,

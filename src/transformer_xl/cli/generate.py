@@ -16,6 +16,7 @@ from transformer_xl.cli.args import (
     add_model,
     add_no_verify,
     add_quantize,
+    captured_int8_check,
     clamp_int,
     finite_float,
     int8_check,
@@ -136,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
                                       quantize=None if int8 else args.quantize, note=stderr_note("txl generate"))
         if args.quantize == "int8" and not int8:  # the plain step's int8 kernel, num_samples rows a product
             int8_check(model, args.num_samples, stderr_note("txl generate"))
+        elif int8:  # the captured step's int8 products
+            captured_int8_check(model, args.num_samples, stderr_note("txl generate"))
         vocab, codec = load_codec(directory, args.vocab, level=args.level, tokenizer=args.tokenizer)
     if len(vocab) != model.config.n_token:
         raise ConfigError(f"the vocabulary has {len(vocab)} symbols but the model predicts {model.config.n_token}")

@@ -41,6 +41,8 @@ import hashlib
 import os
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -124,6 +126,13 @@ def _register_fakes() -> None:
         return qu.new_empty(ks.size(0), ks.size(1), ks.size(3), dtype=torch.float32)
 
 
+def _require() -> None:
+    """Load the operators (compiling them first where needed) before a call outside ``torch.compile`` (a compiled
+    graph calls them once its decoder has loaded them); a one-line error where they cannot run."""
+    if not torch.compiler.is_compiling() and (why := unavailable()):
+        raise RuntimeError(f"txl's native kernels cannot run here: {why}")
+
+
 # ---------------------------------------------------------------------------------------------- the rule
 #: Rows of ``x`` up to which :func:`linear` multiplies by txl's matrix-vector kernel (a generation step: bound by
 #: reading the weights); beyond, BLAS's matrix product, bound by arithmetic.
@@ -182,6 +191,7 @@ def untile(tiles: Tensor, shape: tuple[int, int]) -> Tensor:
 def gemv(x: Tensor, weight: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
     """``x W^T + b`` for ``x [N, in]`` float32 and ``weight`` float32 tiles (:func:`tile` with :data:`TILE_F32`) or
     ``[out, in]`` as stored."""
+    _require()
     return torch.ops.txl.gemv(x, weight, out, bias)
 
 
@@ -192,10 +202,36 @@ def ring_attend(qu: Tensor, qv: Tensor, ks: Tensor, ps: Tensor, vs: Tensor, by_s
     ``ps [H, C / 16, E, 16]`` by distance, values ``vs [B, H, E, C]`` (float32 or bfloat16, widened as read),
     every slot's distance row ``by_slot [C]`` and additive mask ``bias [C]`` -> ``softmax(scale (qu . k_c +
     qv . p_by_slot[c]) + bias_c) . v``, ``[B, H, E]`` float32; the (row, head) pairs split between threads."""
+    _require()
     return torch.ops.txl.ring_attend(qu, qv, ks, ps, vs, by_slot, bias, scale)
 
 
 def gemv_q8(x: Tensor, weight: Tensor, scale: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
     """``x (q s)^T + b`` for ``x [N, in]`` float32, int8 tiles ``q`` (:func:`tile` with :data:`TILE_Q8`) and float32
     row scales ``s [>= out]``; ``x`` quantized per row to int8 (module docstring)."""
+    _require()
     return torch.ops.txl.gemv_q8(x, weight, scale, out, bias)
+
+
+def int8_speedup(n_in: int, rows: int = 1, *, nbytes: int = 64 * 2**20, reps: int = 3) -> float:
+    """float32 seconds ÷ int8 seconds of :func:`gemv` and :func:`gemv_q8` over a random ``[out, n_in]`` matrix of
+    ``nbytes`` float32 bytes (default 64 MiB: more than a last-level cache, read from memory as a step reads its
+    weights) at ``rows`` rows, each the best of ``reps`` after a warm-up (above 1: int8 is faster). A probe of a
+    fraction of a second, for the commands that say when int8 does not pay."""
+    out = max(TILE_F32[0], nbytes // (4 * n_in))
+    weight = torch.randn(out, n_in)
+    tiles, q8 = tile(weight, *TILE_F32), tile(weight.clamp(-1, 1).mul(127).round().to(torch.int8), *TILE_Q8)
+    scale = torch.full((q8.size(0) * TILE_Q8[0],), 1 / 127)
+    x = torch.randn(rows, n_in)
+    del weight
+
+    def best(fn: Callable[[], Tensor]) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(lambda: gemv(x, tiles, out)) / best(lambda: gemv_q8(x, q8, scale, out))
