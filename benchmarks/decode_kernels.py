@@ -17,7 +17,9 @@ buffer far larger than the last-level cache, on huge pages as the step's own buf
 case; every share is against the best of the run. The read rate on 4 KiB pages is recorded beside it (earlier
 result files were measured against that one). With one thread every time is the thread's CPU time
 (``time.thread_time``), the read passes included, so that other work on a shared machine does not count (memory
-traffic of other work still does); with more, wall time. Each figure is the best of ``--steps`` steps after three
+traffic of other work still does); with more, wall time. ``--products`` picks the form of the step's matrix
+products (txl's kernels or inductor's reductions; default: the rule for this CPU), recorded in the report.
+Each figure is the best of ``--steps`` steps after three
 untimed ones (the first compiles); the plain step is generation's (``Recurrence`` + ``log_prob``), of the int8
 model (``model.quantize("int8")``) in the int8 cases.
 """
@@ -35,7 +37,7 @@ import torch
 from transformer_xl.experiments.bench.generate import shape_config
 from transformer_xl.experiments.bench.yardstick import YardstickError, machine, read_buffer, share, step_bytes
 from transformer_xl.inference.captured import CapturedDecoder
-from transformer_xl.model import Recurrence, TransformerXLLM
+from transformer_xl.model import Recurrence, TransformerXLLM, native
 from transformer_xl.model.presets import cpu_small, wt103_base
 from transformer_xl.train.precision import isa_limits
 
@@ -60,7 +62,7 @@ def _best(fn, clock, n: int) -> tuple[float, float]:
     return min(ts), statistics.median(ts)
 
 
-def run_case(case: str, clock, n: int) -> dict:
+def run_case(case: str, clock, n: int, products: str | None = None) -> dict:
     shape, mem_len, batch, *rest = case.split(":")
     mem_len, batch, int8 = int(mem_len), int(batch), rest == ["int8"]
     cfg = SHAPES[shape]()
@@ -75,7 +77,8 @@ def run_case(case: str, clock, n: int) -> dict:
         plain_model.quantize("int8")
     rec = Recurrence(plain_model, plain_model.config.lengths(mem_len=mem_len, ext_len=0), mems=list(mems))
     plain = _best(lambda: plain_model.log_prob(rec(tok[:, None]).hidden[:, -1]), clock, n)  # generation's plain step
-    dec = CapturedDecoder(model, batch=batch, mem_len=mem_len, int8=int8, kv_dtype="bfloat16" if int8 else "float32")
+    dec = CapturedDecoder(model, batch=batch, mem_len=mem_len, int8=int8, kv_dtype="bfloat16" if int8 else "float32",
+                          products=products)
     state = {"mems": mems}
 
     def one() -> None:
@@ -85,7 +88,7 @@ def run_case(case: str, clock, n: int) -> dict:
     best, median = _best(one, clock, n)
     nbytes = step_bytes(dec)
     return {"case": case, "shape": shape, "n_token": cfg.n_token, "mem_len": mem_len, "batch": batch, "int8": int8,
-            "kv_dtype": dec.kv_dtype, "target": TARGETS.get(case),
+            "kv_dtype": dec.kv_dtype, "target": TARGETS.get(case), "products": dec.products,
             "plain_step_s": {"best": plain[0], "median": plain[1]},
             "captured": {"best_s": best, "median_s": median, "compile_s": dec.compile_s, "bytes": nbytes,
                          "bytes_per_s": nbytes["total"] / best, "tok_per_s": batch / best}}
@@ -97,20 +100,25 @@ def main() -> None:
     p.add_argument("--cases", nargs="+", default=list(TARGETS))
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--out", type=Path)
+    p.add_argument("--products", choices=["native", "compiled"], default=None,
+                   help="the form of the step's matrix products (default: the rule for this CPU, "
+                   "transformer_xl.model.dispatch.decode_products)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
     rates = [_read_pass(clock)]
     report = {"command": isa_limits() + "python benchmarks/decode_kernels.py " + " ".join(
-        [f"--threads {args.threads}", "--cases", *args.cases, f"--steps {args.steps}"]),
-        "machine": machine(), "torch": torch.__version__,
+        [f"--threads {args.threads}", "--cases", *args.cases, f"--steps {args.steps}"]
+        + ([f"--products {args.products}"] if args.products else [])),
+        "machine": machine() | {"vendor": native.vendor()}, "torch": torch.__version__,
+        "products": args.products or native.products(),
         "clock": "thread_time (CPU time of the one thread)" if args.threads == 1 else "wall",
         "read_rate_4k_pages_bytes_per_s": _read_pass(clock, huge_pages=False), "rows": []}
     print(f"read rate {rates[0] / 1e9:.1f} GB/s on huge pages, {report['read_rate_4k_pages_bytes_per_s'] / 1e9:.1f} "
           f"GB/s on 4 KiB pages ({report['clock']}); load {report['machine']['load_average']}", flush=True)
     with torch.no_grad():
         for case in args.cases:
-            row = run_case(case, clock, args.steps)
+            row = run_case(case, clock, args.steps, args.products)
             report["rows"].append(row)
             rates.append(_read_pass(clock))  # the load moves: the limit is the best read pass of the whole run
             _shares(report, rates)

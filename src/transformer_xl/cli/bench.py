@@ -112,7 +112,8 @@ def run_decode(args: argparse.Namespace) -> int:
         reports.append(report)
         print(profile_markdown(report, f"`{command}`: products {report['forms']['products']}") + "\n")
     if args.json:
-        write_json(args.json, reports[0] if len(reports) == 1 else {"profiles": reports}, indent=1, sort_keys=False)
+        write_json(args.json, reports[0] if len(reports) == 1 else {"command": command, "profiles": reports},
+                   indent=1, sort_keys=False)
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write("\n\n".join(profile_markdown(r, f"`{command}`: products {r['forms']['products']}")

@@ -74,14 +74,19 @@ def render(path: str, root: Path) -> str:
         return soak_markdown(report, command)
     if "rows" in report and "read_rate_bytes_per_s" in report:
         return decode_kernels_markdown(report, command)
+    if ("groups" in report and "forms" in report) or "profiles" in report:
+        from transformer_xl.experiments.bench.decode_profile import profile_markdown
+
+        profiles = report.get("profiles", [report])
+        return "\n\n".join(profile_markdown(p, f"`{command}`: products {p['forms']['products']}") for p in profiles)
     if "rows" in report and all("cold_s" in row for row in report["rows"]):
         return compile_time_markdown(report, command)
     if "convert_seconds" in report:
         return tf_convert_markdown(report, command)
     if "rows" in report and all("test_hours" in row for row in report["rows"]):
         return released_eval_markdown(report, command)
-    raise ConfigError(f"{path}: not a txl bench, bench generate, quality, decode-kernels, compile-time, soak, "
-                      "TF conversion or released-model evaluation report")
+    raise ConfigError(f"{path}: not a txl bench, bench generate, bench decode, quality, decode-kernels, "
+                      "compile-time, soak, TF conversion or released-model evaluation report")
 
 
 def tf_convert_markdown(report: dict[str, Any], command: str) -> str:
@@ -162,6 +167,12 @@ def decode_kernels_markdown(report: dict[str, Any], command: str) -> str:
         lines.append(f"| {row['shape']} | {row['n_token']:,} | {row['mem_len']:,} | {row['batch']} | {weights} "
                      f"| {c['bytes']['total'] / 1e6:.1f} | {row['plain_step_s']['best'] * 1e3:.1f} "
                      f"| {c['best_s'] * 1e3:.2f} | {c['tok_per_s']:.0f} | {c['share_of_read_rate']:.0%} | {target} |")
+    by_case = {row["case"]: row for row in report["rows"]}
+    pairs = [(case, by_case[case + ":int8"]) for case in by_case if case + ":int8" in by_case]
+    if pairs:
+        lines += ["", "int8 weights against float32, the same case: " + "; ".join(
+            f"{case} {by_case[case]['captured']['best_s'] / row['captured']['best_s']:.2f}× as fast"
+            for case, row in pairs) + "."]
     return "\n".join(lines)
 
 
@@ -215,7 +226,9 @@ def render_classes(paths: list[str], root: Path) -> str:
     for path, report in zip(paths, reports):
         if "cpu_class" not in _machine(report):
             raise ConfigError(f"{path}: no CPU class recorded; a column per class needs it (measure it again)")
-    names = [CPU_CLASSES.get(_machine(r)["cpu_class"], _machine(r)["cpu_class"]) for r in reports]
+    names = [CPU_CLASSES.get(_machine(r)["cpu_class"], _machine(r)["cpu_class"])
+             + (f", {_machine(r)['vendor']}" if _machine(r).get("vendor") else "")
+             + (f", {r['products']} products" if r.get("products") else "") for r in reports]
     lines = []
     for name, report, path in zip(names, reports, paths):
         m, torch_version = _machine(report), report.get("torch") or report["env"]["torch"]
