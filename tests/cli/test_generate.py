@@ -192,7 +192,7 @@ def test_cli_generate_captured_gives_the_plain_tokens(tmp_path, capsys, monkeypa
     and with ``--quantize int8`` (the captured step's own int8 weights)."""
     from transformer_xl.inference import captured, decode
 
-    monkeypatch.setattr(captured, "_compiled", lambda device, batch: decode.step)
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch, **kw: decode.step)
     _, model_dir = _tiny(tmp_path, _word_vocab())
     runs = {}
     for extra in ([], ["--captured"], ["--captured", "--quantize", "int8"]):
@@ -214,7 +214,7 @@ def test_captured_int8_says_in_one_line_when_its_products_do_not_pay(tmp_path, c
     from transformer_xl.inference import captured, decode
     from transformer_xl.model import native
 
-    monkeypatch.setattr(captured, "_compiled", lambda device, batch: decode.step)
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch, **kw: decode.step)
     monkeypatch.setattr(native, "products", lambda device="cpu": products)
     asked: list[tuple] = []
     monkeypatch.setattr(native, "int8_speedup", lambda n_in, rows: asked.append((n_in, rows)) or speedup)
@@ -237,7 +237,7 @@ def test_cli_generate_chooses_the_captured_step_and_notes_its_compilation(tmp_pa
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))  # eager, "compiled"
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch, **kw: lambda *a: decode.step(*a))  # eager
     monkeypatch.setattr(gen, "pays", lambda *a: True)
     _, model_dir = _tiny(tmp_path, _word_vocab())
     runs = {}

@@ -465,7 +465,7 @@ def test_a_decoders_first_compiled_step_makes_its_key_known_to_the_estimate(tmp_
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))  # "compiled"
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch, **kw: lambda *a: decode.step(*a))  # "compiled"
     model = _model()
     lengths = model.config.lengths(mem_len=4, ext_len=0)
     cold = captured.COMPILE_S["cold"]
@@ -491,7 +491,7 @@ def test_auto_true_and_false_give_the_same_tokens_and_auto_chooses_by_the_rule(t
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(captured, "_DONE", set())
-    monkeypatch.setattr(captured, "_compiled", lambda device, batch: lambda *a: decode.step(*a))
+    monkeypatch.setattr(captured, "_compiled", lambda device, batch, **kw: lambda *a: decode.step(*a))
     model, ids = _model(cutoffs=[10, 25]), _prompt()
     runs, notes = {}, []
     for name, choice in (("plain", False), ("captured", True), ("auto", None)):

@@ -144,19 +144,26 @@ def _record(key: str) -> None:
         pass
 
 
-def _compiled(device: torch.device, batch: int) -> object:  # pragma: no mutate block (left out: compiles, ~50 s)
+def _compiled(device: torch.device, batch: int, *, products: str = "compiled") -> object:  # pragma: no mutate block
     """``torch.compile(step)``: static shapes, one graph; CUDA graphs on CUDA (``reduce-overhead``). On the CPU with
     several rows the C++ is compiled with multiply-adds contracted into FMAs: the fused per-row sums of a batch are
     bound by arithmetic there (wt103-base, batch 8: 32.9 -> 30.5 ms per step, one thread), while at batch 1 an FMA's
-    longer latency slows the one accumulator of the int8 products (6.0 -> 6.3 ms) and gains nothing in float32."""
-    key = "cuda" if device.type == "cuda" else f"cpu-{'fma' if batch > 1 else 'plain'}"
+    longer latency slows the one accumulator of the int8 products (6.0 -> 6.3 ms) and gains nothing in float32.
+    With txl's kernels (``products="native"``) every product and the attention are their calls, each on every core;
+    inductor's own kernels (norms, residuals, a few hundred numbers each) then run on one thread, no parallel region
+    each, and without the size checks of every kernel's output (about 300 a step, 0.3 ms on the Zen 3).
+    (Left out of mutation testing: it compiles, about 50 s.)"""
+    kind = "plain" if batch == 1 else "fma"
+    key = "cuda" if device.type == "cuda" else f"cpu-{kind}-{products}"
     if key not in _COMPILED:
         allow_graphs()  # one graph per model shape, batch, mem_len, int8 and ring dtype
         if device.type == "cuda":
             _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, mode="reduce-overhead")
         else:
-            contract = {"cpp.enable_floating_point_contract_flag": "fast"} if batch > 1 else {}
-            _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, options=contract)
+            options: dict[str, object] = {"cpp.enable_floating_point_contract_flag": "fast"} if batch > 1 else {}
+            if products == "native":
+                options.update({"cpp.threads": 1, "size_asserts": False})
+            _COMPILED[key] = torch.compile(step, fullgraph=True, dynamic=False, options=options)
     return _COMPILED[key]
 
 
@@ -259,7 +266,7 @@ class CapturedDecoder:
                 torch._dynamo.mark_static_address(t)
         if compile and (why := compile_unavailable(self.device.type)):
             raise ConfigError(f"the captured step cannot be compiled here: {why}; decode without --captured")
-        self._fn = _compiled(self.device, batch) if compile else step
+        self._fn = _compiled(self.device, batch, products=self.products) if compile else step
         self.compiled = self._fn is not step  # the step is torch.compile's graph (False: the function run eagerly)
         #: what its compiled graph depends on (:func:`step_key`), for :func:`compile_estimate`
         self.key = step_key(model, batch=batch, lengths=lengths, options=CaptureOptions(int8, kv_dtype),

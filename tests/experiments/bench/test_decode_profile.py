@@ -18,9 +18,10 @@ TINY = TXLConfig(n_token=300, n_layer=2, n_head=2, d_model=32, d_head=16, d_inne
 
 
 def _small_read_rate(monkeypatch) -> None:
-    """A read-rate buffer of 8 MiB (the real one is 256 MiB or more: seconds a pass on a slow machine)."""
-    real = decode_profile.read_rate
-    monkeypatch.setattr(decode_profile, "read_rate", lambda: real(nbytes=8 * 2**20, passes=2))
+    """A read-rate buffer of 8 MiB (the real one is 256 MiB or more: a fraction of a second a pass on a slow
+    machine)."""
+    real = decode_profile.read_buffer
+    monkeypatch.setattr(decode_profile, "read_buffer", lambda: real(nbytes=8 * 2**20))
 
 
 @pytest.mark.parametrize("int8", [False, True])
@@ -50,6 +51,7 @@ def test_the_groups_bytes_add_up_to_the_steps_and_every_part_is_reported(monkeyp
     assert rep["forms"]["int8_form"] == (w["layers"][0]["qkv"].form if int8 else None)
     assert rep["machine"]["cpu"] and "caches" in rep["machine"] and rep["machine"]["threads"] == torch.get_num_threads()
     assert len(rep["read_rates_gb_per_s"]) == 2 and rep["read_rate_gb_per_s"] == max(rep["read_rates_gb_per_s"])
+    assert rep["steps"] == 2  # rounds: each part and a read pass once per round
     json.dumps(rep)
     table = profile_markdown(rep)
     assert rep["machine"]["cpu"] in table and all(f"| {n} |" in table for n in names)
@@ -59,7 +61,8 @@ def test_the_groups_bytes_add_up_to_the_steps_and_every_part_is_reported(monkeyp
 
 def test_a_group_faster_than_the_read_rate_gets_no_share(monkeypatch) -> None:
     """A group that stayed in a cache reads faster than memory: no share (a dash), never a share above 100 %."""
-    monkeypatch.setattr(decode_profile, "read_rate", lambda: {"bytes_per_s": 1.0})  # a limit every group passes
+    slow = type("Buffer", (), {"nbytes": 1, "sum": lambda self: None})()  # 1 byte a pass: a limit every group passes
+    monkeypatch.setattr(decode_profile, "read_buffer", lambda: slow)
     rep = profile_decode(TINY, shape="tiny", mem_len=20, steps=1, compile=False)
     assert all(g["read_share"] is None for g in rep["groups"]) and rep["step_read_share"] is None
     assert "| — |" in profile_markdown(rep)

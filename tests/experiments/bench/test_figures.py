@@ -47,7 +47,7 @@ def test_a_file_without_a_command_or_of_no_known_kind_is_refused(tmp_path: Path)
     with pytest.raises(ConfigError, match="no command recorded"):
         figures.render("benchmarks/results/q.json", _tree(tmp_path, {**QUALITY, "command": ""}))
     (tmp_path / "benchmarks" / "results" / "q.json").write_text(json.dumps({"command": "txl x"}))
-    with pytest.raises(ConfigError, match="not a txl bench, bench generate, bench decode, quality, decode-kernels, compile-time"):
+    with pytest.raises(ConfigError, match="not a txl bench, bench generate, bench decode, quality, decode-kernels"):
         figures.render("benchmarks/results/q.json", tmp_path)
     with pytest.raises(ConfigError, match="cannot read a result file"):
         figures.render("benchmarks/results/missing.json", tmp_path)

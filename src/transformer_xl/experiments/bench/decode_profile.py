@@ -17,9 +17,12 @@ over the decoder's own packed weights and rings, compiled the same way), and the
 
 Every group is timed after reading a buffer twice the last-level cache, so it starts from memory as in the step
 (where the rest of the step's bytes pass through the cache between two reads of a group); the step is timed as a
-generation runs it. Each figure is the best of ``steps`` calls (wall time). Beside each: the bytes it must read
+generation runs it. The run is ``steps`` rounds; a round times every part once and makes one read pass (the
+yardstick's ``Tensor.sum`` over a buffer far larger than the last-level cache, on huge pages), and each figure is
+the best of its rounds (wall time): the parts and the read rate are sampled over the same moments of a machine
+whose load and memory rate move. Beside each part: the bytes it must read
 (:func:`~transformer_xl.experiments.bench.yardstick.step_bytes`' parts, the zeros that pad blocks not counted) and
-its rate as a share of the read rate measured in the same process before and after (the best of both). The report
+its rate as a share of the best read pass. The report
 records the CPU (model, vendor, flags, caches), torch's threads and kernels' instruction set, and the form each
 choice took (:func:`~transformer_xl.model.dispatch.decode_products`).
 """
@@ -36,7 +39,14 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from transformer_xl.errors import ConfigError
-from transformer_xl.experiments.bench.yardstick import YardstickError, llc_bytes, machine, read_rate, share, step_bytes
+from transformer_xl.experiments.bench.yardstick import (
+    YardstickError,
+    llc_bytes,
+    machine,
+    read_buffer,
+    share,
+    step_bytes,
+)
 from transformer_xl.inference.captured import CapturedDecoder
 from transformer_xl.inference.decode import attend_ring, embed, head_logits, linear, log_probs_of, ring_position
 from transformer_xl.inference.packing import Linear
@@ -53,19 +63,11 @@ def _linear_bytes(lins: list[Linear]) -> int:
                for lin in lins)
 
 
-def _timer(evict: torch.Tensor | None) -> Callable[[Callable[[], Any], int], float]:
-    def best(fn: Callable[[], Any], steps: int) -> float:
-        for _ in range(2):
-            fn()
-        out = math.inf
-        for _ in range(steps):
-            if evict is not None:
-                evict.sum()
-            t = time.perf_counter()
-            fn()
-            out = min(out, time.perf_counter() - t)
-        return out
-    return best
+def _once(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of ``fn``."""
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def _groups(dec: CapturedDecoder, compile: bool) -> dict[str, tuple[Callable[[], Any], int]]:
@@ -142,9 +144,7 @@ def profile_decode(config: TXLConfig, *, shape: str = "custom", mem_len: int = 6
     first = time.perf_counter()
     lp, mems = dec.step(tok, mems)  # the first step compiles
     first_s = time.perf_counter() - first
-    rates = [read_rate()["bytes_per_s"]]
     evict = torch.ones(max(2 * llc_bytes(), 2**20) // 4)
-    best = _timer(None)
     state = {"mems": mems, "tok": lp.argmax(-1)}
 
     def gen_step() -> None:
@@ -155,20 +155,36 @@ def profile_decode(config: TXLConfig, *, shape: str = "custom", mem_len: int = 6
         state["mems"] = dec.step(state["tok"], state["mems"])[1]
 
     args = (dec.spec, dec.weights, tok, dec.ks, dec.vs, dec.slot_pos, dec.cur, dec.pos_keys)
-    whole = {"generation step (step + argmax)": best(gen_step, steps),
-             "decoder.step": best(dec_step, steps),
-             "compiled graph alone": best(lambda: dec._fn(*args), steps)}
-    log(f"  step: {whole['generation step (step + argmax)'] * 1e3:.2f} ms; timing its groups")
+    steps_fns = {"generation step (step + argmax)": gen_step, "decoder.step": dec_step,
+                 "compiled graph alone": lambda: dec._fn(*args)}
+    log("  compiling the groups")
     groups_fns = _groups(dec, compile)
     # every compiled group pays the cost of one call of a compiled function (guards, its Python wrapper), which the
     # step pays once: measured on a function of one addition, and taken off every compiled group
     one = torch.zeros(1)
-    call_s = best(torch.compile(lambda: one + 1, fullgraph=True), steps) if compile else 0.0
-    timed = {}
-    for name, (fn, nbytes) in groups_fns.items():
-        s = _timer(evict)(fn, steps)
-        timed[name] = (max(s - call_s, 1e-9) if _is_compiled(fn) else s, nbytes)
-    rates.append(read_rate()["bytes_per_s"])
+    call_fn = torch.compile(lambda: one + 1, fullgraph=True) if compile else None
+    for fn in [*steps_fns.values(), *(f for f, _ in groups_fns.values()), *([call_fn] if call_fn else [])]:
+        fn()  # warm: every group compiled before the rounds
+    # rounds: every part (and a read pass) timed once per round, each part's best kept, so that every figure and
+    # the read rate come from the same moments of a machine whose load and memory rate move
+    best: dict[str, float] = {}
+    rates = []
+    buf = read_buffer()
+    for _ in range(steps):
+        rates.append(buf.nbytes / _once(buf.sum))
+        for name, fn in steps_fns.items():
+            best[name] = min(best.get(name, math.inf), _once(fn))
+        for name, (fn, _) in groups_fns.items():
+            evict.sum()
+            best[name] = min(best.get(name, math.inf), _once(fn))
+        if call_fn is not None:
+            best["call"] = min(best.get("call", math.inf), _once(call_fn))
+    del buf
+    call_s = best.get("call", 0.0)
+    whole = {name: best[name] for name in steps_fns}
+    log(f"  step: {whole['generation step (step + argmax)'] * 1e3:.2f} ms")
+    timed = {name: (max(best[name] - call_s, 1e-9) if _is_compiled(fn) else best[name], nbytes)
+             for name, (fn, nbytes) in groups_fns.items()}
     rate = max(rates)
     need = step_bytes(dec)
     groups = [{"group": name, "ms": s * 1e3, "bytes": n, "gb_per_s": n / s / 1e9, "read_share": _share(n, s, rate)}

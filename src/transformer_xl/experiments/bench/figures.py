@@ -246,7 +246,7 @@ def render_classes(paths: list[str], root: Path) -> str:
             lines.append(f"| {first['shape']} | {first['n_token']:,} | {first['mem_len']:,} | {first['batch']} | "
                          f"{'int8, bf16 ring' if first['int8'] else 'fp32'} | "
                          f"{first['captured']['bytes']['total'] / 1e6:.1f} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+        return "\n".join([*lines, "", *decode_targets_markdown(reports, names)])
     if all(r.get("rows") and "lanes" in r["rows"][0] for r in reports):  # benchmarks/int8_forms.py
         lines += ["| `(out, in)` | MB | " + " | ".join(f"{n}: int8 lanes, 32-bit words GB/s" for n in names) + " |",
                   "|---|---:|" + "---:|" * len(reports)]
@@ -274,6 +274,36 @@ def render_classes(paths: list[str], root: Path) -> str:
         return "\n".join(lines)
     raise ConfigError(f"{', '.join(paths)}: a column per class needs decode-kernels, int8-forms or txl bench "
                       "training reports, all of one kind")
+
+
+#: The decode step's targets per class of CPU: (what, case, share of its byte limit at least), and int8 faster
+#: than float32 on the same case.
+DECODE_TARGETS = (("captured float32, wt103-base, memory 640, batch 1", "wt103-base:640:1", 0.85),
+                  ("captured int8 (bf16 ring), wt103-base, memory 640, batch 1", "wt103-base:640:1:int8", 0.75))
+
+
+def decode_targets_markdown(reports: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """The targets of :data:`DECODE_TARGETS` against each report's figure (a column per report), and whether int8
+    is faster than float32: yes/no beside each figure (lines of a markdown table; none where no report has the
+    cases)."""
+    rows = [{row["case"]: row for row in r["rows"]} for r in reports]
+    if not any(case in by for _, case, _ in DECODE_TARGETS for by in rows):
+        return []
+    lines = ["| target | " + " | ".join(names) + " |", "|---|" + "---:|" * len(reports)]
+    for what, case, target in DECODE_TARGETS:
+        cells = []
+        for by in rows:
+            got = by.get(case, {}).get("captured", {}).get("share_of_read_rate")
+            cells.append("–" if got is None else f"{got:.0%} ({'met' if got >= target else 'not met'})")
+        lines.append(f"| {what}: at least {target:.0%} of its byte limit | " + " | ".join(cells) + " |")
+    cells = []
+    for by in rows:
+        fp, q = by.get("wt103-base:640:1"), by.get("wt103-base:640:1:int8")
+        ratio = None if fp is None or q is None else fp["captured"]["best_s"] / q["captured"]["best_s"]
+        cells.append("–" if ratio is None else f"{ratio:.2f}× ({'met' if ratio > 1 else 'not met'})")
+    lines.append("| captured int8 faster than float32 (the same case): float32 ms ÷ int8 ms above 1 | "
+                 + " | ".join(cells) + " |")
+    return lines
 
 
 def update_text(text: str, root: Path) -> str:
