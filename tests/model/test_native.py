@@ -183,7 +183,7 @@ def test_ring_attention_equals_the_softmax_written_out(dtype, bsz, slots) -> Non
     prob = torch.softmax(score * 0.15 + bias.double(), -1)
     want = torch.einsum("bhc,bhec->bhe", prob, v64)
     assert got.dtype == torch.float32 and got.shape == (bsz, heads, e_dim)
-    assert (got.double() - want).abs().max() <= 1e-5 * max(1.0, want.abs().max())
+    assert (got.double() - want).abs().max() <= 2e-6 * max(1.0, want.abs().max())  # float32 sums: about 5e-7
 
 
 @needs_kernels

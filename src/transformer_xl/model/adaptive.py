@@ -64,13 +64,13 @@ class AdaptiveEmbedding(nn.Module):
         if self.div_val == 1:
             emb = self.emb_layers[0](ids)
             if len(self.emb_projs):
-                emb = F.linear(emb, self.emb_projs[0])
+                emb = native.linear(emb, self.emb_projs[0])
             return emb * self.emb_scale
         flat = ids.reshape(-1)
         param = self.emb_projs[0]
         out = torch.zeros(flat.numel(), self.d_proj, dtype=param.dtype, device=param.device)  # [N, D]
-        out = cluster_embed(flat, self.bounds, lambda ids, i: F.linear(self.emb_layers[i](ids), self.emb_projs[i]),
-                            out)
+        out = cluster_embed(flat, self.bounds,
+                            lambda ids, i: native.linear(self.emb_layers[i](ids), self.emb_projs[i]), out)
         return (out * self.emb_scale).view(*ids.shape, self.d_proj)
 
 
