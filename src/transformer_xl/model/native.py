@@ -163,8 +163,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``; at :data:`NATIVE_ROWS` rows or fewer of float32 on the CPU, without a gradient
     and outside ``torch.compile``, where :func:`products` says ``native``, by :func:`gemv` over the weight as stored
     (every core streams its share of the rows; MKL's kernel uses one on AMD CPUs)."""
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
-            or x.numel() > NATIVE_ROWS * x.size(-1) or not x.numel() or torch.compiler.is_compiling()
+    if (torch.compiler.is_compiling()  # first: the sizes of a traced input may be symbolic (no guard on them)
+            or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.numel() > NATIVE_ROWS * x.size(-1) or not x.numel()
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
             or not weight.is_contiguous() or products() != "native"):
         return F.linear(x, weight, bias)
