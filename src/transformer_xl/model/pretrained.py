@@ -63,7 +63,8 @@ def check_weights_header(config: TXLConfig, header: dict[str, TensorInfo], path:
     ``n_layer`` 100000 or ``n_token`` 10**9) is refused before anything is built; then names and shapes
     against ``build(config)`` on the ``meta`` device (no memory). Any floating dtype is accepted (cast on load)."""
     layers = {int(m.group(1)) for name in header if (m := _LAYER.match(name))}
-    if layers != set(range(config.n_layer)):
+    # the count first: a config's n_layer may be far too large for a set of its indices (10**12: a MemoryError)
+    if len(layers) != config.n_layer or layers != set(range(config.n_layer)):
         raise CheckpointError(f"{path} holds the weights of {len(layers)} layers but its config says "
                               f"n_layer={config.n_layer}: the config does not belong to these weights")
     held, wanted = sum(info.numel for info in header.values()), config.parameter_count(tied_names=True)
