@@ -36,6 +36,28 @@ def test_float_kernel_equals_f_linear_over_tiles_and_rows_as_stored(out, n_in, r
 
 
 @needs_kernels
+@pytest.mark.parametrize("n_in, out", [(1024, 256), (410, 16), (64, 1000), (7, 3)])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_stored_in_by_out_matrix_is_x_times_it(n_in, out, rows) -> None:
+    """``linear(x, W.t())`` over a stored ``W [in, out]`` (an adaptive softmax's projection, ``x @ W``): txl's
+    column kernel, equal to the product; the columns split between threads give the same numbers as one."""
+    torch.manual_seed(n_in + out + rows)
+    x, w, b = torch.randn(rows, n_in), torch.randn(n_in, out), torch.randn(out)
+    want = x @ w + b
+    got = native.linear(x, w.t(), b)
+    assert (got - want).abs().max() <= 1e-5 * n_in ** 0.5 * want.abs().max()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native.linear(x, w.t(), b)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, got)
+    with pytest.raises(RuntimeError, match="w must be contiguous float32"):
+        torch.ops.txl.gemv_t(x, w[:-1], None)
+
+
+@needs_kernels
 @pytest.mark.parametrize("out, n_in", SHAPES)
 @pytest.mark.parametrize("rows", [1, 3])
 def test_int8_kernel_is_the_integer_product_of_the_activation_quantized_per_row(out, n_in, rows) -> None:
@@ -154,6 +176,7 @@ def test_linear_takes_the_kernel_at_a_few_rows_without_a_gradient_only(monkeypat
         assert torch.equal(native.linear(x, w, b), F.linear(x, w, b))
         assert bool(calls) == taken, shape
     calls.clear()
+    native.linear(torch.randn(1, 41), torch.randn(41, 20)[:, ::2].t())  # neither it nor its transpose contiguous
     native.linear(torch.randn(1, 41), w.requires_grad_())  # a gradient is recorded: F.linear
     native.linear(torch.randn(1, 41).double(), w.detach().double())  # not float32
     assert calls == []

@@ -133,7 +133,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         ``cluster_weight`` (the logits are concatenated, not the weights: no copy of the head's matrix)."""
         weight, bias, proj = self.cluster_params(i)
         if proj is not None:
-            hidden = hidden @ proj  # [N, D] @ [D, d_i] -> [N, d_i]
+            hidden = native.linear(hidden, proj.t())  # [N, D] @ [D, d_i] -> [N, d_i]
         if self.int8_logits is not None:
             return self.int8_logits[i](hidden)
         logit = native.linear(hidden, weight, bias)

@@ -15,7 +15,8 @@ Three things stop the library kernels from doing that on every CPU, measured on 
 calls them from a compiled graph:
 
 * **gemv**: float32, the weights in tiles of 8 rows x 8 columns (:func:`tile`, one sequential stream per thread),
-  or as stored ``[out, in]``; FMA on AVX2;
+  or as stored ``[out, in]``; FMA on AVX2; ``gemv_t``, the same over a stored ``[in, out]`` matrix (``x W``: an
+  adaptive softmax's projection), its columns split between threads;
 * **gemv_q8**: int8 weights with one scale per row (the scheme of :func:`transformer_xl.model.int8.quantize_rows`)
   in tiles of 4 rows x 32 columns; every row of ``x`` quantized to int8 with a scale of its own (``max |x| / 127``,
   rounded to nearest), products accumulated in 32-bit integers by ``vpmaddubsw``/``vpmaddwd`` (``|x|`` as unsigned
@@ -116,6 +117,10 @@ def _register_fakes() -> None:
     def _gemv(x: Tensor, w: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
         return x.new_empty(x.size(0), out)
 
+    @torch.library.register_fake("txl::gemv_t")
+    def _gemv_t(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+        return x.new_empty(x.size(0), w.size(1))
+
     @torch.library.register_fake("txl::gemv_q8")
     def _gemv_q8(x: Tensor, w: Tensor, scale: Tensor, out: int, bias: Tensor | None = None) -> Tensor:
         return x.new_empty(x.size(0), out)
@@ -162,14 +167,21 @@ def _cpu_products(wanted: str) -> str:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``; at :data:`NATIVE_ROWS` rows or fewer of float32 on the CPU, without a gradient
     and outside ``torch.compile``, where :func:`products` says ``native``, by :func:`gemv` over the weight as stored
-    (every core streams its share of the rows; MKL's kernel uses one on AMD CPUs)."""
+    (every core streams its share of the rows; MKL's kernel uses one on AMD CPUs), or by ``gemv_t`` where
+    ``weight`` is the transpose of a stored matrix (``x @ W`` written ``linear(x, W.t())``)."""
     if (torch.compiler.is_compiling()  # first: the sizes of a traced input may be symbolic (no guard on them)
             or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
             or x.numel() > NATIVE_ROWS * x.size(-1) or not x.numel()
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-            or not weight.is_contiguous() or products() != "native"):
+            or weight.dim() != 2 or not (weight.is_contiguous() or weight.t().is_contiguous())
+            or products() != "native"):
         return F.linear(x, weight, bias)
-    out = gemv(x.reshape(-1, x.size(-1)), weight, weight.size(0), bias)
+    rows = x.reshape(-1, x.size(-1))
+    if weight.is_contiguous():
+        out = gemv(rows, weight, weight.size(0), bias)
+    else:  # the transpose of a stored [in, out] matrix (an adaptive softmax's projection)
+        _require()
+        out = torch.ops.txl.gemv_t(rows, weight.t(), bias)
     return out.view(*x.shape[:-1], weight.size(0))
 
 

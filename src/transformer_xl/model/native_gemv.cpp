@@ -3,6 +3,7 @@
 //
 //   txl::gemv(x [N, in] f32, w [O, I, 8, 8] f32, out, bias [out]?)                 -> [N, out] f32
 //   txl::gemv(x [N, in] f32, w [out, in] f32, out, bias [out]?)                     -> [N, out] f32 (rows as stored)
+//   txl::gemv_t(x [N, in] f32, w [in, out] f32, bias [out]?)                        -> [N, out] f32 (x w)
 //   txl::gemv_q8(x [N, in] f32, w [O, I, 4, 32] i8, scale [O * 4] f32, out, bias?) -> [N, out] f32
 //
 // w is tiled (transformer_xl.inference.native.tile): the rows of a block of R rows, K columns at a time, side by
@@ -222,6 +223,41 @@ at::Tensor gemv_q8(const at::Tensor& x_, const at::Tensor& w, const at::Tensor& 
   return y;
 }
 
+// y[i, :] = x[i] W for W [in, out] stored row-major (the transpose of a linear layer's weight: an adaptive softmax's
+// projection [D, d_i]); the columns split between threads, each thread reading its columns of every row.
+at::Tensor gemv_t(const at::Tensor& x_, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_.device().is_cpu() && w.device().is_cpu(), "txl gemv_t: CPU tensors only");
+  TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "txl gemv_t: x must be float32 [N, in]");
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(0) == x_.size(1),
+              "txl gemv_t: w must be contiguous float32 [in, out] matching x [N, in]");
+  const int64_t n = x_.size(0), in = w.size(0), out = w.size(1);
+  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
+                        "txl gemv_t: bias must be float32 [out]");
+  const at::Tensor x = x_.contiguous();
+  at::Tensor y = at::zeros({n, out}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(8, kChunkBytes / std::max<int64_t>(1, in * 4));  // columns per thread
+  at::parallel_for(0, out, grain, [&](int64_t j0, int64_t j1) {
+    for (int64_t i = 0; i < n; ++i) {
+      float* yi = yp + i * out;
+      for (int64_t r = 0; r < in; ++r) {
+        const float xr = xp[i * in + r];
+        const float* wr = wp + r * out;
+        int64_t j = j0;
+#ifdef TXL_AVX2
+        const __m256 xv = _mm256_set1_ps(xr);
+        for (; j + 8 <= j1; j += 8)
+          _mm256_storeu_ps(yi + j, _mm256_fmadd_ps(xv, _mm256_loadu_ps(wr + j), _mm256_loadu_ps(yi + j)));
+#endif
+        for (; j < j1; ++j) yi[j] += xr * wr[j];
+      }
+    }
+  });
+  return bias ? y.add_(*bias) : y;
+}
+
 // ---------------------------------------------------------------------------------------------- attention
 // One query per row over a ring of keys/values (transformer_xl.inference.decode): keys in slot blocks
 // [B, H, C / 16, E, 16], position keys [H, C / 16, E, 16] by distance, values by dimension [B, H, E, C], float32 or
@@ -377,11 +413,13 @@ at::Tensor ring_attend(const at::Tensor& qu_, const at::Tensor& qv_, const at::T
 TORCH_LIBRARY(txl, m) {
   m.def("ring_attend(Tensor qu, Tensor qv, Tensor ks, Tensor ps, Tensor vs, Tensor by_slot, Tensor bias, float scale) -> Tensor");
   m.def("gemv(Tensor x, Tensor w, int out, Tensor? bias=None) -> Tensor");
+  m.def("gemv_t(Tensor x, Tensor w, Tensor? bias=None) -> Tensor");
   m.def("gemv_q8(Tensor x, Tensor w, Tensor scale, int out, Tensor? bias=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(txl, CPU, m) {
   m.impl("gemv", &gemv);
+  m.impl("gemv_t", &gemv_t);
   m.impl("gemv_q8", &gemv_q8);
   m.impl("ring_attend", &ring_attend);
 }
