@@ -221,13 +221,13 @@ class CapturedDecoder:
         self.model, self.int8, self.kv_dtype = model, int8, kv_dtype
         p = next(model.parameters())
         self.device, dtype = p.device, p.dtype
+        if products not in (None, *PRODUCTS):
+            raise ConfigError(f"unknown products {products!r}; known: {', '.join(PRODUCTS)}")
         if (products == "blas" and self.device.type == "cpu") or (products in ("native", "compiled") and \
                 self.device.type != "cpu"):
             raise ConfigError(f"products {products!r} do not run on {self.device}")
         if int8 and self.device.type != "cpu":
             raise ConfigError(f"int8 decoding is for the CPU; the model is on {self.device}")
-        if products not in (None, *PRODUCTS):
-            raise ConfigError(f"unknown products {products!r}; known: {', '.join(PRODUCTS)}")
         if products == "native" and (why := unavailable()):
             raise ConfigError(f"txl's native kernels cannot run here: {why}")
         #: the form of the step's matrix products (:func:`~transformer_xl.model.dispatch.decode_products`)

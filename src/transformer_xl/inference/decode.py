@@ -148,11 +148,9 @@ def blocked_linear(x: Tensor, lin: Linear) -> Tensor:
     (``(w << 24 - 8 j) >> 24``) and widened.
 
     The sums of several rows (a batch) fuse into one loop that reads each block once, one accumulator per row; a
-    compiled step with more than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows. Run eagerly
-    with more rows (a memory's projection): the matrix unblocked, one matrix product."""
+    compiled step with more than :data:`SUM_ROWS` rows makes one such pass per :data:`SUM_ROWS` rows (eagerly,
+    :func:`linear` takes more rows to one matrix product before they reach this)."""
     n, out = x.size(0), lin.shape[0]
-    if n > SUM_ROWS and not torch.compiler.is_compiling():
-        return F.linear(x, unpack(lin).to(x.dtype), lin.bias)
     if lin.scale is None:
         weight = lin.weight.to(x.dtype)
         y = torch.cat([torch.stack([(weight * row[None, :, None]).sum(1) for row in x[i:i + SUM_ROWS]])

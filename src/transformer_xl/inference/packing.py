@@ -79,7 +79,7 @@ def pack_linear(weight: Tensor, bias: Tensor | None, int8: bool, *, words: bool 
         q = F.pad(q[:, :weight.size(1)], (0, -weight.size(1) % INT8_UNROLL))  # in: a multiple of INT8_UNROLL
         scale = F.pad(scale, (0, -scale.size(0) % ROW_BLOCK)).view(-1, ROW_BLOCK)  # [ceil(out / 16), 16]
         blocks = block_words(q) if (int8_words() if words is None else words) else block_rows(q)
-        return Linear(blocks, scale, bias, (weight.size(0), weight.size(1)))
+        return Linear(blocks, scale, bias, shape)
     if products != "blas" or weight.device.type == "cpu":
         return Linear(block_rows(weight), None, bias, shape)
     return Linear(weight.contiguous(), None, bias, shape, "blas")

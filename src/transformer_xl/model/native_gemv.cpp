@@ -91,6 +91,11 @@ inline void block_q8(const int8_t* xq, const uint8_t* xa, const int8_t* w, int64
 #endif
 }
 
+void check_bias(const c10::optional<at::Tensor>& bias, int64_t out, const char* op) {
+  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
+                        "txl ", op, ": bias must be float32 [out]");
+}
+
 void check(const at::Tensor& x, const at::Tensor& w, int64_t out, const c10::optional<at::Tensor>& bias,
            at::ScalarType wt, int64_t rows, int64_t cols) {
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "txl gemv: CPU tensors only");
@@ -99,8 +104,7 @@ void check(const at::Tensor& x, const at::Tensor& w, int64_t out, const c10::opt
               "txl gemv: w must be contiguous tiles [O, I, ", rows, ", ", cols, "] of ", wt);
   TORCH_CHECK(out > (w.size(0) - 1) * rows && out <= w.size(0) * rows, "txl gemv: out does not match w's blocks");
   TORCH_CHECK(x.size(1) <= w.size(1) * cols, "txl gemv: x has more columns than w");
-  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
-                        "txl gemv: bias must be float32 [out]");
+  check_bias(bias, out, "gemv");
 }
 
 // Blocks [0, blocks) split into one contiguous range per thread, each of kChunkBytes at least.
@@ -143,8 +147,7 @@ at::Tensor gemv_rows(const at::Tensor& x_, const at::Tensor& w, int64_t out, con
   TORCH_CHECK(x_.dim() == 2 && x_.scalar_type() == at::kFloat, "txl gemv: x must be float32 [N, in]");
   TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(0) == out && w.size(1) == x_.size(1),
               "txl gemv: w must be contiguous float32 [out, in] matching x [N, in]");
-  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
-                        "txl gemv: bias must be float32 [out]");
+  check_bias(bias, out, "gemv");
   const at::Tensor x = x_.contiguous();
   const int64_t n = x.size(0), in = x.size(1);
   at::Tensor y = at::empty({n, out}, x.options());
@@ -231,8 +234,7 @@ at::Tensor gemv_t(const at::Tensor& x_, const at::Tensor& w, const c10::optional
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.is_contiguous() && w.size(0) == x_.size(1),
               "txl gemv_t: w must be contiguous float32 [in, out] matching x [N, in]");
   const int64_t n = x_.size(0), in = w.size(0), out = w.size(1);
-  if (bias) TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out && bias->scalar_type() == at::kFloat,
-                        "txl gemv_t: bias must be float32 [out]");
+  check_bias(bias, out, "gemv_t");
   const at::Tensor x = x_.contiguous();
   at::Tensor y = at::zeros({n, out}, x.options());
   const float* xp = x.data_ptr<float>();

@@ -70,8 +70,9 @@ def _once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
-def _groups(dec: CapturedDecoder, compile: bool) -> dict[str, tuple[Callable[[], Any], int]]:
-    """Each group of the step as a function of no arguments over the decoder's own buffers, and its bytes."""
+def _groups(dec: CapturedDecoder, compile: bool, parts: dict[str, int]) -> dict[str, tuple[Callable[[], Any], int]]:
+    """Each group of the step as a function of no arguments over the decoder's own buffers, and its bytes (``parts``:
+    the step's, :func:`~transformer_xl.experiments.bench.yardstick.step_bytes`)."""
     spec, w, batch = dec.spec, dec.weights, dec.batch
     cfg = dec.model.config
     gen = torch.Generator().manual_seed(0)
@@ -104,7 +105,6 @@ def _groups(dec: CapturedDecoder, compile: bool) -> dict[str, tuple[Callable[[],
         return [attend_ring(spec, layer, *qkv, dec.ks[i], dec.vs[i], dec.pos_keys[i], where)
                 for i, layer in enumerate(w["layers"])]
 
-    parts = step_bytes(dec)
     groups["attention over the memory"] = (wrap(attention), parts["ring"] + parts["position_keys"] + parts["slots"])
     emb_lins = [proj for _, proj in w["emb"] if proj is not None]
     groups["input embedding"] = (wrap(lambda: embed(spec, w["emb"], tok)),
@@ -158,7 +158,8 @@ def profile_decode(config: TXLConfig, *, shape: str = "custom", mem_len: int = 6
     steps_fns = {"generation step (step + argmax)": gen_step, "decoder.step": dec_step,
                  "compiled graph alone": lambda: dec._fn(*args)}
     log("  compiling the groups")
-    groups_fns = _groups(dec, compile)
+    need = step_bytes(dec)
+    groups_fns = _groups(dec, compile, need)
     # every compiled group pays the cost of one call of a compiled function (guards, its Python wrapper), which the
     # step pays once: measured on a function of one addition, and taken off every compiled group
     one = torch.zeros(1)
@@ -186,7 +187,6 @@ def profile_decode(config: TXLConfig, *, shape: str = "custom", mem_len: int = 6
     timed = {name: (max(best[name] - call_s, 1e-9) if _is_compiled(fn) else best[name], nbytes)
              for name, (fn, nbytes) in groups_fns.items()}
     rate = max(rates)
-    need = step_bytes(dec)
     groups = [{"group": name, "ms": s * 1e3, "bytes": n, "gb_per_s": n / s / 1e9, "read_share": _share(n, s, rate)}
               for name, (s, n) in timed.items()]
     graph = whole["compiled graph alone"]
